@@ -1,0 +1,5 @@
+import sys
+
+from minidecoder.cli import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""Where things live on disk: converted weights, the download cache, the STS data.
+
+Each location can be overridden by an environment variable so that nothing is written where a user
+did not expect it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PACKAGE_DIR.parent
+
+
+def weights_dir() -> Path:
+    """`$MINIDECODER_WEIGHTS`, else the checkout's `weights/` folder, else ~/.cache/minidecoder/weights."""
+    if env := os.environ.get("MINIDECODER_WEIGHTS"):
+        return Path(env).expanduser()
+    if (_REPO_DIR / "weights").is_dir() and (_REPO_DIR / "pyproject.toml").is_file():
+        return _REPO_DIR / "weights"
+    return Path.home() / ".cache" / "minidecoder" / "weights"
+
+
+def download_cache_dir() -> Path:
+    """`$MINIDECODER_CACHE`, else ~/.cache/minidecoder/downloads (pip-downloaded GGUF packages)."""
+    if env := os.environ.get("MINIDECODER_CACHE"):
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "minidecoder" / "downloads"
+
+
+def sts_data_dir() -> Path | None:
+    """`$MINIDECODER_STS_DATA`, else `../shared/data/sts` beside the checkout when it exists."""
+    if env := os.environ.get("MINIDECODER_STS_DATA"):
+        return Path(env).expanduser()
+    for candidate in (_REPO_DIR.parent / "shared" / "data" / "sts", Path.cwd().parent / "shared" / "data" / "sts"):
+        if candidate.is_dir():
+            return candidate
+    return None
