@@ -1,0 +1,63 @@
+"""minidecoder: a compact, readable PyTorch decoder for training-free sentence embeddings.
+
+    model = minidecoder.load()                        # default model, fetched and converted offline
+    out = model(input_ids, output_hidden_states=True) # logits + transformers-style hidden states
+    emb = minidecoder.embed(model, ["a sentence"], "prompteol")
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minidecoder.config import ModelConfig, load_config, parse_config
+from minidecoder.errors import MinidecoderError
+from minidecoder.model import Decoder, DecoderOutput, KVCache, Sites
+
+__version__ = "0.1.0"
+__all__ = ["load", "embed", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
+           "__version__"]
+
+
+def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
+         ignore_config_keys: tuple[str, ...] = (), progress: bool = True) -> Decoder:
+    """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
+
+    dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
+    ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
+    """
+    import json
+
+    from minidecoder.errors import ConfigError
+    from minidecoder.loading import load_weights, resolve_dtype
+    from minidecoder.sources import resolve_source
+    from minidecoder.tokenizer import Tokenizer
+
+    folder = resolve_source(source, progress=progress)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        load_config(folder)  # raises the clear "no config.json" error
+    try:
+        raw = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{config_path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
+    config = parse_config(raw, ignore_keys=tuple(ignore_config_keys))
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise MinidecoderError("device 'cuda' requested but no CUDA GPU is available", "use device='cpu'")
+    model = load_weights(config, folder, resolve_dtype(dtype), device)
+    tokenizer = Tokenizer(folder)
+    if tokenizer.vocab_size > config.vocab_size:
+        from minidecoder.errors import TokenizerError
+        raise TokenizerError(f"the tokenizer in {folder} has {tokenizer.vocab_size} ids but the model's embedding "
+                             f"has {config.vocab_size} rows", "use the tokenizer that belongs to these weights")
+    model.tokenizer = tokenizer
+    model.source = str(folder)
+    return model
+
+
+def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol", batch_size: int = 32,
+          progress: bool = False, **options) -> torch.Tensor:
+    """Sentence embeddings (N, hidden) float32 for `texts` with a method name or method object."""
+    from minidecoder.embedding import embed as _embed
+    return _embed(model, texts, method, batch_size=batch_size, progress=progress, **options)

@@ -1,0 +1,332 @@
+"""Read a Hugging Face `config.json` into one flat, behaviour-named `ModelConfig`.
+
+Families differ only through the flags below, each named after what it does (style rule 1); the
+family name is used here, once, to pick defaults and nowhere else. Both transformers key layouts
+are read: v4 (`rope_theta`, `rope_scaling` with `type`/`rope_type`, `torch_dtype`) and v5
+(`rope_parameters`, `dtype`, `layer_types`). A key that is not understood is an error naming the
+key (style rule 3): a silently ignored key is a silently wrong logit.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minidecoder.errors import ConfigError
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text", "gemma3")
+ACTIVATIONS = {"silu", "gelu_pytorch_tanh", "gelu_tanh"}
+ROPE_TYPES = {"default", "linear", "dynamic", "llama3", "yarn"}
+
+# Keys with no effect on an inference forward pass: ids, bookkeeping, training-only settings.
+_INERT_KEYS = {
+    "architectures", "transformers_version", "model_type", "_name_or_path", "name_or_path",
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "initializer_range",
+    "attention_dropout", "torch_dtype", "dtype", "cache_implementation", "pretraining_tp",
+    "tie_word_embeddings", "output_attentions", "output_hidden_states", "return_dict",
+    "is_encoder_decoder", "chunk_size_feed_forward", "id2label", "label2id", "problem_type",
+    "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
+    "finetuning_task", "max_length", "min_length", "do_sample", "temperature", "top_p", "top_k",
+    "num_beams", "repetition_penalty", "use_return_dict", "bad_words_ids", "begin_suppress_tokens",
+    "max_window_layers", "use_sliding_window", "sliding_window", "sliding_window_pattern",
+    "_sliding_window_pattern", "rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq",
+    "layer_types", "head_dim", "hidden_act", "hidden_activation", "attention_bias", "mlp_bias",
+    "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "vocab_size",
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "use_bidirectional_attention",
+    "bos_token", "eos_token", "torchscript", "tf_legacy_loss", "use_bfloat16", "pruned_heads",
+    "cross_attention_hidden_size", "add_cross_attention", "is_decoder", "tie_encoder_decoder",
+    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "num_return_sequences", "diversity_penalty",
+    "num_beam_groups", "length_penalty", "early_stopping", "typical_p", "embedding_dropout",
+    "residual_dropout", "attn_pdrop", "resid_pdrop", "dropout", "final_logit_softcapping_",
+}
+# Keys of a multimodal `gemma3` config outside its text part.
+_GEMMA3_OUTER_KEYS = {
+    "text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+    "image_token_index", "image_token_id", "initializer_range", "vision_soft_tokens_per_image",
+}
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary embedding of one layer type: `rope_type` in {default, linear, dynamic, llama3, yarn}."""
+
+    rope_type: str
+    theta: float
+    factor: float = 1.0
+    # llama3 and yarn need the context the model was trained on; dynamic uses max_position_embeddings.
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    attention_factor: float | None = None  # yarn: scales cos/sin
+    mscale: float | None = None  # yarn
+    mscale_all_dim: float | None = None  # yarn
+    truncate: bool = True  # yarn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    hidden_act: str  # silu (Llama, Mistral, Qwen2) or gelu_pytorch_tanh (Gemma)
+    tie_word_embeddings: bool
+    qkv_bias: bool  # Qwen2: biases on q/k/v projections; Llama/Gemma: `attention_bias`
+    o_bias: bool  # Llama/Gemma `attention_bias` also covers o_proj; Qwen2's o_proj has none
+    mlp_bias: bool  # Llama `mlp_bias`
+    norm_unit_offset: bool  # Gemma: RMSNorm scales by (1 + w), computed in float32 before the cast
+    sandwich_norms: bool  # Gemma2/3: extra norms after attention and around the MLP
+    scale_embeddings: bool  # Gemma: embeddings times sqrt(hidden_size), rounded to the weight dtype
+    qk_norm: bool  # Gemma3: RMSNorm on each query and key head before RoPE
+    attn_scale: float  # head_dim**-0.5, or Gemma's query_pre_attn_scalar**-0.5
+    attn_logit_softcap: float | None  # Gemma2: tanh soft-capping of attention scores
+    final_logit_softcap: float | None  # Gemma2: tanh soft-capping of output logits
+    layer_types: tuple[str, ...]  # per block: "full_attention" or "sliding_attention"
+    sliding_window: int | None  # keys at distance >= window are invisible on sliding layers
+    rope: dict[str, RopeSpec] = field(default_factory=dict)  # keyed by layer type
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    checkpoint_dtype: str | None = None
+    # Multimodal gemma3 checkpoints keep the text model under a prefix (v4: `language_model.`).
+    weight_prefixes: tuple[str, ...] = ()
+
+    @property
+    def num_kv_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+
+def load_config(folder: str | Path) -> ModelConfig:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ConfigError(
+            f"no config.json in {folder}",
+            "point minidecoder at a Hugging Face checkpoint folder (config.json + *.safetensors), "
+            "a known model name (`minidecoder fetch --list`), or convert a GGUF with `minidecoder convert`",
+        )
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} does not hold a JSON object", "re-download or re-convert the checkpoint")
+    return parse_config(raw, ignore_keys=())
+
+
+def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
+    """Map a config dict to a ModelConfig; `ignore_keys` lets a user vouch that unknown keys are inert."""
+    model_type = raw.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(
+            f"unsupported model_type {model_type!r}",
+            f"minidecoder supports {', '.join(SUPPORTED_MODEL_TYPES)}",
+        )
+    prefixes: tuple[str, ...] = ()
+    if model_type == "gemma3":  # multimodal wrapper: only its text part is a decoder
+        unknown = set(raw) - _INERT_KEYS - _GEMMA3_OUTER_KEYS - set(ignore_keys)
+        if unknown:
+            raise ConfigError(f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
+                              "pass ignore_config_keys=[...] to load() if you know they do not change numerics")
+        text = dict(raw.get("text_config") or {})
+        text["model_type"] = "gemma3_text"
+        text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", True))
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"):
+            if key in raw and key not in text:
+                text[key] = raw[key]
+        config = parse_config(text, ignore_keys)
+        # v4 checkpoints: `language_model.model.*`; v5: `model.language_model.*`.
+        return _replace(config, weight_prefixes=("language_model.", "model.language_model."))
+
+    unknown = set(raw) - _INERT_KEYS - set(ignore_keys)
+    if unknown:
+        raise ConfigError(
+            f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
+            "if they do not change the model's numerics, pass ignore_config_keys=[...] to load(); "
+            "otherwise this checkpoint needs support that minidecoder lacks",
+        )
+    is_gemma = model_type.startswith("gemma")
+    get = _getter(raw, model_type)
+
+    hidden_size = get("hidden_size", int)
+    num_heads = get("num_attention_heads", int)
+    num_kv_heads = raw.get("num_key_value_heads") or num_heads
+    head_dim = raw.get("head_dim") or hidden_size // num_heads
+    num_layers = get("num_hidden_layers", int)
+    if num_heads % num_kv_heads:
+        raise ConfigError(f"num_attention_heads={num_heads} is not a multiple of num_key_value_heads={num_kv_heads}",
+                          "fix config.json")
+
+    hidden_act = raw.get("hidden_activation") or raw.get("hidden_act") or ("gelu_pytorch_tanh" if is_gemma else "silu")
+    if hidden_act not in ACTIVATIONS:
+        raise ConfigError(f"unsupported activation {hidden_act!r} (hidden_act/hidden_activation)",
+                          f"supported: {sorted(ACTIVATIONS)}")
+    if raw.get("use_bidirectional_attention"):
+        raise ConfigError("use_bidirectional_attention=true (an embedding-model variant) is not supported",
+                          "use a causal Gemma3 checkpoint")
+
+    layer_types, sliding_window = _layer_types(raw, model_type, num_layers)
+    attention_bias = bool(raw.get("attention_bias", False))
+    attn_scale = (float(raw.get("query_pre_attn_scalar", 256 if is_gemma else head_dim)) ** -0.5
+                  if is_gemma else head_dim ** -0.5)
+    return ModelConfig(
+        model_type=model_type,
+        vocab_size=get("vocab_size", int),
+        hidden_size=hidden_size,
+        intermediate_size=get("intermediate_size", int),
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=int(num_kv_heads),
+        head_dim=int(head_dim),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+        hidden_act="gelu_pytorch_tanh" if hidden_act == "gelu_tanh" else hidden_act,
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", is_gemma)),  # transformers' defaults
+        qkv_bias=True if model_type == "qwen2" else attention_bias,
+        o_bias=False if model_type == "qwen2" else attention_bias,
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        norm_unit_offset=is_gemma,
+        sandwich_norms=is_gemma,
+        scale_embeddings=is_gemma,
+        qk_norm=model_type == "gemma3_text",
+        attn_scale=attn_scale,
+        attn_logit_softcap=_positive_or_none(raw.get("attn_logit_softcapping"), "attn_logit_softcapping"),
+        final_logit_softcap=_positive_or_none(raw.get("final_logit_softcapping"), "final_logit_softcapping"),
+        layer_types=layer_types,
+        sliding_window=sliding_window,
+        rope=_rope_specs(raw, model_type, layer_types),
+        bos_token_id=raw.get("bos_token_id"),
+        eos_token_id=raw.get("eos_token_id"),
+        pad_token_id=raw.get("pad_token_id"),
+        checkpoint_dtype=raw.get("dtype") or raw.get("torch_dtype"),
+    )
+
+
+def _getter(raw: dict[str, Any], model_type: str):
+    def get(key: str, kind: type):
+        if key not in raw:
+            raise ConfigError(f"config.json ({model_type}) lacks required key {key!r}", "fix or re-convert the checkpoint")
+        try:
+            return kind(raw[key])
+        except (TypeError, ValueError):
+            raise ConfigError(f"config.json key {key!r} has value {raw[key]!r}, expected {kind.__name__}",
+                              "fix config.json") from None
+    return get
+
+
+def _positive_or_none(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key}={value!r} must be a positive number or null", "fix config.json")
+    return float(value)
+
+
+def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple[tuple[str, ...], int | None]:
+    """Which blocks use a sliding window, exactly as each family's transformers config derives it."""
+    window = raw.get("sliding_window")
+    if model_type == "qwen2" and not raw.get("use_sliding_window", False):
+        window = None  # Qwen2 ignores sliding_window unless use_sliding_window is set
+    if raw.get("layer_types") is not None:
+        types = tuple(raw["layer_types"])
+        if len(types) != num_layers or set(types) - {"full_attention", "sliding_attention"}:
+            raise ConfigError(f"layer_types {list(types)} must name full_attention/sliding_attention for each of "
+                              f"{num_layers} layers", "fix config.json")
+    elif model_type == "gemma2":  # even blocks slide, odd blocks are global
+        types = tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(num_layers))
+    elif model_type == "gemma3_text":  # every `pattern`-th block is global (default 6)
+        pattern = int(raw.get("sliding_window_pattern", raw.get("_sliding_window_pattern", 6)))
+        types = tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers))
+    elif model_type == "qwen2":  # blocks from max_window_layers on slide, when sliding is on at all
+        first = int(raw.get("max_window_layers", 28))
+        types = tuple("sliding_attention" if window is not None and i >= first else "full_attention"
+                      for i in range(num_layers))
+    elif model_type == "mistral":  # every block slides when a window is set
+        types = tuple("sliding_attention" if window is not None else "full_attention" for _ in range(num_layers))
+    else:  # llama: no sliding window
+        if window is not None:
+            raise ConfigError(f"sliding_window={window} on a llama config is not applied by transformers' Llama",
+                              "remove sliding_window, or set model_type to mistral if the model slides")
+        types = tuple("full_attention" for _ in range(num_layers))
+    if "sliding_attention" in types and (window is None or int(window) <= 0):
+        raise ConfigError("layer_types has sliding_attention layers but sliding_window is not a positive integer",
+                          "set sliding_window in config.json")
+    return types, (int(window) if "sliding_attention" in types else None)
+
+
+def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ...]) -> dict[str, RopeSpec]:
+    """RoPE per layer type. Gemma3 rotates local and global layers with different bases."""
+    params = raw.get("rope_parameters")
+    if model_type == "gemma3_text":
+        if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
+            full = dict(params.get("full_attention") or {})
+            local = dict(params.get("sliding_attention") or {})
+        else:  # v4 layout: rope_theta + rope_scaling for global layers, rope_local_base_freq for local ones
+            full = dict(raw.get("rope_scaling") or params or {})
+            full.setdefault("rope_theta", raw.get("rope_theta", 1_000_000.0))
+            local = {"rope_type": "default", "rope_theta": raw.get("rope_local_base_freq", 10_000.0)}
+        full.setdefault("rope_theta", 1_000_000.0)
+        local.setdefault("rope_theta", 10_000.0)
+        return {"full_attention": _rope_spec(full, raw), "sliding_attention": _rope_spec(local, raw)}
+    if isinstance(params, dict) and params:
+        merged = dict(params)
+    else:
+        merged = dict(raw.get("rope_scaling") or {})
+        merged.setdefault("rope_theta", raw.get("rope_theta", 10_000.0))
+    spec = _rope_spec(merged, raw)
+    return {kind: spec for kind in set(layer_types)}
+
+
+_ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor",
+              "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"}
+
+
+def _rope_spec(params: dict[str, Any], raw: dict[str, Any]) -> RopeSpec:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        raise ConfigError(f"unsupported RoPE type {rope_type!r}", f"supported: {sorted(ROPE_TYPES)}")
+    unknown = set(params) - _ROPE_KEYS
+    if unknown:
+        raise ConfigError(f"RoPE parameters have keys minidecoder does not understand: {sorted(unknown)}",
+                          "remove them if they are inert, or use a supported rope_type")
+    factor = float(params.get("factor", 1.0))
+    if rope_type != "default" and "factor" not in params and rope_type != "yarn":
+        raise ConfigError(f"RoPE type {rope_type!r} needs a 'factor'", "add it to rope_scaling/rope_parameters")
+    original = params.get("original_max_position_embeddings")
+    if rope_type in ("llama3", "yarn") and original is None:
+        if rope_type == "llama3":
+            raise ConfigError("llama3 RoPE needs original_max_position_embeddings", "add it to rope_scaling")
+        original = raw.get("max_position_embeddings")
+    if rope_type == "yarn" and "factor" not in params:
+        factor = float(raw.get("max_position_embeddings")) / float(original)
+    return RopeSpec(
+        rope_type=rope_type,
+        theta=float(params.get("rope_theta", 10_000.0)),
+        factor=factor,
+        original_max_position_embeddings=None if original is None else int(original),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        beta_fast=float(params.get("beta_fast") or 32.0),
+        beta_slow=float(params.get("beta_slow") or 1.0),
+        attention_factor=params.get("attention_factor"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
+    )
+
+
+def _replace(config: ModelConfig, **changes: Any) -> ModelConfig:
+    from dataclasses import replace
+    return replace(config, **changes)

@@ -1,0 +1,186 @@
+"""Text <-> ids for a checkpoint folder: `tokenizer.json` through `tokenizers`, else `tokenizer.model`
+through `sentencepiece`.
+
+Special tokens are added by an explicit, inspectable policy (`add_bos`, `add_eos`) read from
+`tokenizer_config.json` (`add_bos_token` / `add_eos_token`), falling back to what `tokenizer.json`'s
+post-processor does. Placeholders that methods insert (`<PST>`, `<B-PST>`) are added tokens: a
+template is tokenized as one string in which each placeholder becomes one id and the text on each
+side tokenizes as it would in the reference code after `tokenizer.add_tokens([...])`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from minidecoder.errors import TokenizerError
+
+
+class Tokenizer:
+    def __init__(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        self.folder = folder
+        config = _read_json(folder / "tokenizer_config.json")
+        self._fast = None
+        self._sp = None
+        self._placeholders: dict[str, int] = {}  # sentencepiece backend only
+        if (folder / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer as FastTokenizer
+            try:
+                self._fast = FastTokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as error:
+                raise TokenizerError(f"{folder / 'tokenizer.json'} could not be read: {error}",
+                                     "re-download or re-convert the checkpoint") from None
+            files = [folder / "tokenizer.json"]
+        elif (folder / "tokenizer.model").is_file():
+            import sentencepiece
+            self._sp = sentencepiece.SentencePieceProcessor()
+            try:
+                self._sp.Load(str(folder / "tokenizer.model"))
+            except Exception as error:
+                raise TokenizerError(f"{folder / 'tokenizer.model'} could not be read: {error}",
+                                     "re-download or re-convert the checkpoint") from None
+            files = [folder / "tokenizer.model"]
+        else:
+            raise TokenizerError(f"no tokenizer.json or tokenizer.model in {folder}",
+                                 "copy the tokenizer files of this checkpoint into the folder")
+        self.bos_token = _token_text(config.get("bos_token"))
+        self.eos_token = _token_text(config.get("eos_token"))
+        self.pad_token = _token_text(config.get("pad_token"))
+        self.bos_id = self._special_id(self.bos_token, "bos")
+        self.eos_id = self._special_id(self.eos_token, "eos")
+        self.pad_id = self._special_id(self.pad_token, None)
+        processor_adds_bos = self._post_processor_adds_bos()
+        self.add_bos: bool = bool(config.get("add_bos_token", processor_adds_bos)) and self.bos_id is not None
+        self.add_eos: bool = bool(config.get("add_eos_token", False)) and self.eos_id is not None
+        if self._fast is not None:
+            # The policy above is the single source of truth: the post-processor adds nothing.
+            self._fast.post_processor = None
+        self.checksum = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()
+
+    # ---- inspection ----------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids this tokenizer can produce (added tokens included)."""
+        if self._fast is not None:
+            return self._fast.get_vocab_size(with_added_tokens=True)
+        return self._sp.GetPieceSize() + len(self._placeholders)
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer({self.folder.name}, backend={'tokenizers' if self._fast else 'sentencepiece'}, "
+                f"add_bos={self.add_bos} ({self.bos_token!r}), add_eos={self.add_eos} ({self.eos_token!r}))")
+
+    # ---- encoding ------------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self._fast is not None:
+            ids = self._fast.encode(text, add_special_tokens=False).ids
+        else:
+            ids = self._sp_encode(text)
+        if add_special_tokens:
+            ids = ([self.bos_id] if self.add_bos else []) + ids + ([self.eos_id] if self.add_eos else [])
+        return ids
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        if self._fast is not None:
+            encoded = [e.ids for e in self._fast.encode_batch(texts, add_special_tokens=False)]
+            if not add_special_tokens:
+                return encoded
+            head = [self.bos_id] if self.add_bos else []
+            tail = [self.eos_id] if self.add_eos else []
+            return [head + ids + tail for ids in encoded]
+        return [self.encode(text, add_special_tokens) for text in texts]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        if self._fast is not None:
+            return self._fast.decode(ids, skip_special_tokens=skip_special_tokens)
+        inverse = {v: k for k, v in self._placeholders.items()}
+        pieces, run = [], []
+        for i in ids:
+            if i in inverse:
+                pieces += [self._sp.DecodeIds(run), inverse[i]]
+                run = []
+            else:
+                run.append(i)
+        return "".join(pieces + [self._sp.DecodeIds(run)])
+
+    def token_to_id(self, token: str) -> int | None:
+        if self._fast is not None:
+            return self._fast.token_to_id(token)
+        if token in self._placeholders:
+            return self._placeholders[token]
+        piece = self._sp.PieceToId(token)
+        return None if piece == self._sp.unk_id() and token != self._sp.IdToPiece(piece) else piece
+
+    def add_placeholder(self, token: str) -> int:
+        """Add `token` as one unsplittable added token (as `tokenizer.add_tokens([token])` does in the
+        reference code) and return its id; the id of an existing token is returned unchanged."""
+        existing = self.token_to_id(token)
+        if existing is not None:
+            return existing
+        if self._fast is not None:
+            from tokenizers import AddedToken
+            # transformers' add_tokens(["<PST>"]) makes a non-special AddedToken; normalized=False keeps
+            # byte-level normalizers from touching it, which is what its fast tokenizer stores.
+            self._fast.add_tokens([AddedToken(token, normalized=False, special=False)])
+            return self._fast.token_to_id(token)
+        self._placeholders[token] = self._sp.GetPieceSize() + len(self._placeholders)
+        return self._placeholders[token]
+
+    def _sp_encode(self, text: str) -> list[int]:
+        """SentencePiece has no added tokens: split on placeholders and encode the pieces in between."""
+        if not self._placeholders:
+            return self._sp.EncodeAsIds(text)
+        ids: list[int] = []
+        for piece, placeholder in _split_on(text, list(self._placeholders)):
+            if piece:
+                ids += self._sp.EncodeAsIds(piece)
+            if placeholder is not None:
+                ids.append(self._placeholders[placeholder])
+        return ids
+
+    def _special_id(self, token: str | None, role: str | None) -> int | None:
+        if token is None:
+            return None
+        found = self.token_to_id(token)
+        if found is None and role is not None:
+            raise TokenizerError(f"the {role} token {token!r} of tokenizer_config.json is not in the vocabulary",
+                                 "the tokenizer files do not belong together: re-download or re-convert them")
+        return found
+
+    def _post_processor_adds_bos(self) -> bool:
+        if self._fast is None:
+            return self._sp.bos_id() >= 0 and self.bos_id is not None
+        processor = json.loads(self._fast.to_str()).get("post_processor") or {}
+        text = json.dumps(processor)
+        return self.bos_token is not None and json.dumps(self.bos_token) in text
+
+
+def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
+    """'a<P>b' -> [('a', '<P>'), ('b', None)], matching the longest token first at each position."""
+    out, start, i = [], 0, 0
+    ordered = sorted(tokens, key=len, reverse=True)
+    while i < len(text):
+        match = next((t for t in ordered if text.startswith(t, i)), None)
+        if match:
+            out.append((text[start:i], match))
+            i = start = i + len(match)
+        else:
+            i += 1
+    out.append((text[start:], None))
+    return out
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise TokenizerError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, dict):  # serialized AddedToken
+        return value.get("content")
+    return value if isinstance(value, str) else None

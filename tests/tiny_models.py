@@ -1,0 +1,77 @@
+"""Tiny transformers models for every family and variant, built in the test session (nothing is
+downloaded). Initialization is large (std 0.2) and norm weights are non-trivial, so that every
+quirk moves the logits; windows are shorter than the test inputs; RoPE scaling variants have inputs
+longer than their original context.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VOCAB = 97
+SEQ = 24  # test inputs are this long: longer than every window and every original context below
+
+_BASE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=16, rms_norm_eps=1e-6, initializer_range=0.2,
+             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# name -> (model_type, config overrides). Each quirk that a family has is switched on in some variant.
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "llama": ("llama", {}),
+    "llama_mqa_untied": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=False)),
+    "llama_mha_tied_bias": ("llama", dict(num_key_value_heads=4, tie_word_embeddings=True, attention_bias=True,
+                                          mlp_bias=True)),
+    "llama_head_dim": ("llama", dict(head_dim=16)),  # explicit head_dim != hidden / heads
+    "llama_rope_linear": ("llama", dict(rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0))),
+    "llama_rope_dynamic": ("llama", dict(rope_parameters=dict(rope_type="dynamic", factor=3.0, rope_theta=10000.0))),
+    "llama_rope_llama3": ("llama", dict(rope_parameters=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                             high_freq_factor=4.0, original_max_position_embeddings=8,
+                                                             rope_theta=500000.0))),
+    "llama_rope_yarn": ("llama", dict(rope_parameters=dict(rope_type="yarn", factor=2.0, rope_theta=10000.0,
+                                                           original_max_position_embeddings=8))),
+    "mistral_window": ("mistral", dict(sliding_window=5)),
+    "qwen2": ("qwen2", dict()),
+    "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=5, max_window_layers=2,
+                                   tie_word_embeddings=False)),
+    "gemma2": ("gemma2", dict(head_dim=16, query_pre_attn_scalar=12, sliding_window=5, attn_logit_softcapping=4.0,
+                              final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh")),
+    "gemma3": ("gemma3_text", dict(head_dim=16, query_pre_attn_scalar=12, sliding_window=5, num_hidden_layers=6,
+                                   sliding_window_pattern=3,
+                                   rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0,
+                                                                           rope_theta=1_000_000.0),
+                                                    "sliding_attention": dict(rope_type="default",
+                                                                              rope_theta=10_000.0)})),
+}
+
+
+def build_hf_model(name: str, seed: int = 0):
+    """A transformers model of variant `name`, float32, eager attention, with non-trivial norms."""
+    import transformers
+
+    model_type, overrides = VARIANTS[name]
+    config = transformers.AutoConfig.for_model(model_type, **{**_BASE, **overrides})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("norm.weight"):
+                # Around 0 for Gemma's (1 + w), around 1 for the others: both far from the default.
+                param.copy_(torch.randn_like(param) * 0.3 + (0.0 if "gemma" in model_type else 1.0))
+            elif param_name.endswith(".bias"):
+                param.copy_(torch.randn_like(param) * 0.2)
+    return model
+
+
+def save_hf_model(model, folder: Path, max_shard_size: str | None = None) -> Path:
+    kwargs = {"safe_serialization": True}
+    if max_shard_size:
+        kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(folder, **kwargs)
+    return folder
+
+
+def random_ids(batch: int = 2, length: int = SEQ, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=generator)
