@@ -275,9 +275,21 @@ class Decoder(nn.Module):
     def device(self) -> torch.device:
         return self.model.embed_tokens.weight.device
 
-    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, T, E): hidden_states[0]."""
-        h = self.model.embed_tokens(input_ids)
+    def embed(self, input_ids: torch.Tensor, extra_rows: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, E): hidden_states[0].
+
+        extra_rows: embedding-table rows for ids the table lacks (placeholders such as TP's <PST>);
+        they are treated like every other row, so Gemma's scaling applies to them too.
+        """
+        if extra_rows:
+            is_extra = torch.zeros_like(input_ids, dtype=torch.bool)
+            for token_id in extra_rows:
+                is_extra |= input_ids == token_id
+            h = self.model.embed_tokens(input_ids.masked_fill(is_extra, 0))
+            for token_id, row in extra_rows.items():
+                h[input_ids == token_id] = row.to(device=h.device, dtype=h.dtype)
+        else:
+            h = self.model.embed_tokens(input_ids)
         if self.config.scale_embeddings:  # Gemma: sqrt(E), rounded to the weight dtype first
             h = h * torch.tensor(self.config.hidden_size ** 0.5, dtype=h.dtype, device=h.device)
         return h

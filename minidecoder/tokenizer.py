@@ -90,6 +90,24 @@ class Tokenizer:
             return [head + ids + tail for ids in encoded]
         return [self.encode(text, add_special_tokens) for text in texts]
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids without special tokens, and each id's [start, end) character span in `text`."""
+        if self._fast is not None:
+            encoding = self._fast.encode(text, add_special_tokens=False)
+            return encoding.ids, [tuple(span) for span in encoding.offsets]
+        ids, offsets, base = [], [], 0
+        for piece, placeholder in _split_on(text, list(self._placeholders)):
+            char_of_byte = _char_index_of_bytes(piece)
+            for token in self._sp.EncodeAsImmutableProto(piece).pieces:  # begin/end are UTF-8 byte offsets
+                ids.append(token.id)
+                offsets.append((base + char_of_byte[token.begin], base + char_of_byte[token.end]))
+            base += len(piece)
+            if placeholder is not None:
+                ids.append(self._placeholders[placeholder])
+                offsets.append((base, base + len(placeholder)))
+                base += len(placeholder)
+        return ids, offsets
+
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         if self._fast is not None:
             return self._fast.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -168,6 +186,14 @@ def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
             i += 1
     out.append((text[start:], None))
     return out
+
+
+def _char_index_of_bytes(text: str) -> list[int]:
+    """For each UTF-8 byte offset 0..len(bytes), the index of the character it falls in."""
+    index = []
+    for i, char in enumerate(text):
+        index += [i] * len(char.encode("utf-8"))
+    return index + [len(text)]
 
 
 def _read_json(path: Path) -> dict:

@@ -1,0 +1,53 @@
+"""The plain per-layer loop with early exit, and the two poolings every method ends with.
+
+Methods that intervene between blocks (TP, HTP, CP, ReBA) write their own loop with the same
+pieces (`model.embed`, `model.context`, `model.layers`, `model.norm`); this file is the loop for
+the methods that only read.
+"""
+from __future__ import annotations
+
+import torch
+
+from minidecoder.methods.inputs import PromptBatch
+from minidecoder.methods.layers import resolve_output_layer
+
+
+def hidden_at(model, batch: PromptBatch, layer: int) -> torch.Tensor:
+    """hidden_states[layer] (B, T, E), running only the blocks it needs (early exit)."""
+    return hidden_at_layers(model, batch, [layer])[layer]
+
+
+def hidden_at_layers(model, batch: PromptBatch, layers: list[int]) -> dict[int, torch.Tensor]:
+    """Several output layers from one forward pass that stops at the deepest one requested."""
+    L = model.num_layers
+    wanted = {layer: resolve_output_layer(layer, L) for layer in layers}
+    deepest = max(wanted.values())
+    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
+    h = model.embed(ids)  # (B, T, E)
+    ctx = model.context(mask, ids.shape[1], ids.shape[0])
+    states = {0: h}
+    for i, block in enumerate(model.layers[:deepest]):
+        h = block(h, ctx)
+        states[i + 1] = h
+    if deepest == L:
+        states[L] = model.norm(h)  # only the last entry is normed (transformers' convention)
+    return {layer: states[index] for layer, index in wanted.items()}
+
+
+def last_token(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+    """(B, T, E) -> (B, E): the last real token of each row (left or right padding)."""
+    mask = batch.attention_mask.to(h.device)
+    T = mask.shape[1]
+    last = T - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # index of the last True per row
+    return h[torch.arange(h.shape[0], device=h.device), last]
+
+
+def mean_over_spans(h: torch.Tensor, spans: list[list[tuple[int, int]]], occurrence: int = 0) -> torch.Tensor:
+    """(B, T, E) -> (B, E): mean over each row's token span number `occurrence` (e.g. the {text} tokens)."""
+    rows = []
+    for b, row_spans in enumerate(spans):
+        start, end = row_spans[occurrence]
+        if end <= start:
+            raise ValueError(f"row {b} has an empty span to average")  # callers reject empty text first
+        rows.append(h[b, start:end].mean(dim=0))
+    return torch.stack(rows)
