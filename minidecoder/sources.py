@@ -17,14 +17,14 @@ _HUB_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json",
 
 
 def resolve_source(source: str | Path | None, progress: bool = True) -> Path:
-    from minidecoder import registry
+    if source is not None and Path(str(source)).expanduser().is_dir():
+        return Path(str(source)).expanduser()
+    from minidecoder import registry  # only needed for names: a folder works without it
 
     if source is None:
         return registry.ensure_model(registry.DEFAULT_MODEL, progress=progress)
     text = str(source)
     path = Path(text).expanduser()
-    if path.is_dir():
-        return path
     if registry.is_known(text):
         return registry.ensure_model(text, progress=progress)
     if path.exists():

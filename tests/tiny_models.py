@@ -9,12 +9,13 @@ from pathlib import Path
 
 import torch
 
-VOCAB = 97
+VOCAB = 128  # 4 specials + printable ASCII (32..126) + spare rows
 SEQ = 24  # test inputs are this long: longer than every window and every original context below
 
 _BASE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=16, rms_norm_eps=1e-6, initializer_range=0.2,
              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
 # name -> (model_type, config overrides). Each quirk that a family has is switched on in some variant.
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -75,3 +76,35 @@ def save_hf_model(model, folder: Path, max_shard_size: str | None = None) -> Pat
 def random_ids(batch: int = 2, length: int = SEQ, seed: int = 1) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (batch, length), generator=generator)
+
+
+def save_tiny_tokenizer(folder: Path, add_bos: bool = True) -> Path:
+    """A character-level tokenizer (one id per printable ASCII character) as tokenizer.json, loadable
+    by minidecoder and by transformers' AutoTokenizer alike."""
+    import json
+
+    from tokenizers import Tokenizer, models, processors
+
+    vocab = {token: i for i, token in enumerate(SPECIALS)}
+    for code in range(32, 127):
+        vocab[chr(code)] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    if add_bos:
+        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                                 special_tokens=[("<s>", 1)])
+    tokenizer.add_special_tokens(SPECIALS)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": add_bos, "add_eos_token": False,
+    }))
+    return folder
+
+
+def tiny_checkpoint(name: str, folder: Path, seed: int = 0):
+    """Save variant `name` with the tiny tokenizer into `folder`; returns the transformers model."""
+    model = build_hf_model(name, seed)
+    save_hf_model(model, folder)
+    save_tiny_tokenizer(folder)
+    return model
