@@ -1,0 +1,126 @@
+"""`minidecoder eval sts`: score one method on the STS tasks and write PREFIX.json and PREFIX.md.
+
+    minidecoder eval sts --model smollm2-135m --method prompteol --opt layer=-1 \\
+        --tasks STS12,STSBenchmark --limit 50 --output results/tmp/smoke
+
+Scores are Spearman x100 of cosine vs gold (STS12-16 "all", STS-B and SICK-R test, Avg. of the
+seven); see `minidecoder.evaluation`. `--opt key=value` values are read as JSON when they parse
+(`3`, `0.5`, `true`, `[1, 7]`, `"text"`) and as plain strings otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from minidecoder.errors import InputError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS)", description=__doc__.splitlines()[0])
+    benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sts.add_argument("--model", default=None, help="model name, folder or Hub id (default: the default model)")
+    sts.add_argument("--method", required=True, help="method name, e.g. prompteol, tp, cp, mean")
+    sts.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="a method option; repeat for more")
+    sts.add_argument("--tasks", default=None, help="comma-separated tasks (default: the seven; also STSBenchmark-dev)")
+    sts.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
+    sts.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each subset (quick look)")
+    sts.add_argument("--dtype", default="float32", help="float32 (default, as the references), bfloat16 or float16")
+    sts.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
+    sts.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    sts.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json and PREFIX.md (default: ./sts-MODEL-METHOD-DATE)")
+    sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    sts.set_defaults(run=run)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """`["alpha=0.5", "prompt=cot"]` -> `{"alpha": 0.5, "prompt": "cot"}` (JSON when it parses)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--opt {pair!r} is not KEY=VALUE", "write e.g. --opt alpha=0.5 or --opt prompt=cot")
+        if key in options:
+            raise InputError(f"--opt {key} is given twice", "give each option once")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def parse_tasks(text: str | None) -> list[str]:
+    from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
+
+    if text is None:
+        return list(ALL_SEVEN)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TASKS]
+    if not names or unknown:
+        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
+                         "choose from " + ",".join(TASKS))
+    return names
+
+
+def default_prefix(model: str | None, method: str) -> Path:
+    stem = Path(model).name if model else "default-model"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"sts-{stem}-{method}-{stamp}"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import minidecoder
+    import minidecoder.methods
+    from minidecoder.evaluation.harness import evaluate_sts
+    from minidecoder.evaluation.report import summary_table, write_report
+
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    tasks = parse_tasks(args.tasks)
+    options = parse_options(args.opt)
+    # everything that can fail cheaply fails before the model loads and the long run starts
+    method = minidecoder.methods.build_method(args.method, **options)
+    model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+    metadata = {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "device": args.device,
+        "method": method.describe(),
+        "batch_size": args.batch_size,
+        "tasks": tasks,
+        "tokenizer_sha256": model.tokenizer.checksum,
+        "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
+    }
+
+    def encode(sentences: list[str]):
+        return minidecoder.embed(model, sentences, method, batch_size=args.batch_size, progress=False)
+
+    chunk = args.batch_size * max(1, 256 // args.batch_size)  # whole batches per progress update
+    results = evaluate_sts(encode, tasks=tasks, data_dir=args.data, limit=args.limit,
+                           progress=not args.no_progress, chunk_size=chunk)
+    prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
+    json_path, md_path = write_report(prefix, results, metadata)
+    print(summary_table(results))
+    print(f"\nwrote {json_path} and {md_path}")
+    return 0
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    """The options as given, for the stamp (re-runnable)."""
+    out = []
+    for flag, value in [("--model", args.model), ("--method", args.method), ("--tasks", args.tasks), ("--data", args.data),
+                        ("--limit", args.limit), ("--dtype", args.dtype), ("--device", args.device),
+                        ("--batch-size", args.batch_size)]:
+        if value is not None:
+            out += [flag, str(value)]
+    for pair in args.opt:
+        out += ["--opt", pair]
+    return out

@@ -1,0 +1,149 @@
+"""Write STS results as JSON and as a Markdown table, each stamped with how they were made.
+
+The stamp is the caller's metadata (model, dtype, method and every option, tokenizer checksum, ...)
+plus what this module computes: the sha256 of every data file read, the code version
+(`minidecoder.__version__` when defined, and `git describe --always --dirty` when the package runs
+from a git checkout, else "unknown") and the UTC date. A limited run (`limit=N`) says so in both.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import subprocess
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def code_version() -> dict:
+    """{"version": minidecoder.__version__ or "unknown", "git": `git describe --always --dirty` or "unknown"}."""
+    try:
+        import minidecoder
+
+        version = str(getattr(minidecoder, "__version__", "unknown"))
+    except ImportError:  # pragma: no cover - this module lives inside the package
+        version = "unknown"
+    git = "unknown"
+    repo = _PACKAGE_DIR.parent
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True, timeout=10)
+        # only describe the checkout this package lives in, not some repository that happens to hold a venv
+        if top.returncode == 0 and Path(top.stdout.strip()).resolve() == repo.resolve():
+            described = subprocess.run(
+                ["git", "describe", "--always", "--dirty"], cwd=repo, capture_output=True, text=True, timeout=10
+            )
+            if described.returncode == 0 and described.stdout.strip():
+                git = described.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"version": version, "git": git}
+
+
+def build_stamp(metadata: dict, results: dict) -> dict:
+    """The caller's metadata plus data checksums, code version and date."""
+    data_dir = Path(results["data_dir"]) if results.get("data_dir") else None
+    checksums = {name: sha256_file(data_dir / name) for name in results.get("data_files", [])} if data_dir else {}
+    # one digest over all files, to compare two runs' data at a glance: the sha256 of `sha256sum`'s
+    # output for the files sorted by name (`cd DATA && sha256sum FILES... | sha256sum` reproduces it)
+    combined = hashlib.sha256("".join(f"{digest}  {name}\n" for name, digest in sorted(checksums.items())).encode())
+    return {
+        **metadata,
+        "limit": results.get("limit"),
+        "data_dir": str(data_dir) if data_dir else None,
+        "data_sha256_combined": combined.hexdigest(),
+        "data_sha256": checksums,
+        "code": code_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _json_safe(value):
+    """NaN/inf become null (strict JSON has no NaN); everything else is kept."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def limited_note(results: dict) -> str | None:
+    limit = results.get("limit")
+    if limit is None:
+        return None
+    return (f"**Limited run:** only the first {limit} pairs of each subset were scored; "
+            "these numbers are a quick look and are not comparable to published results.")
+
+
+def summary_table(results: dict) -> str:
+    """One row: each task's score and the average (Spearman x100, two decimals)."""
+    names = list(results["tasks"])
+    headers = list(names)
+    cells = [_fmt(results["tasks"][name]["score"]) for name in names]
+    if results.get("avg") is not None:
+        headers.append("Avg." if results.get("avg_is_published_avg") else f"Avg. ({len(results['avg_over'])} tasks)")
+        cells.append(_fmt(results["avg"]))
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|", "| " + " | ".join(cells) + " |"]
+    note = limited_note(results)
+    return "\n".join(lines + ([f"\n{note}"] if note else []))
+
+
+def subset_table(results: dict) -> str:
+    lines = ["| task | subset | pairs | Spearman x100 |", "|---|---|---:|---:|"]
+    for name, task in results["tasks"].items():
+        for subset, entry in task["subsets"].items():
+            lines.append(f"| {name} | {subset} | {entry['pairs']} | {_fmt(entry['spearman'])} |")
+        if task["setting"] == "all":
+            lines.append(f"| {name} | **all** | {task['pairs']} | **{_fmt(task['score'])}** |")
+    return "\n".join(lines)
+
+
+def to_markdown(results: dict, stamp: dict) -> str:
+    method = stamp.get("method", "?")
+    method = method.get("method", method.get("name", "?")) if isinstance(method, dict) else method  # Method.describe()
+    title = f"STS evaluation: {method} on {stamp.get('model', '?')}"
+    stamp_rows = ["| key | value |", "|---|---|"]
+    for key, value in stamp.items():
+        if key == "data_sha256":  # one line per file is in the JSON; the combined digest is above
+            stamp_rows.append(f"| {key} | {len(value)} files, see the JSON |")
+            continue
+        shown = json.dumps(_json_safe(value), sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+        stamp_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
+    timing = ""
+    if results.get("sentences") is not None and results.get("encode_seconds") is not None:
+        rate = results.get("sentences_per_second")
+        timing = (f"\n\nEncoded {results['sentences']} distinct sentences in {results['encode_seconds']:.1f} s"
+                  + (f" ({rate:.1f} sentences/s)." if rate else "."))
+    return (
+        f"# {title}\n\nSpearman x100 of cosine similarity vs gold. STS12-16: all subsets of the year "
+        f"concatenated (\"all\"); STSBenchmark and SICKRelatedness: test split.\n\n"
+        f"{summary_table(results)}{timing}\n\n## Per subset\n\n{subset_table(results)}\n\n"
+        f"## Run\n\n" + "\n".join(stamp_rows) + "\n"
+    )
+
+
+def write_report(prefix: str | Path, results: dict, metadata: dict) -> tuple[Path, Path]:
+    """Write PREFIX.json and PREFIX.md; returns their paths. The stamp is built here."""
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    stamp = build_stamp(metadata, results)
+    json_path = prefix.with_name(prefix.name + ".json")
+    md_path = prefix.with_name(prefix.name + ".md")
+    json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False, default=str) + "\n")
+    md_path.write_text(to_markdown(results, stamp))
+    return json_path, md_path
