@@ -1,0 +1,103 @@
+"""The two plain baselines (spec `methods.md` section 8): mean pooling and last-token pooling of any
+output layer, on the bare text or inside a template.
+
+    mean   average of the hidden states at `layer` over the `{text}` tokens (default) or over every
+           real token of the row (`over=all`: template and BOS included, padding never).
+    last   hidden state of the last real token at `layer` (with `template="{text}"`, the sentence's
+           own last token; with a prompt, what `prompt` computes).
+
+References: the mean-pooling baseline the TP paper reports (arXiv 2412.11556; 47.06 STS Avg. on
+Llama-2-7B, spec section 10) and ZBWpro/PretCoTandKE `evaluation.py` (`--avg`: `(hidden_states[-1] * mask).mean(1)`).
+That reference line divides the masked sum by the padded width T rather than by the number of real
+tokens, so its vectors shrink with a batch's padding; minidecoder divides by the real count (a
+per-row constant factor in the reference, which cosine similarity ignores, but a batch-dependent one).
+
+Tokens of `{text}` are located by the tokenizer's character offsets (`inputs.encode_prompts`): a
+token overlapping the sentence counts as the sentence's, the BOS never does.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from minidecoder.errors import InputError
+from minidecoder.methods.base import Method, option, register
+from minidecoder.methods.inputs import PromptBatch, encode_prompts
+from minidecoder.methods.layers import resolve_output_layer
+from minidecoder.methods.prompts import check_bool, check_template, prepare_texts
+from minidecoder.methods.runner import hidden_at, last_token, mean_over_spans
+from minidecoder.text import template_fields
+
+_LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
+_TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' embeds the bare text"
+_SENTEVAL_HELP = ("apply the SentEval batcher steps (append '.', '\"' -> \"'\", final '?' -> '.') to each text "
+                  "first; off by default for the bare-text baselines")
+
+
+def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+    """(B, T, E) -> (B, E): mean over each row's real tokens (padding excluded, BOS included)."""
+    mask = batch.attention_mask.to(device=h.device, dtype=h.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (h * mask).sum(dim=1) / mask.sum(dim=1)
+
+
+def check_occurrence(template: str, occurrence: int) -> int:
+    count = template_fields(template).count("text")
+    if isinstance(occurrence, bool) or not isinstance(occurrence, int) or not -count <= occurrence < count:
+        raise InputError(f"occurrence {occurrence!r} is not one of the template's {count} {{text}} placeholder(s)",
+                         f"pick 0..{count - 1} (or -1 for the last)")
+    return occurrence
+
+
+@register
+@dataclasses.dataclass
+class MeanPooling(Method):
+    name = "mean"
+    summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
+    layer: int = option(-1, _LAYER_HELP)
+    template: str = option("{text}", _TEMPLATE_HELP)
+    over: str = option("text", "which tokens to average: 'text' (the {text} tokens only) or 'all' (every real "
+                               "token: template and BOS included)")
+    occurrence: int = option(-1, "with over=text and a template that repeats {text}: which copy to average "
+                                 "(0 = first, -1 = last)")
+    senteval_text: bool = option(False, _SENTEVAL_HELP)
+
+    def __post_init__(self) -> None:
+        check_template(self.template)
+        check_occurrence(self.template, self.occurrence)
+        check_bool(self.senteval_text, "senteval_text")
+        if self.over not in ("text", "all"):
+            raise InputError(f"over={self.over!r} is not 'text' or 'all'", "pass over=text or over=all")
+
+    def check(self, model) -> None:
+        resolve_output_layer(self.layer, model.num_layers)
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        texts = prepare_texts(texts, self.senteval_text)
+        batch = encode_prompts(model.tokenizer, self.template, texts, padding_side="left")
+        h = hidden_at(model, batch, self.layer)  # (B, T, E)
+        if self.over == "all":
+            return mean_over_mask(h, batch).float()
+        return mean_over_spans(h, batch.text_spans, self.occurrence).float()
+
+
+@register
+@dataclasses.dataclass
+class LastTokenPooling(Method):
+    name = "last"
+    summary = "last-token pooling: hidden state of the last real token at any layer, optional template"
+    layer: int = option(-1, _LAYER_HELP)
+    template: str = option("{text}", _TEMPLATE_HELP)
+    senteval_text: bool = option(False, _SENTEVAL_HELP)
+
+    def __post_init__(self) -> None:
+        check_template(self.template)
+        check_bool(self.senteval_text, "senteval_text")
+
+    def check(self, model) -> None:
+        resolve_output_layer(self.layer, model.num_layers)
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        texts = prepare_texts(texts, self.senteval_text)
+        batch = encode_prompts(model.tokenizer, self.template, texts, padding_side="left")
+        return last_token(hidden_at(model, batch, self.layer), batch).float()  # (B, E)
