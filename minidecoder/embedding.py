@@ -22,6 +22,10 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         raise InputError("options were given together with a method object", "set them on the method object")
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise InputError("texts must be a list of strings", "pass e.g. ['first sentence', 'second sentence']")
+    for row, text in enumerate(texts):  # named here, before sorting, so the row number is the caller's
+        if not text.strip():
+            raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
+                             "remove that row or give it some text; an embedding of nothing is undefined")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size {batch_size!r} must be a positive integer", "e.g. batch_size=32")
     if model.tokenizer is None:
