@@ -1,0 +1,189 @@
+"""ReBA: repeat the text, fuse every attention map into one matrix, aggregate hidden states backward.
+
+Paper: arXiv 2502.20726 (spec `methods.md` section 7). Reference code: cqdyf099/ReBA,
+`Code/models.py` (`LLM.get_attention_matrix`, `get_sentence_embedding`, `merge_token_embedding_by_attention`,
+`get_word_embedding`) and `2 Evaluation_MTEB.py` (`LLM_ours_mean_pool`, the C-MTEB sentence encoder).
+
+    text ─> text + sep + text (r copies, one string, BOS as the tokenizer adds it)
+    for every block, every head:  S = (P + P^T) / 2          P: post-softmax attention (T x T)
+                                  A = max(A, S)  elementwise  (A starts at 0; one (B, T, T) fp32 tensor)
+    e_i = sum_{k >= i} A[i, k] h_k                            h: hidden_states[layer] (default -1)
+
+Only one (B, T, T) running maximum is kept: each block's pattern is recorded through `Sites`,
+folded into A and dropped (memory: A is B*T*T*4 bytes, 64 MiB per row at T = 4096, plus one
+block's (B, H, T, T) pattern while that block runs). Padded keys and queries are zeroed in A, so a
+padded row equals its unpadded self up to float rounding.
+
+Pooling (see `weight_vector`), rows R and weights w_k, embedding = sum_k w_k h_k:
+    pooled     (reference code) w = sum_{i in R} M[i] / sum_{i in R, k} M[i, k]
+    normalized (per row)        w = mean_{i in R} M[i] / sum_k M[i, k]
+    raw        (paper formula)  w = mean_{i in R} M[i]
+with M = A restricted to k >= i (`backward`) or the full row (`full`). For one row (last token)
+pooled and normalized coincide. The reference's mean pooling (`LLM_ours_mean_pool`) is `pooled`
+over backward rows and further multiplies by 1/(T//2), a per-vector scale that cosine similarity
+ignores and minidecoder omits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minidecoder.errors import InputError
+from minidecoder.methods.base import Method, option, register
+from minidecoder.methods.inputs import PromptBatch, pad
+from minidecoder.methods.layers import resolve_output_layer
+from minidecoder.model import Sites
+
+WEIGHTS = ("pooled", "normalized", "raw")
+ROWS = ("backward", "full")
+
+
+def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "") -> PromptBatch:
+    """Each text repeated as one string (`separator.join([text] * r)`, the reference's `sentence * r`
+    when the separator is empty), tokenized as a whole, left padded; `text_spans[b][c]` is copy c's
+    token span (a token that straddles two copies counts in both)."""
+    rows, spans = [], []
+    for index, text in enumerate(texts):
+        if not text:
+            raise InputError(f"text {index} is empty", "ReBA needs at least one character to repeat")
+        ids, offsets = tokenizer.encode_with_offsets(separator.join([text] * repetitions))
+        head = [tokenizer.bos_id] if tokenizer.add_bos else []
+        tail = [tokenizer.eos_id] if tokenizer.add_eos else []
+        copies = []
+        for c in range(repetitions):
+            start = c * (len(text) + len(separator))
+            inside = [i for i, (s, e) in enumerate(offsets) if s < start + len(text) and e > start]
+            copies.append((inside[0] + len(head), inside[-1] + 1 + len(head)))
+        rows.append(head + ids + tail)
+        spans.append(copies)
+    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left")
+
+
+def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded
+    rows and columns zeroed; h = hidden_states[output_index] (B, T, E).
+
+    Every block runs (the reference fuses all of the model's attention maps whatever layer it reads)."""
+    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
+    h = model.embed(ids)  # (B, T, E)
+    B, T, _ = h.shape
+    ctx = model.context(mask, T, B)
+    A = torch.zeros(B, T, T, dtype=torch.float32, device=h.device)
+    hidden = h if output_index == 0 else None
+    for i, block in enumerate(model.layers):
+        sites = Sites(record={"pattern"})  # switches this block to the eager path
+        h = block(h, ctx, sites)
+        P = sites.store.pop("pattern").float()  # (B, H, T, T); dropped after folding
+        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+        A = torch.maximum(A, S.amax(dim=1))  # (B, T, T): max over heads, then over blocks
+        del P, S
+        if i + 1 == output_index:
+            hidden = h
+    if output_index == model.num_layers:
+        hidden = model.norm(h)  # only the last hidden state is normed (transformers' convention)
+    # Queries on padding see a uniform pattern (model.py), which P^T would carry into real rows.
+    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
+    return A.masked_fill(~valid, 0.0), hidden
+
+
+def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
+    """(B, T) weights w over keys k such that the embedding is sum_k w_k h_k; rows (B, T) bool = R."""
+    M = torch.triu(A) if backward else A  # backward: keep k >= i only
+    R = rows.to(A.dtype)  # (B, T)
+    if weights == "pooled":  # reference: sum the rows' weights, normalize once
+        w = torch.einsum("bi,bik->bk", R, M)
+        return w / w.sum(dim=-1, keepdim=True)
+    if weights == "normalized":  # each e_i normalized to weights summing to 1, then averaged
+        w = torch.einsum("bi,bik->bk", R / M.sum(dim=-1).clamp_min(torch.finfo(A.dtype).tiny), M)
+    elif weights == "raw":  # the paper's formula: e_i = sum_{k >= i} A[i, k] h_k, averaged
+        w = torch.einsum("bi,bik->bk", R, M)
+    else:
+        raise AssertionError(weights)
+    return w / R.sum(dim=-1, keepdim=True)
+
+
+def aggregate(A: torch.Tensor, h: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
+    """(B, E) fp32: sum_k w_k h_k with w from `weight_vector`."""
+    return torch.einsum("bk,bke->be", weight_vector(A, rows, weights, backward), h.float())
+
+
+def _rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torch.Tensor:
+    B, T = batch.input_ids.shape
+    rows = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        offset = T - batch.lengths[b]  # left padding
+        if pooling == "last":
+            rows[b, T - 1] = True
+        elif first_half_split:  # reference quirk: rows 0..n//2-1 of the whole row, BOS included
+            rows[b, offset:offset + batch.lengths[b] // 2] = True
+        else:
+            start, end = batch.text_spans[b][0]
+            rows[b, start:end] = True
+    return rows
+
+
+@register
+@dataclass
+class reba(Method):
+    """ReBA (arXiv 2502.20726): repetition + fused symmetric attention + backward aggregation."""
+
+    name = "reba"
+    summary = "ReBA: repeat the text, fuse all attention maps by max, aggregate hidden states backward (arXiv 2502.20726)"
+
+    repetitions: int = option(2, "copies of the text (ReBA-r); the reference concatenates them with no separator")
+    separator: str = option("", "string between copies (an option; the reference uses none)")
+    layer: int = option(-1, "hidden_states index aggregated (the reference: -1, the final normed output); "
+                        "the attention of every block is fused whatever the layer")
+    pooling: str = option("mean", "mean = average of e_i over the first copy's tokens (reference C-MTEB encoder); "
+                          "last = e of the last token")
+    last_row: str = option("full", "pooling=last only: full = the whole row of A (reference), backward = k >= i "
+                           "(collapses to h_last)")
+    weights: str = option("pooled", "pooled = reference code (rows' weights summed, normalized once); normalized = "
+                          "each e_i normalized per row; raw = the paper's unnormalized sum")
+    first_half_split: bool = option(False, "reference quirk: mean over rows 0..T//2-1 of the whole sequence (BOS "
+                                    "included, the first copy's last token left out) instead of the first copy")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
+            raise InputError(f"ReBA repetitions {self.repetitions!r} must be a positive integer", "e.g. 2")
+        for name, value, allowed in (("pooling", self.pooling, ("mean", "last")), ("last_row", self.last_row, ROWS),
+                                     ("weights", self.weights, WEIGHTS)):
+            if value not in allowed:
+                raise InputError(f"ReBA {name} {value!r} is unknown", f"use one of {', '.join(allowed)}")
+
+    def check(self, model) -> None:
+        resolve_output_layer(self.layer, model.num_layers)
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        index = resolve_output_layer(self.layer, model.num_layers)
+        batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
+        A, h = fused_attention(model, batch, index)
+        rows = _rows_mask(batch, self.pooling, self.first_half_split).to(A.device)
+        backward = self.pooling == "mean" or self.last_row == "backward"
+        return aggregate(A, h, rows, self.weights, backward)
+
+
+def reba_word_embedding(model, text: str, char_start: int, char_end: int, repetitions: int = 2,
+                        separator: str = "", layer: int = -1, rows: str = "full",
+                        weights: str = "pooled") -> torch.Tensor:
+    """(E,) fp32: the ReBA embedding of the characters text[char_start:char_end] in the first copy.
+
+    The span's tokens (those overlapping it) are the rows R. Defaults follow the reference's
+    `merge_token_embedding_by_attention`: full rows of A, summed and normalized once (`pooled`);
+    rows='backward', weights='normalized' gives the spec's "e_i averaged over the span"."""
+    if not 0 <= char_start < char_end <= len(text):
+        raise InputError(f"character span [{char_start}, {char_end}) is not inside the text of {len(text)} characters",
+                         "pass 0 <= char_start < char_end <= len(text)")
+    if rows not in ROWS or weights not in WEIGHTS:
+        raise InputError(f"rows {rows!r} / weights {weights!r} unknown", f"rows: {ROWS}; weights: {WEIGHTS}")
+    index = resolve_output_layer(layer, model.num_layers)
+    batch = encode_repeated(model.tokenizer, [text], repetitions, separator)
+    ids, offsets = model.tokenizer.encode_with_offsets(separator.join([text] * repetitions))
+    head = 1 if model.tokenizer.add_bos else 0
+    tokens = [i + head for i, (s, e) in enumerate(offsets) if s < char_end and e > char_start]
+    mask = torch.zeros_like(batch.attention_mask)
+    mask[0, tokens] = True
+    with torch.inference_mode():
+        A, h = fused_attention(model, batch, index)
+        return aggregate(A, h, mask.to(A.device), weights, rows == "backward")[0]
