@@ -1,0 +1,180 @@
+"""GGUF file -> a Hugging Face-style folder, written atomically.
+
+    config.json               hf_config.build_config
+    tokenizer.json            gguf_tokenizer.build_tokenizer
+    tokenizer_config.json     gguf_tokenizer.build_tokenizer
+    model.safetensors         one tensor at a time: dequantize -> undo llama.cpp -> cast -> write
+    source.json               source file, its sha256, converter version; written last
+
+Everything goes into a hidden temporary folder beside the output, renamed into place at the end, so
+an interrupted conversion never leaves a folder that looks complete.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minidecoder.convert.gguf_reader import GGUFFile
+from minidecoder.convert.gguf_tokenizer import build_tokenizer
+from minidecoder.convert.hf_config import build_config
+from minidecoder.convert.names import expected_hf_names, hf_name
+from minidecoder.convert.transforms import undo_llama_cpp
+from minidecoder.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
+from minidecoder.errors import CheckpointError, InputError
+
+# Bump when the output of a conversion changes, so that registry folders are rebuilt.
+CONVERTER_VERSION = "1"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _tensor_order(name: str) -> tuple[int, int, str]:
+    """Embedding first, then layers in numeric order, then the final norm and head."""
+    if match := re.match(r"model\.layers\.(\d+)\.", name):
+        return (1, int(match[1]), name)
+    return (0 if "embed_tokens" in name else 2, 0, name)
+
+
+def convert_gguf(
+    gguf_path: str | Path,
+    output_dir: str | Path,
+    *,
+    dtype: str = "float32",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    overwrite: bool = False,
+    progress: bool = True,
+    source_sha256: str | None = None,
+) -> Path:
+    """Convert `gguf_path` into the folder `output_dir` and return it.
+
+    `source_sha256`, when the caller has just verified it, saves hashing the file again.
+    """
+    gguf_path, output_dir = Path(gguf_path), Path(output_dir)
+    if dtype not in DTYPES:
+        raise InputError(f"dtype {dtype!r} is not supported", f"use one of {', '.join(DTYPES)}")
+    if output_dir.exists() and not overwrite:
+        raise InputError(f"output folder {output_dir} already exists", "pass --overwrite (overwrite=True) or choose another folder")
+    torch_dtype = DTYPES[dtype]
+
+    gguf = GGUFFile(gguf_path)
+    config = build_config(gguf, dtype)
+    architecture = gguf.architecture
+    num_heads, num_kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+
+    names = {gguf_name: hf_name(architecture, gguf_name) for gguf_name in gguf.tensor_names}
+    if architecture == "qwen2":
+        biased: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")
+    elif config.get("attention_bias"):
+        biased = ("q_proj", "k_proj", "v_proj", "o_proj")  # transformers' attention_bias covers all four
+    else:
+        biased = ()
+    expected = expected_hf_names(architecture, config["num_hidden_layers"], config["tie_word_embeddings"], biased)
+    if missing := sorted(expected - set(names.values())):
+        raise CheckpointError(
+            f"{gguf_path.name} lacks {len(missing)} tensors a {architecture} model of this shape needs, e.g. {missing[:3]}",
+            "the file is truncated or not a plain dense model; re-download it and compare its sha256",
+        )
+    if unexpected := sorted(set(names.values()) - expected):
+        raise CheckpointError(
+            f"{gguf_path.name} has tensors a {architecture} model of this shape does not, e.g. {unexpected[:3]}",
+            "check the metadata (block_count, head counts) against the tensors; the file may be corrupt",
+        )
+    gguf_of = {hf: gguf_name for gguf_name, hf in names.items()}
+    specs = sorted(
+        (TensorSpec(hf, gguf.shape(gguf_name), torch_dtype) for gguf_name, hf in names.items()),
+        key=lambda spec: _tensor_order(spec.name),
+    )
+
+    def produce(spec: TensorSpec) -> torch.Tensor:
+        gguf_name = gguf_of[spec.name]
+        values = undo_llama_cpp(architecture, gguf_name, gguf.dequantize(gguf_name), num_heads, num_kv_heads)
+        return numpy_to_torch(values, torch_dtype)
+
+    tokenizer, tokenizer_config = build_tokenizer(gguf.metadata, architecture)
+    if tokenizer.get_vocab_size(with_added_tokens=True) > config["vocab_size"]:
+        raise CheckpointError(
+            f"{gguf_path.name}: tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True)} tokens, the embedding {config['vocab_size']} rows",
+            "the GGUF's vocabulary and weights disagree; re-export it",
+        )
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = output_dir.parent / f".{output_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        _write_json(staging / "config.json", config)
+        tokenizer.save(str(staging / "tokenizer.json"))
+        _write_json(staging / "tokenizer_config.json", tokenizer_config)
+        bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
+        try:
+            write_safetensors(staging, specs, produce, shard_size, on_tensor=lambda spec: bar.update(1) if bar else None)
+        finally:
+            if bar is not None:
+                bar.close()
+        source = {
+            "source_file": gguf_path.name,
+            "source_sha256": source_sha256 or sha256_file(gguf_path),
+            "source_size": gguf_path.stat().st_size,
+            "converter": "minidecoder.convert",
+            "converter_version": CONVERTER_VERSION,
+            "gguf_architecture": architecture,
+            "quantization": dict(sorted(Counter(gguf.quant_type(n) for n in gguf.tensor_names).items())),
+            "dtype": dtype,
+        }
+        _write_json(staging / "source.json", source)  # last: its presence marks a finished folder
+        _move_into_place(staging, output_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def read_source_info(folder: str | Path) -> dict[str, Any] | None:
+    """A converted folder's source.json, or None when the folder is absent or unfinished."""
+    path = Path(folder) / "source.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _move_into_place(staging: Path, output_dir: Path, overwrite: bool) -> None:
+    if output_dir.exists():
+        if not overwrite:
+            raise InputError(f"output folder {output_dir} appeared while converting", "pass --overwrite or choose another folder")
+        # Move the old folder aside first, so a failure here never loses both.
+        trash = output_dir.parent / f".{output_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(output_dir, trash)
+        os.replace(staging, output_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, output_dir)
+
+
+def _progress_bar(total: int, description: str, enabled: bool):  # -> tqdm | None
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, unit="tensor", file=sys.stderr, dynamic_ncols=True)
