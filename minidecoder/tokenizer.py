@@ -33,13 +33,7 @@ class Tokenizer:
                                      "re-download or re-convert the checkpoint") from None
             files = [folder / "tokenizer.json"]
         elif (folder / "tokenizer.model").is_file():
-            import sentencepiece
-            self._sp = sentencepiece.SentencePieceProcessor()
-            try:
-                self._sp.Load(str(folder / "tokenizer.model"))
-            except Exception as error:
-                raise TokenizerError(f"{folder / 'tokenizer.model'} could not be read: {error}",
-                                     "re-download or re-convert the checkpoint") from None
+            self._sp, self._sp_no_prefix = _load_sentencepiece(folder / "tokenizer.model")
             files = [folder / "tokenizer.model"]
         else:
             raise TokenizerError(f"no tokenizer.json or tokenizer.model in {folder}",
@@ -98,7 +92,7 @@ class Tokenizer:
         ids, offsets, base = [], [], 0
         for piece, placeholder in _split_on(text, list(self._placeholders)):
             char_of_byte = _char_index_of_bytes(piece)
-            for token in self._sp.EncodeAsImmutableProto(piece).pieces:  # begin/end are UTF-8 byte offsets
+            for token in self._sp_segment(piece, at_start=base == 0):  # begin/end are UTF-8 byte offsets
                 ids.append(token.id)
                 offsets.append((base + char_of_byte[token.begin], base + char_of_byte[token.end]))
             base += len(piece)
@@ -145,16 +139,14 @@ class Tokenizer:
         return self._placeholders[token]
 
     def _sp_encode(self, text: str) -> list[int]:
-        """SentencePiece has no added tokens: split on placeholders and encode the pieces in between."""
-        if not self._placeholders:
-            return self._sp.EncodeAsIds(text)
-        ids: list[int] = []
-        for piece, placeholder in _split_on(text, list(self._placeholders)):
-            if piece:
-                ids += self._sp.EncodeAsIds(piece)
-            if placeholder is not None:
-                ids.append(self._placeholders[placeholder])
-        return ids
+        return self.encode_with_offsets(text)[0]
+
+    def _sp_segment(self, piece: str, at_start: bool):
+        """Encode one segment as transformers 5 does (Metaspace, prepend_scheme="first"): the "▁"
+        dummy prefix only at the very start of the text, and only if it does not begin with a space;
+        never after an added token."""
+        processor = self._sp if at_start and not piece.startswith(" ") else self._sp_no_prefix
+        return processor.encode(piece, return_type="proto").pieces
 
     def _special_id(self, token: str | None, role: str | None) -> int | None:
         if token is None:
@@ -186,6 +178,22 @@ def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
             i += 1
     out.append((text[start:], None))
     return out
+
+
+def _load_sentencepiece(path: Path):
+    """The model as stored, and the same model with its dummy-prefix ("▁" at the start) switched off."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2
+
+    try:
+        data = path.read_bytes()
+        with_prefix = sentencepiece.SentencePieceProcessor(model_proto=data)
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(data)
+    except Exception as error:
+        raise TokenizerError(f"{path} could not be read: {error}", "re-download or re-convert the checkpoint") from None
+    proto.normalizer_spec.add_dummy_prefix = False
+    return with_prefix, sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
 
 
 def _char_index_of_bytes(text: str) -> list[int]:

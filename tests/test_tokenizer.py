@@ -1,0 +1,96 @@
+"""Token ids equal transformers' AutoTokenizer for the same folder, for both backends
+(tokenizer.json via `tokenizers`, tokenizer.model via `sentencepiece`), placeholders included."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from minidecoder.tokenizer import Tokenizer
+from tiny_models import save_tiny_tokenizer
+
+SAMPLES = ["Hello world!", "The lazy  dog   runs", " leading space", "trailing space ", "a\nb\tc",
+           "Café naïve résumé", "東京 😀 café", "def f(x):\n    return x**2  # code", "", "   "]
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Hello world, this is a test!",
+          "Sentence embeddings from decoders.", "A man is playing a guitar.", "Café naïve résumé 東京 😀",
+          "def f(x):\n    return x**2"] * 20
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_folder(tmp_path_factory) -> Path:
+    """A tiny Llama-style SentencePiece model (BPE, byte fallback, no normalization), trained here."""
+    import sentencepiece
+
+    folder = tmp_path_factory.mktemp("sp")
+    buffer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=400, model_type="bpe", byte_fallback=True,
+        character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1, add_dummy_prefix=True,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, split_digits=True,
+        allow_whitespace_only_pieces=True, minloglevel=2)
+    (folder / "tokenizer.model").write_bytes(buffer.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def char_folder(tmp_path_factory) -> Path:
+    return save_tiny_tokenizer(tmp_path_factory.mktemp("char"))
+
+
+@pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
+def test_ids_equal_autotokenizer(backend: str, sentencepiece_folder: Path, char_folder: Path) -> None:
+    import transformers
+
+    folder = sentencepiece_folder if backend == "sentencepiece" else char_folder
+    ours, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    for text in SAMPLES:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+
+
+@pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
+def test_placeholder_ids_equal_autotokenizer_after_add_tokens(backend: str, sentencepiece_folder: Path,
+                                                              char_folder: Path) -> None:
+    import transformers
+
+    folder = sentencepiece_folder if backend == "sentencepiece" else char_folder
+    ours, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    theirs.add_tokens(["<PST>"])
+    pst = ours.add_placeholder("<PST>")
+    assert pst == theirs.convert_tokens_to_ids("<PST>")
+    for text in ['This sentence : <PST> "A man is playing." means in one word:"', "<PST>start", "end <PST>",
+                 "two <PST><PST> in a row"]:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+
+
+def test_special_token_policy_is_read_from_the_folder(char_folder: Path, tmp_path: Path) -> None:
+    tokenizer = Tokenizer(char_folder)
+    assert tokenizer.add_bos and not tokenizer.add_eos
+    assert tokenizer.encode("ab")[0] == tokenizer.bos_id == 1
+    assert tokenizer.encode("ab", add_special_tokens=False) == tokenizer.encode("ab")[1:]
+    for item in char_folder.iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": False,
+                                                                "add_eos_token": True}))
+    changed = Tokenizer(tmp_path)
+    assert not changed.add_bos and changed.add_eos
+    assert changed.encode("ab") == [*tokenizer.encode("ab", add_special_tokens=False), changed.eos_id]
+    assert "add_bos=False" in repr(changed)
+
+
+@pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
+def test_offsets_cover_the_characters_of_each_token(backend: str, sentencepiece_folder: Path,
+                                                    char_folder: Path) -> None:
+    tokenizer = Tokenizer(sentencepiece_folder if backend == "sentencepiece" else char_folder)
+    tokenizer.add_placeholder("<PST>")
+    text = 'Say <PST> "Café 東京" now'
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    assert len(ids) == len(offsets)
+    assert offsets == sorted(offsets) and all(0 <= s <= e <= len(text) for s, e in offsets)
+    pst = ids.index(tokenizer.token_to_id("<PST>"))
+    assert text[offsets[pst][0]:offsets[pst][1]] == "<PST>"
