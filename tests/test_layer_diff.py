@@ -1,0 +1,35 @@
+"""tools/layer_diff.py names the first site where minidecoder and transformers diverge."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+import minidecoder
+from test_parity import checkpoint
+
+_spec = importlib.util.spec_from_file_location("layer_diff", Path(__file__).parents[1] / "tools" / "layer_diff.py")
+layer_diff = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(layer_diff)
+
+
+def test_agreeing_models_report_no_divergence(capsys) -> None:
+    _, folder = checkpoint("gemma2")
+    assert layer_diff.main([str(folder), "--prompt", "hello there"]) == 0
+    assert "agree" in capsys.readouterr().out
+
+
+def test_first_divergence_is_named(monkeypatch, capsys) -> None:
+    _, folder = checkpoint("llama")
+    real_load = minidecoder.load
+
+    def broken_load(*args, **kwargs):
+        model = real_load(*args, **kwargs)
+        with torch.no_grad():
+            model.layers[2].mlp.down_proj.weight.mul_(1.5)  # break block 2's MLP only
+        return model
+
+    monkeypatch.setattr(minidecoder, "load", broken_load)
+    assert layer_diff.main([str(folder), "--prompt", "hello there"]) == 1
+    assert "first site above 0.0001: block 2: mlp_out" in capsys.readouterr().out
