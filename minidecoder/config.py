@@ -127,9 +127,59 @@ def load_config(folder: str | Path) -> ModelConfig:
 
 
 def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
-    """Map a config dict to a ModelConfig; `ignore_keys` lets a user vouch that unknown keys are inert."""
+    """Map a config dict to a ModelConfig; `ignore_keys` lets a user vouch that unknown keys are inert.
+
+    Every invalid input is a ConfigError. The checks below name the key; the last resort turns a value
+    of a wrong type met deeper down into a ConfigError too, so a hand-edited config.json never ends in a
+    traceback (tests/test_fuzz.py).
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config.json must hold a JSON object, not {type(raw).__name__}",
+                          "re-download or re-convert the checkpoint")
+    try:
+        config = _parse_config(raw, ignore_keys)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError) as error:
+        raise ConfigError(f"config.json has a value of the wrong type or range ({type(error).__name__}: {error})",
+                          "compare it with the config.json that came with the checkpoint") from None
+    _validate(config)
+    return config
+
+
+def _validate(config: ModelConfig) -> None:
+    """Sizes and numbers a model can be built from: each a positive int / finite positive float."""
+    for key, value in (("vocab_size", config.vocab_size), ("hidden_size", config.hidden_size),
+                       ("intermediate_size", config.intermediate_size), ("num_hidden_layers", config.num_layers),
+                       ("num_attention_heads", config.num_heads), ("num_key_value_heads", config.num_kv_heads),
+                       ("head_dim", config.head_dim), ("max_position_embeddings", config.max_position_embeddings)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"config.json key {key!r} is {value!r}; it must be a positive integer", "fix config.json")
+    if not math.isfinite(config.rms_norm_eps) or config.rms_norm_eps < 0:
+        raise ConfigError(f"rms_norm_eps={config.rms_norm_eps!r} must be a finite number >= 0", "fix config.json")
+    if not math.isfinite(config.attn_scale) or config.attn_scale <= 0:
+        raise ConfigError(f"the attention scale {config.attn_scale!r} (from query_pre_attn_scalar or head_dim) must be "
+                          "a finite positive number", "fix query_pre_attn_scalar in config.json")
+    for kind, spec in config.rope.items():
+        for key in ("theta", "factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
+            value = getattr(spec, key)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"RoPE {key} of {kind} layers is {value!r}; it must be a finite positive number",
+                                  "fix rope_parameters / rope_scaling in config.json")
+        for key in ("attention_factor", "mscale", "mscale_all_dim"):
+            value = getattr(spec, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise ConfigError(f"RoPE {key} of {kind} layers is {value!r}; it must be a finite number or absent",
+                                  "fix rope_parameters / rope_scaling in config.json")
+        if spec.original_max_position_embeddings is not None and spec.original_max_position_embeddings <= 0:
+            raise ConfigError(f"RoPE original_max_position_embeddings={spec.original_max_position_embeddings} "
+                              "must be positive", "fix rope_parameters / rope_scaling in config.json")
+
+
+def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
     model_type = raw.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise ConfigError(
             f"unsupported model_type {model_type!r}",
             f"minidecoder supports {', '.join(SUPPORTED_MODEL_TYPES)}",
@@ -140,6 +190,8 @@ def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = 
         if unknown:
             raise ConfigError(f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
                               "pass ignore_config_keys=[...] to load() if you know they do not change numerics")
+        if not isinstance(raw.get("text_config") or {}, dict):
+            raise ConfigError("a gemma3 config.json's text_config must be an object", "fix config.json")
         text = dict(raw.get("text_config") or {})
         text["model_type"] = "gemma3_text"
         text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", True))
@@ -219,10 +271,13 @@ def _getter(raw: dict[str, Any], model_type: str):
         if key not in raw:
             raise ConfigError(f"config.json ({model_type}) lacks required key {key!r}", "fix or re-convert the checkpoint")
         try:
-            return kind(raw[key])
-        except (TypeError, ValueError):
+            value = kind(raw[key])
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"config.json key {key!r} has value {raw[key]!r}, expected {kind.__name__}",
                               "fix config.json") from None
+        if kind is int and (isinstance(raw[key], bool) or value <= 0 or value != raw[key]):  # sizes and counts
+            raise ConfigError(f"config.json key {key!r} is {raw[key]!r}; it must be a positive integer", "fix config.json")
+        return value
     return get
 
 
