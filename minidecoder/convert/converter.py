@@ -11,7 +11,6 @@ an interrupted conversion never leaves a folder that looks complete.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,19 +30,12 @@ from minidecoder.convert.names import expected_hf_names, hf_name
 from minidecoder.convert.transforms import undo_llama_cpp
 from minidecoder.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError
+from minidecoder.fetch import sha256_file
 
 # Bump when the output of a conversion changes, so that registry folders are rebuilt.
 CONVERTER_VERSION = "1"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while block := file.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _tensor_order(name: str) -> tuple[int, int, str]:
