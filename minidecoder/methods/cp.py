@@ -38,7 +38,7 @@ from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, resolve_output_layer
 from minidecoder.methods.runner import last_token
 from minidecoder.model import Sites
-from minidecoder.text import senteval_sentence, template_fields
+from minidecoder.text import template_fields
 
 # The paper's Table 4 auxiliary prompts, by name; the default is the reference's `negative_prompt`.
 AUX_PROMPTS: dict[str, str] = {
@@ -116,28 +116,31 @@ def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str)
     return value[rows, _last_positions(batch, value.device)]  # (B, D)
 
 
-def steered_hidden(model, batch: PromptBatch, steer_layer: int, site: str, output_index: int,
-                   replace: Callable[[torch.Tensor], torch.Tensor],
-                   before_block: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """hidden_states[output_index] (B, T, E) of `batch` with the last token's site at block
-    `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run.
-
-    before_block(i, h) -> h, if given, rewires the residual stream before block i (TP's copy step)."""
-    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
-    h = model.embed(ids)  # (B, T, E)
-    ctx = model.context(mask, ids.shape[1], ids.shape[0])
-    last = _last_positions(batch, h.device)
-    rows = torch.arange(h.shape[0], device=h.device)
+def steer_sites(batch: PromptBatch, steer_layer: int, site: str, replace: Callable[[torch.Tensor], torch.Tensor],
+                device: torch.device) -> Callable[[int], Sites | None]:
+    """i -> the Sites for block i: at `steer_layer`, an edit replacing each row's last-token value of
+    `site` by `replace(a)` (a: (B, D)); None elsewhere. Shared by the plain and the TP forward."""
+    last = _last_positions(batch, device)
+    rows = torch.arange(last.shape[0], device=device)
 
     def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> same, last position replaced
         value = value.clone()
         value[rows, last] = replace(value[rows, last]).to(value.dtype)
         return value
 
+    return lambda i: Sites(edit={SITE_NAMES[site]: edit}) if i == steer_layer else None
+
+
+def steered_hidden(model, batch: PromptBatch, steer_layer: int, site: str, output_index: int,
+                   replace: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """hidden_states[output_index] (B, T, E) of `batch` with the last token's site at block
+    `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run."""
+    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
+    h = model.embed(ids)  # (B, T, E)
+    ctx = model.context(mask, ids.shape[1], ids.shape[0])
+    sites_for = steer_sites(batch, steer_layer, site, replace, h.device)
     for i, block in enumerate(model.layers[:output_index]):
-        if before_block is not None:
-            h = before_block(i, h)
-        h = block(h, ctx, Sites(edit={SITE_NAMES[site]: edit}) if i == steer_layer else None)
+        h = block(h, ctx, sites_for(i))
     if output_index == model.num_layers:
         h = model.norm(h)  # only the last hidden state is normed (transformers' convention)
     return h
@@ -169,8 +172,16 @@ class cp(Method):
                        "concatenated vector; nr_head = NR per head (site=head); nr_scaled = alpha*NR (reference only)")
     site: str = option("head", "head = z before o_proj (default), ffn = the block's MLP output, hidden = the "
                        "block's output residual (paper Table 5)")
-    senteval_prep: bool = option(True, "prepare each text as the SentEval batcher does (final '.', quotes) "
-                                 "before templating, as the reference")
+    senteval_text: bool = option(True, "prepare each text as the SentEval batchers did (append '.', '\"' -> \"'\", "
+                                 "final '?' -> '.') before templating, as the reference; false embeds it verbatim")
+    tp: bool = option(False, "minidecoder extension (in no paper): Token Prepending in the same forward -- a <PST> "
+                      "before the quote takes the last token's row before blocks [tp_start, tp_end)")
+    tp_start: int = option(1, "tp only: first 0-based block before which <PST> takes the last token's row")
+    tp_end: int = option(7, "tp only: copies before blocks tp_start..tp_end-1 (half-open; TP reference 7 on Llama-2)")
+    tp_pst_init: str = option("gaussian", "tp only: <PST> input row (zeros, ones, uniform, gaussian, mean, token:<text>)")
+    tp_seed: int = option(0, "tp only: seed of the <PST> row for gaussian/uniform")
+    tp_aux: bool = option(True, "tp only: the auxiliary prompt gets the same <PST> and copies (a and b come from "
+                          "matched forwards); false runs it plain")
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha):
@@ -179,6 +190,9 @@ class cp(Method):
             raise InputError(f"CP mode {self.mode!r} is unknown", f"use one of {', '.join(MODES)}")
         if self.site not in SITE_NAMES:
             raise InputError(f"CP site {self.site!r} is unknown", f"use one of {', '.join(SITE_NAMES)}")
+        for name in ("senteval_text", "tp", "tp_aux"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"CP {name} {getattr(self, name)!r} is not true or false", f"pass {name}=true or false")
         if self.mode == "nr_head" and self.site != "head":
             raise InputError(f"CP mode nr_head needs site='head' (got site={self.site!r})",
                              "per-head norms exist only for the attention heads' output z")
@@ -199,18 +213,55 @@ class cp(Method):
                 f"pick an output layer above {self.steer_layer} (e.g. -1), or a steer_layer below {index}")
         resolve_prompts(self.prompt)
         resolve_aux_prompt(self.aux_prompt)
+        if self.tp:
+            self._tp().check(model)
+
+    def _tp(self):
+        from minidecoder.methods.tp import TP
+        return TP(prompt="prompteol", layer=self.output_layer(), start=self.tp_start, end=self.tp_end,
+                  pst_init=self.tp_pst_init, seed=self.tp_seed, senteval_text=False)
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        from minidecoder.methods.prompts import prepare_texts
         self.check(model)
         index = resolve_output_layer(self.output_layer(), model.num_layers)
-        sentences = [senteval_sentence(t) for t in texts] if self.senteval_prep else list(texts)
-        aux = encode_prompts(model.tokenizer, resolve_aux_prompt(self.aux_prompt), sentences)
-        b = auxiliary_activation(model, aux, self.steer_layer, self.site)  # (B, D): one pass for every prompt
+        sentences = prepare_texts(texts, self.senteval_text)
         num_heads = model.config.num_heads
+        aux_template = resolve_aux_prompt(self.aux_prompt)
+        if not self.tp:
+            b = auxiliary_activation(model, encode_prompts(model.tokenizer, aux_template, sentences),
+                                     self.steer_layer, self.site)  # (B, D): one pass for every prompt
+            replace = lambda a: steer(a, b, self.mode, self.alpha, num_heads)  # noqa: E731
+            outputs = []
+            for template in resolve_prompts(self.prompt):
+                batch = encode_prompts(model.tokenizer, template, sentences)
+                h = steered_hidden(model, batch, self.steer_layer, self.site, index, replace)
+                outputs.append(last_token(h, batch).float())  # (B, E)
+            return torch.stack(outputs).mean(dim=0)  # average over prompts (ck, metaeol), as the reference
+        return self._embed_with_tp(model, sentences, aux_template, num_heads)
+
+    def _embed_with_tp(self, model, sentences: list[str], aux_template: str, num_heads: int) -> torch.Tensor:
+        """CP + TP in one forward per prompt: TP's copies (`TP.hidden`, `forward_with_copies`) run the
+        blocks, CP's edit rides on the steer block's Sites."""
+        from minidecoder.methods.tp import PST, forward_with_copies, tp_copy_plan, with_placeholders
+        tp = self._tp()
+        tp.check(model)
+        place = lambda t: t if PST in t else with_placeholders(t, 1)  # noqa: E731
+        if self.tp_aux:
+            aux = tp.encode(model, place(aux_template), sentences)
+            record = Sites(record={SITE_NAMES[self.site]})
+            forward_with_copies(model, aux.batch, tp_copy_plan(aux.batch, aux.positions), tp.copy_blocks(model),
+                                self.steer_layer + 1, {aux.placeholder_id: aux.row},
+                                sites_for=lambda i: record if i == self.steer_layer else None)  # blocks 0..l only
+            value = record.store[SITE_NAMES[self.site]]  # (B, T, D)
+            b = value[torch.arange(value.shape[0], device=value.device), _last_positions(aux.batch, value.device)]
+        else:
+            b = auxiliary_activation(model, encode_prompts(model.tokenizer, aux_template, sentences),
+                                     self.steer_layer, self.site)
         replace = lambda a: steer(a, b, self.mode, self.alpha, num_heads)  # noqa: E731
         outputs = []
         for template in resolve_prompts(self.prompt):
-            batch = encode_prompts(model.tokenizer, template, sentences)
-            h = steered_hidden(model, batch, self.steer_layer, self.site, index, replace)
-            outputs.append(last_token(h, batch).float())  # (B, E)
-        return torch.stack(outputs).mean(dim=0)  # average over prompts (ck, metaeol), as the reference
+            inputs = tp.encode(model, place(template), sentences)
+            sites_for = steer_sites(inputs.batch, self.steer_layer, self.site, replace, model.device)
+            outputs.append(last_token(tp.hidden(model, inputs, sites_for), inputs.batch).float())  # (B, E)
+        return torch.stack(outputs).mean(dim=0)
