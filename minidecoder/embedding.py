@@ -6,6 +6,7 @@ SentEval's order); results are put back in input order. Everything runs under in
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -14,8 +15,15 @@ from minidecoder.methods.base import Method, build_method
 
 
 def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int = 32,
-          progress: bool = False, **options) -> torch.Tensor:
-    """(N, E) float32 embeddings of `texts`, in input order."""
+          progress: bool = False, truncate: int | None = None, report: dict | None = None,
+          **options) -> torch.Tensor:
+    """(N, E) float32 embeddings of `texts`, in input order.
+
+    Length policy: an input longer than the model's context (tokenizer_config.json `model_max_length`)
+    is an error naming the text. `truncate=N` keeps the first N tokens of each TEXT (never of the
+    template) instead; it is never silent: a warning says how many rows were cut, and `report` (a dict
+    you pass) receives `truncate` and `truncated_rows` ({row: tokens before cutting}) for your metadata.
+    """
     if isinstance(method, str):
         method = build_method(method, **options)
     elif options:
@@ -31,6 +39,8 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     if model.tokenizer is None:
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
+    if truncate is not None:
+        texts = _truncate_texts(model.tokenizer, texts, truncate, report)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32)
     bar = _progress_bar(len(texts)) if progress else None
@@ -39,11 +49,14 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         for first in range(0, len(order), batch_size):
             index = order[first:first + batch_size]
             vectors = method.embed_batch(model, [texts[i] for i in index])
-            if not torch.isfinite(vectors).all():
+            finite = torch.isfinite(vectors).all(dim=-1)  # (B,)
+            if not finite.all():
+                row = index[int((~finite).nonzero()[0, 0])]
                 raise NumericsError(
-                    f"method {method.name} produced NaN or inf for text {index[0]}... in dtype {model.dtype}",
-                    "float16 overflows on many models: use float32 or bfloat16; "
-                    "minidecoder.diagnostics.first_nonfinite_layer names the block where it starts",
+                    f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
+                    f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
+                    "float16 overflows on many models: use float32 or bfloat16"
+                    + ("" if model.dtype != torch.float16 else " (this model runs in float16)"),
                 )
             out[index] = vectors.float().cpu()
             if bar is not None:
@@ -52,6 +65,48 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     if bar is not None:
         bar.close()
     return out
+
+
+def _truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None) -> list[str]:
+    """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
+                         "e.g. truncate=512 keeps the first 512 tokens of each text")
+    out, cut = [], {}
+    for row, text in enumerate(texts):
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        if len(ids) > max_tokens:
+            text = text[:offsets[max_tokens - 1][1]]
+            cut[row] = len(ids)
+        out.append(text)
+    if report is not None:
+        report["truncate"] = max_tokens
+        report["truncated_rows"] = cut
+    if cut:
+        warnings.warn(f"truncate={max_tokens}: {len(cut)} of {len(texts)} texts were cut to their first {max_tokens} "
+                      f"tokens (rows {sorted(cut)[:10]}{'...' if len(cut) > 10 else ''})", stacklevel=3)
+    return out
+
+
+def _locate_nonfinite(model, method: Method, text: str) -> str:
+    """Rerun the plain forward of the method's prompt on `text` block by block (diagnostics)."""
+    from minidecoder.diagnostics import first_nonfinite_layer
+    from minidecoder.methods.inputs import encode_prompts
+
+    template = getattr(method, "template", None)
+    if hasattr(method, "prompt_template"):
+        template = method.prompt_template()
+    if not isinstance(template, str) or "{text}" not in template:
+        template = "{text}"
+    try:
+        batch = encode_prompts(model.tokenizer, template, [text])
+        found = first_nonfinite_layer(model, batch)
+    except Exception as error:  # a diagnosis must never hide the original problem
+        return f"(could not locate it: {type(error).__name__}: {error})"
+    if found is None:
+        return ("the plain forward of its prompt stays finite, so the method's own steps (steering, "
+                "placeholders, pooling) produce it")
+    return found.describe()
 
 
 def _progress_bar(total: int):

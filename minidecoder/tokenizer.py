@@ -47,6 +47,11 @@ class Tokenizer:
         processor_adds_bos = self._post_processor_adds_bos()
         self.add_bos: bool = bool(config.get("add_bos_token", processor_adds_bos)) and self.bos_id is not None
         self.add_eos: bool = bool(config.get("add_eos_token", False)) and self.eos_id is not None
+        # The context the checkpoint declares (tokenizer_config.json `model_max_length`, what transformers'
+        # tokenizers check); None when absent or set to transformers' "no limit" sentinel (~1e30).
+        declared = config.get("model_max_length")
+        self.model_max_length: int | None = (int(declared) if isinstance(declared, (int, float))
+                                             and not isinstance(declared, bool) and 0 < declared < 1e9 else None)
         if self._fast is not None:
             # The policy above is the single source of truth: the post-processor adds nothing.
             self._fast.post_processor = None

@@ -33,13 +33,20 @@ class PromptBatch:
 
 def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int | None = None,
                    padding_side: str = "left", add_special_tokens: bool = True) -> PromptBatch:
+    declared = getattr(tokenizer, "model_max_length", None)  # tokenizer_config.json's context, if any
+    limit = max_length if max_length is not None else declared
     rows, spans = [], []
-    for index, text in enumerate(texts):
+    for text in texts:
         ids, text_spans = encode_one(tokenizer, template, text, add_special_tokens)
-        if max_length is not None and len(ids) > max_length:
+        if limit is not None and len(ids) > limit:
+            text_tokens = sum(end - start for start, end in text_spans)
+            where = "the model's context (tokenizer_config.json model_max_length)" if max_length is None else "max_length"
             raise InputError(
-                f"text {index} is {len(ids)} tokens after templating, more than the limit of {max_length}",
-                "shorten the text, or pass a larger max_length / the method's `truncate` option where it has one",
+                f"the text {_snippet(text)} is {len(ids)} tokens after templating ({text_tokens} of them "
+                f"the text, {len(ids) - text_tokens} the template and special tokens), more than {where} = {limit}",
+                "shorten the text, or embed with truncate=N to keep the first N tokens of each text (the template "
+                f"is kept whole; e.g. truncate={max((limit - len(ids) + text_tokens) // max(len(text_spans), 1), 1)} "
+                "here); truncated rows are listed in the output metadata",
             )
         rows.append(ids)
         spans.append(text_spans)
@@ -83,3 +90,7 @@ def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,
         mask[i, offset:offset + len(row)] = True
         shifted.append([(s + offset, e + offset) if e > s else (offset, offset) for s, e in spans[i]])
     return PromptBatch(ids, mask, shifted, [len(r) for r in rows])
+
+
+def _snippet(text: str, width: int = 40) -> str:
+    return repr(text) if len(text) <= width else repr(text[:width]) + "..."
