@@ -1,0 +1,340 @@
+"""A long embedding job that streams its input, survives interruption, and never loses or clobbers output.
+
+    run_embedding_job(model, "prompteol", "sentences.txt", "vectors.npy", chunk_size=1024)
+
+Input: a `.txt` file with one text per line, or a `.jsonl` file with one object per line holding a
+"text" string. The file is read line by line (never whole); invalid UTF-8, a blank line, a JSON line
+without "text" is an error naming the line.
+
+Work happens in a folder beside the output, `.NAME.partial/`:
+
+    manifest.json          what the results depend on: model (source, config.json and tokenizer
+                           sha256), dtype, device, method.describe(), batch size, truncation, chunk
+                           size, and the input's sha256 and line count
+    chunk-000000.npy ...   (rows, E) float32 embeddings of input rows [k * chunk_size, ...), each
+    chunk-000000.json      written to a temporary name and renamed, so a chunk that exists is whole
+
+A run that finds the folder resumes from the chunks already there (after Ctrl-C or kill -9), provided
+the manifest matches; with other settings it refuses and says which ones differ. Chunks are computed
+independently (length-sorted batches within a chunk), so a resumed job writes byte-identical output.
+At the end the chunks are assembled into the output through a memory map (`.npy`) or a streamed
+`.safetensors` file, written under a temporary name and renamed atomically; then the folder is removed.
+An existing output is never overwritten without `overwrite=True`.
+
+Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`:
+"minidecoder" = JSON), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
+`truncate` cut any text, which rows and from how many tokens (the driver never truncates silently).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from minidecoder.errors import InputError, MinidecoderError
+
+MANIFEST_VERSION = 1
+FORMATS = (".npy", ".safetensors")
+
+
+def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
+                      overwrite: bool = False, batch_size: int = 32, progress: bool | Callable[[int, int], None] = False,
+                      truncate: int | None = None, **options: Any) -> dict[str, Any]:
+    """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
+
+    method: a registry name (with `**options`) or a Method object. progress: True for a bar on stderr,
+    or a callable `progress(done_rows, total_rows)` called after each chunk.
+    Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
+    truncated rows.
+    """
+    from minidecoder.embedding import embed
+    from minidecoder.methods.base import Method, build_method
+
+    input_path, output_path = Path(input_path), Path(output_path)
+    if isinstance(method, str):
+        method = build_method(method, **options)
+    elif not isinstance(method, Method) or options:
+        raise InputError("method must be a method name (with options) or a Method object (without extra options)",
+                         "e.g. run_embedding_job(model, 'prompteol', ...) or run_embedding_job(model, build_method(...), ...)")
+    if output_path.suffix not in FORMATS:
+        raise InputError(f"output {output_path} must end in .npy or .safetensors", "e.g. --output vectors.npy")
+    for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
+    if not input_path.is_file():
+        raise InputError(f"input file {input_path} does not exist", "give a .txt (one text per line) or .jsonl file")
+    if output_path.exists() and not overwrite:
+        raise InputError(f"output {output_path} already exists; it is never overwritten silently",
+                         "choose another output path, delete it, or pass overwrite=True (--overwrite)")
+    if not output_path.parent.is_dir():
+        raise InputError(f"the folder of the output, {output_path.parent}, does not exist", "create it first")
+    method.check(model)
+
+    kind = "jsonl" if input_path.suffix in (".jsonl", ".json") else "txt"
+    checksum, total = _scan(input_path, kind)  # one streaming pass: sha256, line count, every line valid
+    if total == 0:
+        raise InputError(f"input file {input_path} holds no texts", "give a file with one text per line")
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "model": _model_identity(model),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "device": model.device.type,
+        "method": _jsonable(method.describe()),
+        "batch_size": batch_size,
+        "truncate": truncate,
+        "chunk_size": chunk_size,
+        "input": {"format": kind, "sha256": checksum, "rows": total},
+    }
+    work = output_path.parent / f".{output_path.name}.partial"
+    _open_work_folder(work, manifest)
+
+    num_chunks = (total + chunk_size - 1) // chunk_size
+    reused = sum(_chunk_done(work, k) for k in range(num_chunks))
+    computed = 0
+    bar = _bar(total, progress)
+    done = 0
+    try:
+        for k, texts in enumerate(_chunks(_read_texts(input_path, kind), chunk_size)):
+            if _chunk_done(work, k):
+                done += len(texts)
+                _advance(bar, progress, done, total, len(texts))
+                continue
+            report: dict[str, Any] = {}
+            vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report)
+            first_row = k * chunk_size
+            info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
+                                                           for r, n in report.get("truncated_rows", {}).items()}}
+            _write_chunk(work, k, vectors.numpy(), info)
+            computed += 1
+            done += len(texts)
+            _advance(bar, progress, done, total, len(texts))
+    except KeyboardInterrupt:
+        print(f"\nminidecoder: interrupted; {sum(_chunk_done(work, k) for k in range(num_chunks))} of {num_chunks} "
+              f"chunks are saved in {work}; run the same command again to resume", file=sys.stderr)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+    truncated: dict[str, int] = {}
+    for k in range(num_chunks):
+        truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
+    metadata = {**manifest, "rows": total, "truncated_rows": truncated}
+    dim = _assemble(work, num_chunks, total, output_path, metadata)
+    shutil.rmtree(work, ignore_errors=True)
+    return {"output": str(output_path), "rows": total, "dim": dim, "chunks_computed": computed,
+            "chunks_reused": reused, "truncated_rows": len(truncated)}
+
+
+# ---- input ---------------------------------------------------------------------------------------------
+def _scan(path: Path, kind: str) -> tuple[str, int]:
+    """sha256 of the file and its number of texts, validating every line on the way (streamed)."""
+    digest = hashlib.sha256()
+    count = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            _parse_line(raw, number, path, kind)
+            count += 1
+    return digest.hexdigest(), count
+
+
+def _read_texts(path: Path, kind: str) -> Iterator[str]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            yield _parse_line(raw, number, path, kind)
+
+
+def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"line {number} of {path} is not valid UTF-8 (byte {error.start}: "
+                         f"{raw[error.start:error.start + 4]!r})",
+                         "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`") from None
+    if number == 1 and line.startswith("\ufeff"):
+        line = line[1:]  # a UTF-8 byte order mark is not text
+    line = line.rstrip("\r\n")
+    if kind == "jsonl":
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"line {number} of {path} is not JSON ({error})",
+                             'write one object per line, e.g. {"text": "a sentence"}') from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise InputError(f'line {number} of {path} has no "text" string', 'write e.g. {"text": "a sentence"}')
+        line = record["text"]
+    if not line.strip():
+        raise InputError(f"line {number} of {path} is empty or whitespace-only",
+                         "remove it (row i of the output is line i of the input, so blank lines are not skipped)")
+    return line
+
+
+def _chunks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# ---- the work folder -------------------------------------------------------------------------------------
+def _open_work_folder(work: Path, manifest: dict[str, Any]) -> None:
+    path = work / "manifest.json"
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            previous = None
+        if previous != manifest:
+            differences = _differences(previous, manifest) if isinstance(previous, dict) else ["the manifest is unreadable"]
+            raise InputError(
+                f"{work} holds an interrupted job with other settings, so it cannot be resumed: "
+                + "; ".join(differences),
+                f"rerun with the same settings to resume it, or delete {work} to start over",
+            )
+        return
+    work.mkdir(exist_ok=True)
+    _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} was {a!r}, now {b!r}")
+    return out
+
+
+def _chunk_path(work: Path, k: int, suffix: str) -> Path:
+    return work / f"chunk-{k:06d}{suffix}"
+
+
+def _chunk_done(work: Path, k: int) -> bool:
+    return _chunk_path(work, k, ".npy").is_file()  # written last: its presence marks a whole chunk
+
+
+def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any]) -> None:
+    _atomic_write(_chunk_path(work, k, ".json"), json.dumps(info).encode("utf-8"))
+    tmp = _chunk_path(work, k, ".npy.tmp")
+    with tmp.open("wb") as handle:
+        np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, _chunk_path(work, k, ".npy"))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _load_chunk(work: Path, k: int) -> np.ndarray:
+    try:
+        return np.load(_chunk_path(work, k, ".npy"), mmap_mode="r")
+    except (ValueError, OSError) as error:
+        raise MinidecoderError(f"chunk {k} in {work} is unreadable ({error})",
+                               f"delete {_chunk_path(work, k, '.npy')} and rerun to recompute it") from None
+
+
+# ---- output ----------------------------------------------------------------------------------------------
+def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any]) -> int:
+    """Copy the chunks into `output` one at a time; atomic rename at the end. Returns the dimension."""
+    first = _load_chunk(work, 0)
+    dim = int(first.shape[1])
+    tmp = work / ("assembled" + output.suffix)
+    if output.suffix == ".npy":
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, dim))
+        row = 0
+        for k in range(num_chunks):
+            chunk = _load_chunk(work, k)
+            array[row:row + len(chunk)] = chunk
+            row += len(chunk)
+        array.flush()
+        del array
+        _check_rows(row, total, work)
+        sidecar = output.with_name(output.name + ".json")
+        _atomic_write(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"))
+    else:
+        header = {"__metadata__": {"minidecoder": json.dumps(metadata, sort_keys=True)},
+                  "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
+        encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+        row = 0
+        with tmp.open("wb") as handle:
+            handle.write(len(encoded).to_bytes(8, "little"))
+            handle.write(encoded)
+            for k in range(num_chunks):
+                chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
+                handle.write(chunk.tobytes())
+                row += len(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _check_rows(row, total, work)
+    os.replace(tmp, output)
+    return dim
+
+
+def _check_rows(rows: int, total: int, work: Path) -> None:
+    if rows != total:
+        raise MinidecoderError(f"the chunks in {work} hold {rows} rows, the input has {total}",
+                               f"delete {work} and rerun")
+
+
+def load_metadata(output_path: str | Path) -> dict[str, Any]:
+    """The metadata written with a job's output (manifest, rows, truncated rows)."""
+    output_path = Path(output_path)
+    if output_path.suffix == ".safetensors":
+        from safetensors import safe_open
+        with safe_open(str(output_path), framework="np") as handle:
+            return json.loads(handle.metadata()["minidecoder"])
+    return json.loads(output_path.with_name(output_path.name + ".json").read_text(encoding="utf-8"))
+
+
+# ---- small helpers ---------------------------------------------------------------------------------------
+def _model_identity(model) -> dict[str, Any]:
+    source = getattr(model, "source", None)
+    config_file = Path(source) / "config.json" if source else None
+    if config_file is not None and config_file.is_file():
+        config_hash = hashlib.sha256(config_file.read_bytes()).hexdigest()
+    else:
+        config_hash = hashlib.sha256(repr(model.config).encode("utf-8")).hexdigest()
+    tokenizer = getattr(model, "tokenizer", None)
+    return {"source": str(Path(source).resolve()) if source else None, "config_sha256": config_hash,
+            "tokenizer_sha256": getattr(tokenizer, "checksum", None)}
+
+
+def _jsonable(value: Any) -> Any:
+    """describe() values as JSON (tuples become lists) so a manifest read back compares equal."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def _bar(total: int, progress):
+    if progress is True:
+        from tqdm.auto import tqdm
+        return tqdm(total=total, unit="sent", desc="embedding", dynamic_ncols=True)
+    return None
+
+
+def _advance(bar, progress, done: int, total: int, step: int) -> None:
+    if bar is not None:
+        bar.update(step)
+    elif callable(progress):
+        progress(done, total)

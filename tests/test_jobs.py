@@ -1,0 +1,221 @@
+"""`minidecoder.jobs.run_embedding_job`: streamed, chunked, resumable, never clobbers output.
+
+The central test kills a real job (a subprocess) with SIGKILL once its first chunk is on disk,
+resumes it, and compares the output byte for byte with an uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import minidecoder
+from minidecoder.errors import InputError
+from minidecoder.jobs import load_metadata, run_embedding_job
+from minidecoder.methods.base import Method
+from tiny_models import tiny_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_checkpoint("llama", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(folder: Path):
+    return minidecoder.load(folder)
+
+
+def write_lines(path: Path, count: int, start: int = 0) -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(start, start + count):
+            handle.write(f"sentence {i}: {'a cat sat' if i % 3 else 'the dogs ran far away'} ({'x' * (i % 7)})\n")
+    return path
+
+
+class Stop(Exception):
+    pass
+
+
+def interrupt_after(chunks: int):
+    """A progress callback that raises KeyboardInterrupt after `chunks` chunks (a Ctrl-C stand-in)."""
+    calls = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append(done)
+        if len(calls) == chunks:
+            raise KeyboardInterrupt
+    return progress
+
+
+# ---- kill -9 and resume ----------------------------------------------------------------------------------
+JOB_SCRIPT = """
+import json, sys
+import minidecoder
+from minidecoder.jobs import run_embedding_job
+model = minidecoder.load(sys.argv[1])
+print(json.dumps(run_embedding_job(model, "prompteol", sys.argv[2], sys.argv[3], chunk_size=int(sys.argv[4]),
+                                   batch_size=8)))
+"""
+
+
+def run_job(folder: Path, source: Path, output: Path, chunk_size: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", JOB_SCRIPT, str(folder), str(source), str(output), str(chunk_size)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+
+def test_job_killed_with_sigkill_resumes_to_byte_identical_output(folder: Path, tmp_path: Path) -> None:
+    source = write_lines(tmp_path / "in.txt", 240)
+    chunk_size = 20  # 12 chunks
+
+    reference = run_job(folder, source, tmp_path / "reference.npy", chunk_size)
+    out, err = reference.communicate(timeout=300)
+    assert reference.returncode == 0, err
+
+    output = tmp_path / "resumed.npy"
+    work = tmp_path / ".resumed.npy.partial"
+    job = run_job(folder, source, output, chunk_size)
+    deadline = time.monotonic() + 120
+    while not (work / "chunk-000000.npy").exists():
+        assert job.poll() is None, job.communicate()[1]
+        assert time.monotonic() < deadline, "the job wrote no chunk in 120 s"
+        time.sleep(0.005)
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=30)
+    assert job.returncode == -signal.SIGKILL
+    done = sorted(p.name for p in work.glob("chunk-*.npy"))
+    assert not output.exists() and 1 <= len(done) < 12, done  # really interrupted mid-way
+
+    resumed = run_job(folder, source, output, chunk_size)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["chunks_reused"] == len(done) and summary["chunks_computed"] == 12 - len(done)
+    assert output.read_bytes() == (tmp_path / "reference.npy").read_bytes()
+    assert not work.exists()  # the work folder is removed once the output is in place
+
+
+# ---- Ctrl-C, changed settings, overwrite -----------------------------------------------------------------
+def test_interrupted_job_resumes_and_refuses_other_settings(model, tmp_path: Path) -> None:
+    source = write_lines(tmp_path / "in.txt", 30)
+    output = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):
+        run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4, progress=interrupt_after(1))
+    assert not output.exists() and (tmp_path / ".out.npy.partial" / "chunk-000000.npy").exists()
+
+    with pytest.raises(InputError) as refused:
+        run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4, layer=2)
+    assert "method.layer was -1, now 2" in refused.value.problem and "delete" in refused.value.fix
+    with pytest.raises(InputError, match="chunk_size was 10, now 5"):
+        run_embedding_job(model, "mean", source, output, chunk_size=5, batch_size=4)
+    with pytest.raises(InputError, match="batch_size was 4, now 8"):
+        run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=8)
+    write_lines(source, 30, start=1)  # same length, other content
+    with pytest.raises(InputError, match=r"input\.sha256 was"):
+        run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
+    write_lines(source, 30)
+
+    summary = run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
+    assert (summary["chunks_reused"], summary["chunks_computed"]) == (1, 2)
+    fresh = run_embedding_job(model, "mean", source, tmp_path / "fresh.npy", chunk_size=10, batch_size=4)
+    assert fresh["chunks_reused"] == 0
+    assert output.read_bytes() == (tmp_path / "fresh.npy").read_bytes()
+    expected = minidecoder.embed(model, source.read_text().splitlines()[:10], "mean", batch_size=4)
+    assert np.array_equal(np.load(output)[:10], expected.numpy())
+
+
+def test_existing_output_is_never_overwritten_without_overwrite(model, tmp_path: Path) -> None:
+    source = write_lines(tmp_path / "in.txt", 5)
+    output = tmp_path / "out.safetensors"
+    output.write_bytes(b"precious")
+    with pytest.raises(InputError) as refused:
+        run_embedding_job(model, "mean", source, output)
+    assert "already exists" in refused.value.problem and "overwrite" in refused.value.fix
+    assert output.read_bytes() == b"precious"
+    run_embedding_job(model, "mean", source, output, overwrite=True)
+    from safetensors.numpy import load_file
+    vectors = load_file(output)["embeddings"]
+    assert vectors.shape == (5, model.config.hidden_size)
+    metadata = load_metadata(output)
+    assert metadata["method"]["method"] == "mean" and metadata["rows"] == 5
+    assert metadata["input"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert metadata["model"]["config_sha256"] and metadata["dtype"] == "float32"
+
+
+# ---- input problems --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, content, problem", [
+    ("bad.txt", b"fine\n\xff\xfe broken\n", "line 2 of .* is not valid UTF-8"),
+    ("blank.txt", b"one\n   \nthree\n", "line 2 of .* is empty or whitespace-only"),
+    ("empty.txt", b"", "holds no texts"),
+    ("nojson.jsonl", b'{"text": "ok"}\nnot json\n', "line 2 of .* is not JSON"),
+    ("notext.jsonl", b'{"text": "ok"}\n{"sentence": "x"}\n', 'line 2 of .* has no "text" string'),
+])
+def test_bad_input_files_name_the_line(model, tmp_path: Path, name: str, content: bytes, problem: str) -> None:
+    source = tmp_path / name
+    source.write_bytes(content)
+    with pytest.raises(InputError, match=problem):
+        run_embedding_job(model, "mean", source, tmp_path / "out.npy")
+    assert not (tmp_path / "out.npy").exists()
+
+
+def test_jsonl_input_and_truncation_recorded_in_metadata(model, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    texts = ["short one", "a much longer text that will be cut", "mid length"]
+    source.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    output = tmp_path / "out.npy"
+    with pytest.warns(UserWarning, match=r"truncate=10: 1 of 2 texts were cut .*rows \[1\]"):
+        summary = run_embedding_job(model, "mean", source, output, chunk_size=2, truncate=10)
+    assert summary["truncated_rows"] == 1
+    metadata = load_metadata(output)
+    assert metadata["truncate"] == 10
+    assert metadata["truncated_rows"] == {"1": len(texts[1])}  # the tiny tokenizer: one token per character
+    cut = minidecoder.embed(model, [texts[1][:10]], "mean")
+    # row 1 is the embedding of its first 10 tokens (alone here, padded in the job's batch: float tolerance)
+    assert np.allclose(np.load(output)[1], cut[0].numpy(), atol=1e-5)
+
+
+# ---- scale: 100k texts stream through bounded memory -----------------------------------------------------
+@dataclasses.dataclass
+class HashMethod(Method):
+    """A stand-in method (no model forward): a deterministic vector per text, so 100k rows run fast."""
+
+    name = "hash"
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
+        return torch.stack([torch.arange(model.config.hidden_size, dtype=torch.float32) + s % 1000 for s in seeds])
+
+
+def test_hundred_thousand_texts_stream_with_bounded_memory(model, tmp_path: Path) -> None:
+    rows = 100_000
+    source = write_lines(tmp_path / "in.txt", rows)
+    tracemalloc.start()
+    try:
+        summary = run_embedding_job(model, HashMethod(), source, tmp_path / "out.npy", chunk_size=4096,
+                                    batch_size=512)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary["rows"] == rows
+    whole_output = rows * model.config.hidden_size * 4  # 12.8 MB
+    assert peak < whole_output / 2, f"peak Python allocation {peak / 1e6:.1f} MB: the job held too much"
+    out = np.load(tmp_path / "out.npy", mmap_mode="r")
+    assert out.shape == (rows, model.config.hidden_size)
+    last = source.read_text().splitlines()[-1]
+    assert np.array_equal(out[-1], HashMethod().embed_batch(model, [last])[0].numpy())
