@@ -1,6 +1,6 @@
 """`minidecoder.embed`: run a method over a list of texts in length-sorted batches.
 
-Sorting by length before batching keeps padding small (the references padded each batch of
+Sorting by token length before batching keeps padding small (the references padded each batch of
 SentEval's order); results are put back in input order. Everything runs under inference_mode.
 """
 from __future__ import annotations
@@ -41,7 +41,11 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     method.check(model)
     if truncate is not None:
         texts = _truncate_texts(model.tokenizer, texts, truncate, report)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    # Sort by token count (characters mislead: digits, rare words and non-Latin text take more tokens
+    # per character), stable, so that a
+    # batch's rows need little padding; `out[index]` below puts every vector back in input order.
+    lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32)
     bar = _progress_bar(len(texts)) if progress else None
     start = time.perf_counter()

@@ -12,16 +12,25 @@ from minidecoder.methods.inputs import PromptBatch
 from minidecoder.methods.layers import resolve_output_layer
 
 
-def hidden_at(model, batch: PromptBatch, layer: int) -> torch.Tensor:
+def hidden_at(model, batch: PromptBatch, layer: int, reuse_prefix: bool = True) -> torch.Tensor:
     """hidden_states[layer] (B, T, E), running only the blocks it needs (early exit)."""
-    return hidden_at_layers(model, batch, [layer])[layer]
+    return hidden_at_layers(model, batch, [layer], reuse_prefix)[layer]
 
 
-def hidden_at_layers(model, batch: PromptBatch, layers: list[int]) -> dict[int, torch.Tensor]:
-    """Several output layers from one forward pass that stops at the deepest one requested."""
+def hidden_at_layers(model, batch: PromptBatch, layers: list[int], reuse_prefix: bool = True) -> dict[int, torch.Tensor]:
+    """Several output layers from one forward pass that stops at the deepest one requested.
+
+    reuse_prefix: when every row begins with the same tokens (a prompt template's text before
+    `{text}`), run them once and reuse their keys/values (minidecoder.prefix_cache; same states up
+    to float rounding, tested). Pass False for the plain loop."""
     L = model.num_layers
     wanted = {layer: resolve_output_layer(layer, L) for layer in layers}
     deepest = max(wanted.values())
+    if reuse_prefix:
+        from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+        p = prefix_cache_applies(model, batch)
+        if p:
+            return hidden_with_prefix(model, batch, wanted, p)
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     ctx = model.context(mask, ids.shape[1], ids.shape[0])

@@ -1,0 +1,91 @@
+"""ReBA's fused attention matrix, computed one head at a time: peak memory grows with T^2 once.
+
+ReBA (arXiv 2502.20726, spec `methods.md` section 7) needs, for every block and every head, the
+post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
+`minidecoder.methods.reba.fused_attention` records each block's whole (B, H, T, T) pattern through the
+eager path; this module produces the same A with less memory:
+
+    block i runs on its fast path (scaled-dot-product attention, no pattern materialized),
+    recording only its queries and keys (B, H, T, D) through `Sites`;
+    then, for each group of `heads_per_step` heads:
+        P = softmax(q k^T * scale [softcap] + mask) in float32       (B, s, T, T)
+        A = max(A, max over the group of (P + P^T) / 2)               (B, T, T)
+
+Peak extra memory: A plus a few (B, s, T, T) temporaries (s = 1 by default), instead of several
+(B, H, T, T) tensors per block (the eager pattern, its scores, the symmetrized copy), and instead of
+the L x H matrices that `output_attentions=True` returns in the reference approach. The attention
+scores are computed twice (once inside the fused kernel, once here); the FLOPs of QK^T are a small
+share of a block's at sentence lengths.
+
+The numerics mirror `Attention._eager` (scores in the activation dtype, softcap before the mask,
+softmax in float32 then cast back), so A equals the eager fusion up to float rounding
+(tests/test_fast_paths.py). Opt-in: `reba_blocked()` swaps it into the ReBA method for a block of
+code; the ReBA module may call `fused_attention_blocked` directly.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from minidecoder.methods.inputs import PromptBatch
+from minidecoder.model import Sites
+
+
+def fused_attention_blocked(model, batch: PromptBatch, output_index: int,
+                            heads_per_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, h) exactly as `reba.fused_attention` returns them: A (B, T, T) fp32, the elementwise max
+    over every block and head of (P + P^T)/2 with padded rows/columns zeroed; h = hidden_states[output_index]."""
+    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
+    h = model.embed(ids)  # (B, T, E)
+    B, T, _ = h.shape
+    ctx = model.context(mask, T, B)
+    A = torch.zeros(B, T, T, dtype=torch.float32, device=h.device)
+    hidden = h if output_index == 0 else None
+    for i, block in enumerate(model.layers):
+        sites = Sites(record={"q", "k"})  # recording q/k keeps the block on its fused-kernel path
+        h = block(h, ctx, sites)
+        _fold_block(A, block.self_attn, sites.store["q"], sites.store["k"], ctx.masks[block.self_attn.layer_type],
+                    heads_per_step)
+        del sites
+        if i + 1 == output_index:
+            hidden = h
+    if output_index == model.num_layers:
+        hidden = model.norm(h)  # only the last hidden state is normed (transformers' convention)
+    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T): queries on padding carry a uniform pattern
+    return A.masked_fill_(~valid, 0.0), hidden
+
+
+def _fold_block(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
+                heads_per_step: int) -> None:
+    """A = max(A, (P + P^T)/2 of every head of one block), `heads_per_step` heads at a time, in place."""
+    H, Hkv = q.shape[1], k.shape[1]
+    groups = H // Hkv  # GQA/MQA: query head j reads key head j // groups
+    for first in range(0, H, heads_per_step):
+        heads = torch.arange(first, min(first + heads_per_step, H), device=q.device)
+        qh = q[:, heads]  # (B, s, T, D)
+        kh = k[:, heads // groups]  # (B, s, S, D)
+        scores = torch.matmul(qh, kh.transpose(2, 3)) * attn.scale  # (B, s, T, S), as Attention._eager
+        if attn.softcap is not None:  # Gemma2: c * tanh(scores / c), before the mask
+            scores = torch.tanh(scores / attn.softcap) * attn.softcap
+        if mask is not None:
+            scores = scores + mask
+        P = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).float()  # (B, s, T, T)
+        del scores
+        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+        del P
+        torch.maximum(A, S.amax(dim=1), out=A)  # max over this group's heads, then into the running max
+
+
+@contextlib.contextmanager
+def reba_blocked(heads_per_step: int = 1) -> Iterator[None]:
+    """Inside this block the ReBA method uses `fused_attention_blocked` (benchmarks, tests)."""
+    from minidecoder.methods import reba
+
+    original = reba.fused_attention
+    reba.fused_attention = lambda model, batch, index: fused_attention_blocked(model, batch, index, heads_per_step)
+    try:
+        yield
+    finally:
+        reba.fused_attention = original

@@ -1,0 +1,264 @@
+"""Every fast path on the embedding route equals the plain path (style rule 7).
+
+    early exit        blocks after the output layer never run, logits are never computed, and the
+                      state read equals the full forward's hidden_states[layer]
+    bucketing         texts sorted by token length in batches, vectors back in input order
+    prefix cache      a shared prompt prefix run once (batch 1, KVCache.expand) gives the plain states
+    blocked ReBA      the fused attention one head at a time equals the eager (B, H, T, T) fusion
+    bfloat16          within a stated tolerance of float32
+
+Tiny random models (tests/tiny_models.py), float32, CPU; no timings are asserted anywhere.
+"""
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import minidecoder
+from minidecoder import prefix_cache
+from minidecoder.embedding import embed
+from minidecoder.fused_attention import fused_attention_blocked, reba_blocked
+from minidecoder.methods.base import Method
+from minidecoder.methods.inputs import PromptBatch, encode_prompts, pad
+from minidecoder.methods.runner import hidden_at_layers, last_token
+from minidecoder.text import senteval_sentence
+from tiny_models import tiny_checkpoint
+
+TEXTS = [
+    "a man is playing a flute",
+    "is it raining ?",
+    'he said "yes"',
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "ok",
+    "'quoted at the start' changes the boundary token",
+    "two dogs run",
+]
+ATOL = RTOL = 2e-5  # fp32: different matmul shapes round differently
+
+
+@functools.lru_cache(maxsize=None)
+def tiny(name: str, dtype: str = "float32"):
+    folder = Path(tempfile.mkdtemp(prefix=f"fast-{name}-"))
+    tiny_checkpoint(name, folder)
+    return minidecoder.load(folder, dtype=dtype, progress=False)
+
+
+# ---- early exit -------------------------------------------------------------------------------------
+def test_early_exit_runs_no_block_after_the_output_layer_and_no_logits(monkeypatch) -> None:
+    model = tiny("llama")  # 4 blocks
+    calls = []
+    handles = [block.register_forward_pre_hook(lambda module, args, i=i: calls.append(i))
+               for i, block in enumerate(model.layers)]
+    monkeypatch.setattr(model, "unembed", lambda h: pytest.fail("logits computed on the embedding path"))
+    try:
+        with prefix_cache.disabled():
+            got = embed(model, TEXTS[:3], "prompt", layer=2)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert set(calls) == {0, 1}  # blocks 2 and 3 never ran
+    monkeypatch.undo()
+    batch = encode_prompts(model.tokenizer, 'This sentence : "{text}" means in one word:"',
+                           [senteval_sentence(t) for t in TEXTS[:3]])
+    with torch.inference_mode():
+        full = model(batch.input_ids, batch.attention_mask, output_hidden_states=True).hidden_states[2]
+    assert_close(got, last_token(full, batch), atol=ATOL, rtol=RTOL)
+
+
+def test_final_norm_only_at_the_last_layer() -> None:
+    model = tiny("llama")
+    batch = encode_prompts(model.tokenizer, "{text}", TEXTS[:2])
+    with torch.inference_mode():
+        full = model(batch.input_ids, batch.attention_mask, output_hidden_states=True).hidden_states
+        got = hidden_at_layers(model, batch, [3, -1], reuse_prefix=False)
+    real = batch.attention_mask[..., None]
+    assert_close(got[3] * real, full[3] * real)
+    assert_close(got[-1] * real, full[4] * real)  # normed: hidden_states[L] is after the final norm
+
+
+# ---- bucketing ----------------------------------------------------------------------------------------
+class _Spy(Method):
+    """Records each batch; a text's vector is (its index in TEXTS, its token count, 0...)."""
+
+    name = "spy"
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        self.batches.append(list(texts))
+        out = torch.zeros(len(texts), model.config.hidden_size)
+        for row, text in enumerate(texts):
+            out[row, 0] = TEXTS.index(text)
+            out[row, 1] = len(model.tokenizer.encode(text, add_special_tokens=False))
+        return out
+
+
+def test_batches_are_sorted_by_token_length_and_output_is_in_input_order() -> None:
+    model = tiny("llama")
+    spy = _Spy()
+    out = embed(model, TEXTS, spy, batch_size=3)
+    assert out[:, 0].tolist() == list(range(len(TEXTS)))  # input order restored
+    seen = [len(model.tokenizer.encode(t, add_special_tokens=False)) for batch in spy.batches for t in batch]
+    assert seen == sorted(seen)  # rows met in token-length order
+    assert [len(b) for b in spy.batches] == [3, 3, 1]
+
+
+def test_token_length_not_character_length_orders_the_batches(monkeypatch) -> None:
+    model = tiny("llama")
+    spy = _Spy()
+    # A tokenizer for which characters and tokens disagree: every 'x' is a token, the rest is one token.
+    fake_lengths = {text: (10 if "fox" in text else len(text) % 5) for text in TEXTS}
+    monkeypatch.setattr(model.tokenizer, "encode_batch",
+                        lambda texts, add_special_tokens=True: [[0] * fake_lengths[t] for t in texts])
+    embed(model, TEXTS, spy, batch_size=len(TEXTS))
+    order = spy.batches[0]
+    assert [fake_lengths[t] for t in order] == sorted(fake_lengths[t] for t in order)
+    assert order[-1].startswith("The quick brown fox")
+
+
+@pytest.mark.parametrize("method", ["prompteol", "mean", "echo"])
+def test_bucketed_batches_equal_one_text_at_a_time(method: str) -> None:
+    model = tiny("llama")
+    batched = embed(model, TEXTS, method, batch_size=4)
+    single = torch.cat([embed(model, [t], method, batch_size=1) for t in TEXTS])
+    assert_close(batched, single, atol=ATOL, rtol=RTOL)
+
+
+# ---- shared-prefix cache ---------------------------------------------------------------------------------
+PREFIX_METHODS = [
+    ("prompteol", {}),
+    ("pretended_cot", {}),
+    ("knowledge", {}),
+    ("metaeol", {"tasks": [0, 4]}),
+    ("echo", {}),
+    ("echo", {"pooling": "last"}),
+    ("mean", {"template": 'This sentence : "{text}" means in one word:"'}),
+    ("mean", {"template": 'This sentence : "{text}" means in one word:"', "over": "all"}),
+    ("last", {"template": 'This sentence : "{text}" means in one word:"', "layer": 2}),
+    ("prompt", {"layer": 0}),
+]
+
+
+@pytest.mark.parametrize("name", ["llama", "llama_mqa_untied", "qwen2", "llama_head_dim"])
+@pytest.mark.parametrize("method,options", PREFIX_METHODS)
+def test_prefix_cache_equals_plain_path(name: str, method: str, options: dict, monkeypatch) -> None:
+    model = tiny(name)
+    used = []
+    original = prefix_cache.hidden_with_prefix
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a: used.append(a[3]) or original(*a))
+    fast = embed(model, TEXTS, method, batch_size=4, **options)
+    assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
+    with prefix_cache.disabled():
+        plain = embed(model, TEXTS, method, batch_size=4, **options)
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
+
+
+def test_prefix_cache_states_equal_plain_states_at_every_real_position() -> None:
+    model = tiny("llama")
+    batch = encode_prompts(model.tokenizer, 'Before the text, "{text}" and after it.', TEXTS)
+    p = prefix_cache.prefix_cache_applies(model, batch)
+    assert p == len('Before the text, "') + 1  # BOS + the template's characters (char-level tokenizer)
+    with torch.inference_mode():
+        fast = hidden_at_layers(model, batch, [0, 1, 3, -1])
+        plain = hidden_at_layers(model, batch, [0, 1, 3, -1], reuse_prefix=False)
+    real = batch.attention_mask[..., None]
+    for layer in plain:
+        assert torch.isfinite(fast[layer]).all()
+        assert_close(fast[layer] * real, plain[layer] * real, atol=ATOL, rtol=RTOL)
+
+
+def test_shared_prefix_is_read_from_the_ids_so_a_diverging_row_shortens_it() -> None:
+    rows = [[1, 5, 6, 7, 8, 9, 10], [1, 5, 6, 7, 8, 20], [1, 5, 6, 30, 31, 32, 33, 34]]
+    batch = pad(rows, [[(0, 0)]] * 3, 0, "left")
+    assert prefix_cache.shared_prefix_length(batch) == 3  # row 3 diverges at its 4th token
+    batch = pad(rows[:2], [[(0, 0)]] * 2, 0, "left")
+    assert prefix_cache.shared_prefix_length(batch) == 5
+    same = pad([[1, 2, 3, 4, 5]] * 2, [[(0, 0)]] * 2, 0, "left")
+    assert prefix_cache.shared_prefix_length(same) == 4  # one token per row is always left to run
+    single = pad([[1, 2, 3, 4, 5, 6]], [[(0, 0)]], 0, "left")
+    assert prefix_cache.shared_prefix_length(single) == 0
+
+
+def test_a_diverging_boundary_token_falls_back_to_the_shorter_prefix_and_stays_exact() -> None:
+    model = tiny("llama")
+    template = 'This sentence : "{text}" means in one word:"'
+    base = encode_prompts(model.tokenizer, template, ["a cat", "a dog"])
+    p = prefix_cache.prefix_cache_applies(model, base)
+    # A row whose ids differ one token before the text (as a BPE merge of '"' with the text's first
+    # character would make them): the shared run must stop there.
+    rows = [base.input_ids[0][base.attention_mask[0]].tolist(), base.input_ids[1][base.attention_mask[1]].tolist()]
+    rows.append(rows[0][:p - 1] + [ord("#") - 32 + 4] + rows[0][p:])
+    batch = pad(rows, [[(0, 0)]] * 3, 0, "left")
+    assert prefix_cache.prefix_cache_applies(model, batch) == p - 1
+    with torch.inference_mode():
+        fast = hidden_at_layers(model, batch, [-1])[-1]
+        plain = hidden_at_layers(model, batch, [-1], reuse_prefix=False)[-1]
+    assert_close(last_token(fast, batch), last_token(plain, batch), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["mistral_window", "gemma2", "llama_rope_dynamic"])
+def test_prefix_cache_stays_off_where_it_would_be_wrong(name: str) -> None:
+    """Windows shorter than the batch (padding between prefix and rest would shift the window) and
+    dynamic RoPE (frequencies depend on the call's longest position): plain loop, same answer."""
+    model = tiny(name)
+    batch = encode_prompts(model.tokenizer, 'This sentence : "{text}" means in one word:"', TEXTS)
+    assert prefix_cache.prefix_cache_applies(model, batch) == 0
+
+
+def test_prefix_cache_is_off_for_right_padding_and_single_rows() -> None:
+    model = tiny("llama")
+    right = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3], padding_side="right")
+    assert prefix_cache.prefix_cache_applies(model, right) == 0
+    one = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:1])
+    assert prefix_cache.prefix_cache_applies(model, one) == 0
+
+
+# ---- blocked ReBA ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["llama", "llama_mqa_untied", "gemma2", "gemma3", "mistral_window"])
+@pytest.mark.parametrize("heads_per_step", [1, 3])
+def test_blocked_fused_attention_equals_the_eager_fusion(name: str, heads_per_step: int) -> None:
+    from minidecoder.methods.reba import encode_repeated, fused_attention
+
+    model = tiny(name)
+    batch = encode_repeated(model.tokenizer, TEXTS[:4], 2)
+    with torch.inference_mode():
+        for index in (model.num_layers, 2):
+            A, h = fused_attention(model, batch, index)
+            A2, h2 = fused_attention_blocked(model, batch, index, heads_per_step)
+            assert_close(A2, A, atol=1e-6, rtol=1e-5)
+            assert_close(h2, h)
+
+
+def test_reba_method_through_the_blocked_fusion_equals_the_plain_method() -> None:
+    model = tiny("llama")
+    plain = embed(model, TEXTS, "reba", batch_size=3)
+    with reba_blocked():
+        fast = embed(model, TEXTS, "reba", batch_size=3)
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
+
+
+# ---- bfloat16 -----------------------------------------------------------------------------------------------
+BF16_MIN_COSINE = 0.98  # tiny random models with large weights; on SmolLM2 the bench reports the STS change
+
+
+@pytest.mark.parametrize("method", ["prompteol", "mean", "echo"])
+def test_bfloat16_is_close_to_float32(method: str) -> None:
+    fp32 = embed(tiny("llama"), TEXTS, method, batch_size=4)
+    bf16 = embed(tiny("llama", "bfloat16"), TEXTS, method, batch_size=4)
+    assert bf16.dtype == torch.float32  # embeddings are always returned in float32
+    cosine = torch.nn.functional.cosine_similarity(fp32, bf16)
+    assert cosine.min() > BF16_MIN_COSINE, cosine
+
+
+def test_bfloat16_prefix_cache_is_close_to_bfloat16_plain_path() -> None:
+    model = tiny("llama", "bfloat16")
+    fast = embed(model, TEXTS, "knowledge", batch_size=4)
+    with prefix_cache.disabled():
+        plain = embed(model, TEXTS, "knowledge", batch_size=4)
+    assert torch.nn.functional.cosine_similarity(fast, plain).min() > 0.995
