@@ -240,7 +240,8 @@ def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> li
     steers = sorted({l for l, _, _ in keys})
     branches = sorted({(l, a) for l, a, _ in keys}, key=lambda x: (x[0], x[1] if x[1] is not None else 0.0))
     wanted = {br: sorted({i for l, a, i in keys if (l, a) == br}) for br in branches}
-    sentences = [senteval_sentence(t) for t in texts] if method.senteval_prep else list(texts)
+    prepare = getattr(method, "senteval_text", getattr(method, "senteval_prep", True))  # renamed in cp.py
+    sentences = [senteval_sentence(t) for t in texts] if prepare else list(texts)
 
     def start(batch: PromptBatch):
         ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
@@ -305,7 +306,7 @@ def sharing_rule(method: Method) -> tuple[str, frozenset[str], Sweeper]:
         return "one forward, every output layer", frozenset({"layer"}), sweep_layers
     if "tp" in METHODS and type(method) is METHODS["tp"]:
         return "TP: one trunk, forks at each end layer", frozenset({"layer", "end"}), sweep_tp
-    if "cp" in METHODS and type(method) is METHODS["cp"]:
+    if "cp" in METHODS and type(method) is METHODS["cp"] and not getattr(method, "tp", False):
         return "CP: one auxiliary pass, one trunk, a branch per (steer, alpha)", \
             frozenset({"layer", "steer_layer", "alpha"}), sweep_cp
     return "separate runs (no sharing rule for this method)", frozenset(), sweep_separately
@@ -376,9 +377,10 @@ class SweepResult:
         raise KeyError(options)
 
 
-def sentence_order(texts: Sequence[str]) -> list[int]:
-    """The order `minidecoder.embed` batches in (stable sort by length), so batches are identical."""
-    return sorted(range(len(texts)), key=lambda i: len(texts[i]))
+def sentence_order(model, texts: Sequence[str]) -> list[int]:
+    """The order `minidecoder.embed` batches in (stable sort by token count), so batches are identical."""
+    lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    return sorted(range(len(texts)), key=lambda i: lengths[i])
 
 
 def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = 32,
@@ -393,7 +395,7 @@ def embed_grid(model, method: Method, points: list[Point], texts: list[str], bat
         groups.setdefault(other, []).append(k)
     out = [torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32) for _ in points]
     naive = sum(naive_blocks(method_at(method, p), model) for p in points) * len(texts)
-    order = sentence_order(texts)
+    order = sentence_order(model, texts)
     start = time.perf_counter()
     with tqdm(total=len(texts) * len(groups), unit="sent", desc=f"sweep {method.name}", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar, BlockCounter(model) as counter, torch.inference_mode():

@@ -1,0 +1,125 @@
+"""`minidecoder sweep`: choose a method's hyper-parameters on STS-B dev (never a test split).
+
+    minidecoder sweep --model smollm2-135m-instruct --method prompteol --layers all --plot
+    minidecoder sweep --method tp --opt prompt=pretended_cot --layers 20,25,-2,-1 --tp-end 2,3,4,5,6,7
+    minidecoder sweep --method cp --cp-steer 3,4,5,6,7 --cp-alpha 0.25,0.5,1,2 --layers -2,-1 --limit 200
+
+One forward pass yields every output layer; TP's end layers fork one copying forward; CP's auxiliary
+pass and unsteered trunk are shared by every steer layer and alpha (minidecoder.evaluation.sweep).
+The report gives every grid point's dev score, the best point, and the blocks computed against
+separate runs of each point. `--layers all` is 1..L (L = the final normed output); values are
+hidden_states indices, negatives counting from the end. Writes PREFIX.json and PREFIX.md (and
+PREFIX-<axis>.png with --plot, which needs matplotlib: `pip install minidecoder[plots]`).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from minidecoder.cli.eval_cmd import default_prefix, parse_options
+from minidecoder.errors import InputError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("sweep", help="choose hyper-parameters on STS-B dev (layers, TP end, CP steer/alpha)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: the default model)")
+    parser.add_argument("--method", required=True, help="method name, e.g. prompteol, tp, cp, mean")
+    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a fixed method option (JSON when it parses); repeat for more")
+    parser.add_argument("--layers", default=None, metavar="all|A,B,C", help="output layers to sweep (option `layer`)")
+    parser.add_argument("--tp-end", default=None, metavar="E1,E2", help="TP end layers to sweep (option `end`)")
+    parser.add_argument("--cp-steer", default=None, metavar="L1,L2", help="CP steer layers (option `steer_layer`)")
+    parser.add_argument("--cp-alpha", default=None, metavar="A1,A2", help="CP alphas (option `alpha`)")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="any other option to sweep (shared where a rule exists, else run point by point)")
+    parser.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N dev pairs")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (default: ./sweep-MODEL-METHOD-DATE)")
+    parser.add_argument("--plot", action="store_true", help="also write PREFIX-<axis>.png (needs matplotlib)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(run=run)
+
+
+def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
+    from minidecoder.evaluation.sweep import layer_axis, parse_values
+
+    axes: dict[str, list] = {}
+    if args.layers is not None:
+        axes["layer"] = layer_axis(args.layers, num_layers)
+    for flag, name in (("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
+        if getattr(args, flag) is not None:
+            axes[name] = parse_values(getattr(args, flag))
+    for pair in args.grid:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--grid {pair!r} is not KEY=V1,V2", "write e.g. --grid num_pst=1,2,3")
+        if key.strip() in axes:
+            raise InputError(f"option {key.strip()!r} is swept twice", "give each axis once")
+        axes[key.strip()] = parse_values(raw)
+    if not axes:
+        raise InputError("nothing to sweep", "give --layers, --tp-end, --cp-steer, --cp-alpha or --grid KEY=V1,V2")
+    return axes
+
+
+def run(args: argparse.Namespace) -> int:
+    import minidecoder
+    import minidecoder.methods
+    from minidecoder.evaluation.sweep import sweep_sts, write_sweep_report
+
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    options = parse_options(args.opt)
+    method = minidecoder.methods.build_method(args.method, **options)
+    fixed = set(options)
+    model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+    axes = build_axes(args, model.num_layers)
+    clash = sorted(fixed & set(axes))
+    if clash:
+        raise InputError(f"option(s) {clash} are both fixed (--opt) and swept", "drop one of the two")
+    result = sweep_sts(model, method, axes, data_dir=args.data, limit=args.limit, batch_size=args.batch_size,
+                       progress=not args.no_progress)
+    metadata = {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "device": args.device,
+        "method": method.describe(),
+        "swept": axes,
+        "batch_size": args.batch_size,
+        "tasks": ["STSBenchmark-dev"],
+        "tokenizer_sha256": model.tokenizer.checksum,
+        "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
+    }
+    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
+    json_path, md_path = write_sweep_report(prefix, result, metadata)
+    written = [json_path, md_path]
+    if args.plot:
+        from minidecoder.evaluation.plots import plot_sweep
+        written += plot_sweep(result.to_dict(), prefix, metadata["model"])
+    best = result.best
+    print(f"best on STS-B dev: {best['options']} -> {best['score']:.2f}" if best else "no finite dev score")
+    cost = result.cost
+    print(f"rows x blocks computed: {cost['blocks_computed']:,} (separate runs: {cost['blocks_naive']:,}; "
+          f"rule: {result.rule})")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    out = []
+    for flag, value in [("--model", args.model), ("--method", args.method), ("--layers", args.layers),
+                        ("--tp-end", args.tp_end), ("--cp-steer", args.cp_steer), ("--cp-alpha", args.cp_alpha),
+                        ("--data", args.data), ("--limit", args.limit), ("--dtype", args.dtype),
+                        ("--device", args.device), ("--batch-size", args.batch_size)]:
+        if value is not None:
+            out += [flag, str(value)]
+    for pair in args.opt:
+        out += ["--opt", pair]
+    for pair in args.grid:
+        out += ["--grid", pair]
+    return out

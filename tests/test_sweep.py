@@ -1,0 +1,139 @@
+"""The dev sweep: one shared pass must give exactly what separate runs of each grid point give.
+
+A tiny Llama (tests/tiny_models.py) and a small fake STS-B dev file in the SentEval layout; every
+grid point of each sharing rule (output layers; TP end layers; CP steer layers and alphas) is also
+run on its own through `minidecoder.embed` and scored, and the two scores must agree to 1e-6. The
+naive cost the report compares with is checked against blocks counted in those separate runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import minidecoder
+from minidecoder.errors import InputError
+from minidecoder.evaluation import load_tasks
+from minidecoder.evaluation.harness import score_embeddings, unique_sentences
+from minidecoder.evaluation.sweep import (BlockCounter, grid_points, layer_axis, method_at, naive_blocks, sweep_sts)
+from minidecoder.methods import build_method
+from tiny_models import tiny_checkpoint
+
+WORDS = "a man woman dog cat is plays runs on the with red big".split()
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> minidecoder.Decoder:
+    folder = tmp_path_factory.mktemp("tiny-sweep")
+    tiny_checkpoint("llama", folder)
+    return minidecoder.load(folder, progress=False)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """STSBenchmark/sts-dev.csv (genre, file, year, id, score, s1, s2; tab-separated) and a test file."""
+    root = tmp_path_factory.mktemp("sts")
+    (root / "STSBenchmark").mkdir()
+    rnd = random.Random(0)
+    for split in ("dev", "test"):
+        lines = []
+        for i in range(6):
+            s1, s2 = (" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(2, 5))) for _ in range(2))
+            lines.append(f"main-captions\tMSRvid\t2012{split}\t{i:04d}\t{rnd.uniform(0, 5):.3f}\t{s1}\t{s2}")
+        (root / "STSBenchmark" / f"sts-{split}.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def plain_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner may reuse a shared prompt prefix (one extra batch-1 pass, same states up to
+    rounding); switch it off so that blocks counted here are exactly rows x blocks of the plain loop."""
+    try:
+        from minidecoder import prefix_cache
+    except ImportError:
+        return
+    monkeypatch.setattr(prefix_cache, "prefix_cache_applies", lambda *args, **kwargs: None)
+
+
+CASES = [
+    ("prompteol", {}, {"layer": [1, 2, 4]}),
+    ("mean", {}, {"layer": [2, 4]}),
+    ("echo", {"pooling": "last"}, {"layer": [3, 4]}),
+    ("metaeol", {"tasks": [6, 7]}, {"layer": [2, 4]}),  # two templates averaged
+    ("tp", {"start": 1}, {"layer": [2, 3, 4], "end": [1, 2, 3]}),
+    ("tp", {"resume_at": 3}, {"layer": [4], "end": [2, 3], "mask_pst_first_layer": [False, True]}),
+    ("cp", {}, {"layer": [3, 4], "steer_layer": [0, 2], "alpha": [0.5, 2.0]}),
+    ("cp", {"prompt": "ck", "mode": "nr_head"}, {"layer": [4], "steer_layer": [1, 2], "alpha": [1.0, 3.0]}),
+]
+
+
+@pytest.mark.parametrize("name,options,axes", CASES, ids=[f"{c[0]}-{'-'.join(c[2])}" for c in CASES])
+def test_one_pass_equals_separate_runs(tiny, data: Path, name: str, options: dict, axes: dict) -> None:
+    method = build_method(name, **options)
+    result = sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False)
+    (dev,) = load_tasks(["STSBenchmark-dev"], data)
+    sentences = unique_sentences([dev])
+    for record in result.points:
+        if record["skipped"]:
+            with pytest.raises(InputError):
+                method_at(method, record["options"]).check(tiny)
+    valid = [r for r in result.points if not r["skipped"]]
+    for record in {id(r): r for r in (valid[0], result.best, valid[-1])}.values():  # a few points, run alone
+        alone = method_at(method, record["options"])
+        with BlockCounter(tiny) as counter:
+            vectors = minidecoder.embed(tiny, sentences, alone, batch_size=BATCH)
+        assert counter.count == naive_blocks(alone, tiny) * len(sentences), record["options"]
+        score = score_embeddings([dev], sentences, vectors)["tasks"]["STSBenchmark-dev"]["score"]
+        assert abs(score - record["score"]) < 1e-6, (record["options"], score, record["score"])
+    cost = result.cost
+    assert cost["blocks_naive"] == sum(naive_blocks(method_at(method, r["options"]), tiny)
+                                       for r in result.points if not r["skipped"]) * len(sentences)
+    assert cost["blocks_computed"] < cost["blocks_naive"]  # something was shared
+    assert result.best["score"] == max(r["score"] for r in result.points if r["score"] is not None)
+
+
+def test_unshared_method_runs_point_by_point(tiny, data: Path) -> None:
+    result = sweep_sts(tiny, build_method("reba"), {"layer": [2, 4]}, data_dir=data, batch_size=BATCH, progress=False)
+    assert result.rule.startswith("separate runs")
+    assert result.cost["blocks_computed"] == result.cost["blocks_naive"]
+
+
+def test_sweep_refuses_a_test_split(tiny, data: Path) -> None:
+    (test,) = load_tasks(["STSBenchmark"], data)
+    with pytest.raises(InputError, match="dev only"):
+        sweep_sts(tiny, build_method("prompteol"), {"layer": [4]}, dev=test, progress=False)
+
+
+def test_grid_helpers() -> None:
+    assert layer_axis("all", 4) == [1, 2, 3, 4]
+    assert layer_axis("-1,2,-2", 4) == [2, 3, 4]
+    with pytest.raises(InputError):
+        layer_axis("9", 4)
+    assert grid_points({"a": [1, 2], "b": [3]}) == [{"a": 1, "b": 3}, {"a": 2, "b": 3}]
+    with pytest.raises(InputError, match="no option"):
+        method_at(build_method("prompteol"), {"end": 3})
+
+
+def test_cli_writes_stamped_report_and_plots(tiny, data: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from minidecoder.cli import sweep_cmd
+
+    parser = argparse.ArgumentParser(prog="minidecoder")
+    sweep_cmd.add_parser(parser.add_subparsers(dest="command", required=True))
+    prefix = tmp_path / "out" / "tp"
+    args = parser.parse_args(["sweep", "--model", tiny.source, "--method", "tp", "--layers", "all", "--tp-end", "1,2",
+                              "--data", str(data), "--batch-size", str(BATCH), "--output", str(prefix), "--plot",
+                              "--no-progress"])
+    assert args.run(args) == 0
+    report = json.loads(prefix.with_suffix(".json").read_text())
+    assert report["stamp"]["tasks"] == ["STSBenchmark-dev"] and "data_sha256" in report["stamp"]
+    assert report["sweep"]["axes"] == {"layer": [1, 2, 3, 4], "end": [1, 2]}
+    assert report["sweep"]["best"]["options"]["end"] in (1, 2)
+    assert "blocks computed" in prefix.with_suffix(".md").read_text()
+    for axis in ("layer", "end"):
+        assert (tmp_path / "out" / f"tp-{axis}.png").read_bytes()[:4] == b"\x89PNG"
