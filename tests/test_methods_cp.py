@@ -274,6 +274,7 @@ def test_bad_options_are_input_errors(options, match) -> None:
         minidecoder.embed(model, TEXTS, "cp", **{"prompt": PROMPT, "steer_layer": 1, **options})
 
 
+@pytest.mark.real
 def test_real_smollm2_matches_transformers() -> None:
     registry = pytest.importorskip("minidecoder.registry", reason="minidecoder.registry not written yet")
     if not hasattr(registry, "ensure_model"):
