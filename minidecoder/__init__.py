@@ -47,10 +47,11 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         raise MinidecoderError("device 'cuda' requested but no CUDA GPU is available", "use device='cpu'")
     model = load_weights(config, folder, resolve_dtype(dtype), device)
     tokenizer = Tokenizer(folder)
-    if tokenizer.vocab_size > config.vocab_size:
+    if tokenizer.vocab_size > config.vocab_size or tokenizer.max_id >= config.vocab_size:
         from minidecoder.errors import TokenizerError
-        raise TokenizerError(f"the tokenizer in {folder} has {tokenizer.vocab_size} ids but the model's embedding "
-                             f"has {config.vocab_size} rows", "use the tokenizer that belongs to these weights")
+        raise TokenizerError(f"the tokenizer in {folder} has {tokenizer.vocab_size} ids (the largest {tokenizer.max_id}) "
+                             f"but the model's embedding has {config.vocab_size} rows",
+                             "use the tokenizer that belongs to these weights")
     model.tokenizer = tokenizer
     model.source = str(folder)
     return model

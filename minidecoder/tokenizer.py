@@ -65,6 +65,13 @@ class Tokenizer:
             return self._fast.get_vocab_size(with_added_tokens=True)
         return self._sp.GetPieceSize() + len(self._placeholders)
 
+    @property
+    def max_id(self) -> int:
+        """The largest id this tokenizer can produce (ids may be sparse: added tokens can sit past the vocab)."""
+        if self._fast is not None:
+            return max(self._fast.get_vocab(with_added_tokens=True).values())
+        return self._sp.GetPieceSize() - 1 + len(self._placeholders)
+
     def __repr__(self) -> str:
         return (f"Tokenizer({self.folder.name}, backend={'tokenizers' if self._fast else 'sentencepiece'}, "
                 f"add_bos={self.add_bos} ({self.bos_token!r}), add_eos={self.add_eos} ({self.eos_token!r}))")
