@@ -1,0 +1,180 @@
+"""`minidecoder embed`: embed every line of a file with one method and write an array.
+
+    minidecoder embed --model smollm2-135m-instruct --method prompteol \\
+        --input sentences.txt --output sentences.npy
+    minidecoder embed --method mean --opt layer=12 --opt over=all --input rows.jsonl --output rows.safetensors
+
+Input: a text file with one sentence per line (UTF-8; a final newline is not a row), or JSON Lines
+(`.jsonl` / `.ndjson`) with `{"text": ...}` per line. Output by suffix: `.npy` (float32 (N, E)) or
+`.safetensors` (tensor `embeddings`, plus the method, model and options as metadata). An existing
+output is never replaced without `--overwrite`. `--opt key=value` values are read as JSON when they
+parse (`-2`, `true`, `[0, 4]`, `"text"`) and as plain strings otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+from pathlib import Path
+
+import torch
+
+from minidecoder.errors import InputError
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+OUTPUT_SUFFIXES = (".npy", ".safetensors")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from minidecoder.cli.common import add_model_options
+
+    parser = subparsers.add_parser(
+        "embed", help="embed a file of sentences (txt or jsonl) into .npy or .safetensors",
+        description=__doc__, epilog=methods_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_options(parser)
+    parser.add_argument("--method", required=True, help="method name (listed below)")
+    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a method option (listed below); repeat for more")
+    parser.add_argument("--input", required=True, metavar="FILE", help="one sentence per line, or .jsonl with {\"text\": ...}")
+    parser.add_argument("--output", required=True, metavar="FILE", help=".npy or .safetensors")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    parser.add_argument("--truncate", type=int, default=None, metavar="N",
+                        help="keep the first N tokens of each text (default: a text longer than the model's context is an error)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(run=run)
+
+
+def methods_help() -> str:
+    """Every registered method, its summary and its options with help and default (from the dataclasses)."""
+    import minidecoder.methods
+
+    lines = ["methods (--method NAME) and their options (--opt KEY=VALUE):"]
+    for name in sorted(minidecoder.methods.METHODS):
+        cls = minidecoder.methods.METHODS[name]
+        lines.append(f"\n  {name}: {cls.summary}")
+        for field in dataclasses.fields(cls):
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            lines.append(f"      {field.name} = {json.dumps(default)}")
+            lines.append(f"          {field.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+# ---- input -----------------------------------------------------------------------------------------
+def read_texts(path: Path) -> list[str]:
+    """Rows of a text or JSONL file. Invalid UTF-8, a blank row, bad JSON or a missing "text" are errors
+    naming the line (1-based), because a skipped row would shift every later embedding."""
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist", "check the path given to --input")
+    raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":  # the final newline ends the last row; it does not start a new one
+        lines.pop()
+    jsonl = path.suffix.lower() in JSONL_SUFFIXES
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputError(f"{path} line {number} is not valid UTF-8 (byte {error.start}: "
+                             f"{line[error.start:error.start + 1]!r})",
+                             "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 IN > OUT`") from None
+        line = line.removesuffix("\r")
+        text = _jsonl_text(path, number, line) if jsonl else line
+        if not text.strip():
+            raise InputError(f"{path} line {number} is empty or whitespace-only",
+                             "remove the line or give it text: every line is one row of the output")
+        texts.append(text)
+    if not texts:
+        raise InputError(f"{path} has no rows", "put one sentence per line")
+    return texts
+
+
+def _jsonl_text(path: Path, number: int, line: str) -> str:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path} line {number} is not JSON: {error.msg}", 'write one object per line, e.g. {"text": "a sentence"}') from None
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        raise InputError(f'{path} line {number} has no string "text" field', 'write one object per line, e.g. {"text": "a sentence"}')
+    return row["text"]
+
+
+# ---- output (kept in one place so a streaming/resumable writer can replace it) ---------------------
+def check_output(path: Path, overwrite: bool) -> None:
+    if path.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
+                         "name the output FILE.npy or FILE.safetensors")
+    if path.exists() and not overwrite:
+        raise InputError(f"--output {path} already exists", "pass --overwrite to replace it, or choose another name")
+    if path.exists() and path.is_dir():
+        raise InputError(f"--output {path} is a directory", "give a file name ending in .npy or .safetensors")
+
+
+def write_embeddings(path: Path, vectors: torch.Tensor, metadata: dict) -> None:
+    """Write (N, E) float32 to `path` by suffix, via a temporary file renamed into place, so an
+    interrupted run never leaves a truncated file under the final name."""
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    array = vectors.detach().to(torch.float32).cpu().contiguous()
+    try:
+        if path.suffix.lower() == ".npy":
+            with open(tmp, "wb") as handle:
+                np.save(handle, array.numpy())
+        else:
+            from safetensors.torch import save_file
+            save_file({"embeddings": array}, str(tmp), metadata={k: json.dumps(v) for k, v in metadata.items()})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---- the command -----------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    import minidecoder
+    import minidecoder.methods
+    from minidecoder.cli.common import load_model
+    from minidecoder.cli.eval_cmd import parse_options
+
+    # everything that can fail cheaply fails before the model loads
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    output = Path(args.output)
+    check_output(output, args.overwrite)
+    method = minidecoder.methods.build_method(args.method, **parse_options(args.opt))
+    texts = read_texts(Path(args.input))
+    model = load_model(args)
+    report: dict = {}
+    vectors = minidecoder.embed(model, texts, method, batch_size=args.batch_size, progress=not args.no_progress,
+                                truncate=args.truncate, report=report)
+    metadata = {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "method": method.describe(),
+        "rows": len(texts),
+        "tokenizer_sha256": model.tokenizer.checksum,
+        "command": shlex.join(["minidecoder", "embed", *_argv(args)]),
+        **report,
+    }
+    write_embeddings(output, vectors, metadata)
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 embeddings ({method.name}) to {output}")
+    return 0
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    out = []
+    for flag, value in [("--model", args.model), ("--method", args.method), ("--input", args.input),
+                        ("--output", args.output), ("--dtype", args.dtype), ("--device", args.device),
+                        ("--batch-size", args.batch_size), ("--truncate", args.truncate)]:
+        if value is not None:
+            out += [flag, str(value)]
+    for pair in args.opt:
+        out += ["--opt", pair]
+    return out

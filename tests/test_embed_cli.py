@@ -1,0 +1,121 @@
+"""`minidecoder embed`: txt and jsonl in, npy and safetensors out, never a silent overwrite, errors
+that name the line, and a --help generated from the registered methods."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+import minidecoder
+import minidecoder.methods
+from minidecoder.cli import main
+from test_methods_prompts import close, folder_of
+
+TEXTS = ["a man is playing a flute", "is it raining ?", 'he said "yes" \u00e9t\u00e9']
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Path:
+    return folder_of("llama")
+
+
+def embed_cli(tiny: Path, *args: str) -> int:
+    return main(["embed", "--model", str(tiny), "--no-progress", *args])
+
+
+def test_txt_to_npy_equals_the_library(tiny: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")  # the final newline is not a row
+    out = tmp_path / "out.npy"
+    assert embed_cli(tiny, "--method", "prompteol", "--opt", "layer=-2", "--input", str(source),
+                     "--output", str(out), "--batch-size", "2") == 0
+    got = np.load(out)
+    assert got.dtype == np.float32 and got.shape == (3, 32)
+    want = minidecoder.embed(minidecoder.load(tiny, progress=False), TEXTS, "prompteol", layer=-2)
+    close(torch.from_numpy(got), want)
+
+
+def test_jsonl_to_safetensors_with_metadata(tiny: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": t, "id": i}) + "\r\n" for i, t in enumerate(TEXTS)), encoding="utf-8")
+    out = tmp_path / "sub" / "out.safetensors"  # a missing folder is created
+    assert embed_cli(tiny, "--method", "mean", "--opt", "over=all", "--opt", 'template="[{text}]"',
+                     "--input", str(source), "--output", str(out)) == 0
+    with safe_open(str(out), "pt") as handle:
+        got = handle.get_tensor("embeddings")
+        metadata = handle.metadata()
+    assert json.loads(metadata["method"]) == {"method": "mean", "layer": -1, "template": "[{text}]", "over": "all",
+                                              "occurrence": -1, "senteval_text": False}
+    assert json.loads(metadata["rows"]) == 3
+    want = minidecoder.embed(minidecoder.load(tiny, progress=False), TEXTS, "mean", over="all", template="[{text}]")
+    close(got, want)
+    assert not list(out.parent.glob(".*partial"))  # the temporary file was renamed away
+
+
+def test_never_overwrites_without_the_flag(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("one\ntwo\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    out.write_bytes(b"precious")
+    assert embed_cli(tiny, "--method", "last", "--input", str(source), "--output", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--overwrite" in err and "Traceback" not in err
+    assert out.read_bytes() == b"precious"
+    assert embed_cli(tiny, "--method", "last", "--input", str(source), "--output", str(out), "--overwrite") == 0
+    assert np.load(out).shape == (2, 32)
+
+
+@pytest.mark.parametrize("content, suffix, message", [
+    (b"fine\nbad \xff byte\n", ".txt", "line 2 is not valid UTF-8"),
+    (b"one\n\nthree\n", ".txt", "line 2 is empty"),
+    (b"one\n   \n", ".txt", "line 2 is empty"),
+    (b'{"text": "ok"}\n{"txt": "no"}\n', ".jsonl", 'line 2 has no string "text"'),
+    (b'{"text": "ok"}\nnot json\n', ".jsonl", "line 2 is not JSON"),
+    (b"", ".txt", "has no rows"),
+])
+def test_input_errors_name_the_line(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                    content: bytes, suffix: str, message: str) -> None:
+    source = tmp_path / f"in{suffix}"
+    source.write_bytes(content)
+    out = tmp_path / "out.npy"
+    assert embed_cli(tiny, "--method", "prompteol", "--input", str(source), "--output", str(out)) == 2
+    err = capsys.readouterr().err
+    assert message in err and "fix:" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_option_and_output_errors(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("one\n", encoding="utf-8")
+    cases = [
+        (["--method", "prompteol", "--output", str(tmp_path / "out.csv")], "format is chosen by suffix"),
+        (["--method", "nope", "--output", str(tmp_path / "out.npy")], "unknown method 'nope'"),
+        (["--method", "prompteol", "--opt", "alpha=1", "--output", str(tmp_path / "out.npy")], "no option(s) ['alpha']"),
+        (["--method", "prompteol", "--opt", "layer=99", "--output", str(tmp_path / "out.npy")], "output layer 99"),
+        (["--method", "prompteol", "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o.npy")],
+         "does not exist"),
+    ]
+    for args, message in cases:
+        if "--input" not in args:
+            args = [*args, "--input", str(source)]
+        assert embed_cli(tiny, *args) == 2, args
+        assert message in capsys.readouterr().err, message
+
+
+def test_help_lists_every_method_and_option(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["embed", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert len(minidecoder.methods.METHODS) >= 8  # at least this project's pooling/prompt methods
+    for name, cls in minidecoder.methods.METHODS.items():  # the other helpers' methods appear too
+        assert f"\n  {name}: {cls.summary}" in out
+        for field in dataclasses.fields(cls):
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            assert f"{field.name} = {json.dumps(default)}" in out, (name, field.name)
+            assert field.metadata["help"] in out
