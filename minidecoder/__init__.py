@@ -58,7 +58,13 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
 
 
 def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol", batch_size: int = 32,
-          progress: bool = False, **options) -> torch.Tensor:
-    """Sentence embeddings (N, hidden) float32 for `texts` with a method name or method object."""
+          progress: bool = False, truncate: int | None = None, report: dict | None = None,
+          **options) -> torch.Tensor:
+    """Sentence embeddings (N, hidden) float32 for `texts` with a method name or method object.
+
+    An input longer than the model's context is an error; `truncate=N` keeps the first N tokens of each
+    text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass).
+    """
     from minidecoder.embedding import embed as _embed
-    return _embed(model, texts, method, batch_size=batch_size, progress=progress, **options)
+    return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,
+                  **options)
