@@ -42,8 +42,8 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     if truncate is not None:
         texts = _truncate_texts(model.tokenizer, texts, truncate, report)
     # Sort by token count (characters mislead: digits, rare words and non-Latin text take more tokens
-    # per character), stable, so that a
-    # batch's rows need little padding; `out[index]` below puts every vector back in input order.
+    # per character), stable, so that a batch's rows need little padding; `out[index]` below puts
+    # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32)

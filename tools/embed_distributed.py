@@ -1,0 +1,67 @@
+"""Embed a text file (one text per line) across processes; rank 0 writes the (N, E) tensor in input order.
+
+    torchrun --nproc_per_node 2 tools/embed_distributed.py texts.txt out.pt --model smollm2-135m-instruct
+    torchrun --nproc_per_node 4 tools/embed_distributed.py texts.txt out.pt --device cuda   # nccl, one GPU per rank
+
+Backend: gloo on CPU, nccl on CUDA (minidecoder.distributed.default_backend). On CPU each process gets
+cores // world threads. Method options are `--option name=value` (values parsed as JSON, else strings).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import minidecoder  # noqa: E402
+from minidecoder.distributed import default_backend, embed_distributed  # noqa: E402
+
+
+def _option(text: str) -> tuple[str, object]:
+    name, _, value = text.partition("=")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("texts", type=Path, help="UTF-8 file, one text per line (empty lines are skipped)")
+    parser.add_argument("output", type=Path, help="where rank 0 saves the (N, E) float32 tensor (torch.save)")
+    parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: minidecoder's default)")
+    parser.add_argument("--method", default="prompteol")
+    parser.add_argument("--option", action="append", default=[], type=_option, help="method option name=value")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = args.device
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    if world > 1:
+        dist.init_process_group(default_backend(device))
+    texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    model = minidecoder.load(args.model, dtype=args.dtype, device=device, progress=False)
+    vectors = embed_distributed(model, texts, args.method, args.batch_size, **dict(args.option))
+    if vectors is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(vectors, args.output)
+        print(f"wrote {tuple(vectors.shape)} embeddings of {args.texts} to {args.output}")
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
