@@ -21,8 +21,8 @@ At the end the chunks are assembled into the output through a memory map (`.npy`
 `.safetensors` file, written under a temporary name and renamed atomically; then the folder is removed.
 An existing output is never overwritten without `overwrite=True`.
 
-Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`:
-"minidecoder" = JSON), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
+Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
+entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
 `truncate` cut any text, which rows and from how many tokens (the driver never truncates silently).
 """
 from __future__ import annotations
@@ -46,11 +46,13 @@ FORMATS = (".npy", ".safetensors")
 
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
                       overwrite: bool = False, batch_size: int = 32, progress: bool | Callable[[int, int], None] = False,
-                      truncate: int | None = None, **options: Any) -> dict[str, Any]:
+                      truncate: int | None = None, extra_metadata: dict[str, Any] | None = None,
+                      **options: Any) -> dict[str, Any]:
     """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
 
     method: a registry name (with `**options`) or a Method object. progress: True for a bar on stderr,
-    or a callable `progress(done_rows, total_rows)` called after each chunk.
+    or a callable `progress(done_rows, total_rows)` called after each chunk. extra_metadata: more
+    entries for the output's metadata (e.g. the command line); they are not part of the manifest.
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
     truncated rows.
     """
@@ -73,14 +75,9 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     if output_path.exists() and not overwrite:
         raise InputError(f"output {output_path} already exists; it is never overwritten silently",
                          "choose another output path, delete it, or pass overwrite=True (--overwrite)")
-    if not output_path.parent.is_dir():
-        raise InputError(f"the folder of the output, {output_path.parent}, does not exist", "create it first")
     method.check(model)
-
-    kind = "jsonl" if input_path.suffix in (".jsonl", ".json") else "txt"
-    checksum, total = _scan(input_path, kind)  # one streaming pass: sha256, line count, every line valid
-    if total == 0:
-        raise InputError(f"input file {input_path} holds no texts", "give a file with one text per line")
+    kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
+    output_path.parent.mkdir(parents=True, exist_ok=True)
     manifest = {
         "version": MANIFEST_VERSION,
         "model": _model_identity(model),
@@ -126,7 +123,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     truncated: dict[str, int] = {}
     for k in range(num_chunks):
         truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
-    metadata = {**manifest, "rows": total, "truncated_rows": truncated}
+    metadata = {**(extra_metadata or {}), **manifest, "rows": total, "truncated_rows": truncated}
     dim = _assemble(work, num_chunks, total, output_path, metadata)
     shutil.rmtree(work, ignore_errors=True)
     return {"output": str(output_path), "rows": total, "dim": dim, "chunks_computed": computed,
@@ -134,6 +131,22 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
 
 
 # ---- input ---------------------------------------------------------------------------------------------
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+
+
+def scan_input(path: str | Path) -> tuple[str, str, int]:
+    """(format, sha256, rows) of an input file, every line checked (streamed): a cheap check to run
+    before a model loads."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist", "give a .txt (one text per line) or .jsonl file")
+    kind = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "txt"
+    checksum, total = _scan(path, kind)
+    if total == 0:
+        raise InputError(f"{path} has no rows", "put one text per line")
+    return kind, checksum, total
+
+
 def _scan(path: Path, kind: str) -> tuple[str, int]:
     """sha256 of the file and its number of texts, validating every line on the way (streamed)."""
     digest = hashlib.sha256()
@@ -156,7 +169,7 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise InputError(f"line {number} of {path} is not valid UTF-8 (byte {error.start}: "
+        raise InputError(f"{path} line {number} is not valid UTF-8 (byte {error.start}: "
                          f"{raw[error.start:error.start + 4]!r})",
                          "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`") from None
     if number == 1 and line.startswith("\ufeff"):
@@ -166,13 +179,13 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise InputError(f"line {number} of {path} is not JSON ({error})",
+            raise InputError(f"{path} line {number} is not JSON ({error})",
                              'write one object per line, e.g. {"text": "a sentence"}') from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise InputError(f'line {number} of {path} has no "text" string', 'write e.g. {"text": "a sentence"}')
+            raise InputError(f'{path} line {number} has no string "text" field', 'write e.g. {"text": "a sentence"}')
         line = record["text"]
     if not line.strip():
-        raise InputError(f"line {number} of {path} is empty or whitespace-only",
+        raise InputError(f"{path} line {number} is empty or whitespace-only",
                          "remove it (row i of the output is line i of the input, so blank lines are not skipped)")
     return line
 
@@ -273,7 +286,7 @@ def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: d
         sidecar = output.with_name(output.name + ".json")
         _atomic_write(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"))
     else:
-        header = {"__metadata__": {"minidecoder": json.dumps(metadata, sort_keys=True)},
+        header = {"__metadata__": {key: json.dumps(value, sort_keys=True) for key, value in metadata.items()},
                   "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
         encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
         encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
@@ -304,7 +317,7 @@ def load_metadata(output_path: str | Path) -> dict[str, Any]:
     if output_path.suffix == ".safetensors":
         from safetensors import safe_open
         with safe_open(str(output_path), framework="np") as handle:
-            return json.loads(handle.metadata()["minidecoder"])
+            return {key: json.loads(value) for key, value in handle.metadata().items()}
     return json.loads(output_path.with_name(output_path.name + ".json").read_text(encoding="utf-8"))
 
 

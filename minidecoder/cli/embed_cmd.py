@@ -148,23 +148,17 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     check_output(output, args.overwrite)
     method = minidecoder.methods.build_method(args.method, **parse_options(args.opt))
-    texts = read_texts(Path(args.input))
+    from minidecoder.jobs import run_embedding_job, scan_input
+    scan_input(Path(args.input))  # every line checked, streamed, before the model loads
     model = load_model(args)
-    report: dict = {}
-    vectors = minidecoder.embed(model, texts, method, batch_size=args.batch_size, progress=not args.no_progress,
-                                truncate=args.truncate, report=report)
-    metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "method": method.describe(),
-        "rows": len(texts),
-        "tokenizer_sha256": model.tokenizer.checksum,
-        "command": shlex.join(["minidecoder", "embed", *_argv(args)]),
-        **report,
-    }
-    write_embeddings(output, vectors, metadata)
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 embeddings ({method.name}) to {output}")
+    # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.
+    summary = run_embedding_job(
+        model, method, args.input, output, overwrite=args.overwrite, batch_size=args.batch_size,
+        progress=not args.no_progress, truncate=args.truncate,
+        extra_metadata={"model_name": args.model if args.model is not None else "default",
+                        "command": shlex.join(["minidecoder", "embed", *_argv(args)])})
+    print(f"wrote {summary['rows']} x {summary['dim']} float32 embeddings ({method.name}) to {output}"
+          + (f" (resumed: {summary['chunks_reused']} chunks reused)" if summary["chunks_reused"] else ""))
     return 0
 
 
