@@ -80,7 +80,9 @@ def random_ids(batch: int = 2, length: int = SEQ, seed: int = 1) -> torch.Tensor
 
 def save_tiny_tokenizer(folder: Path, add_bos: bool = True) -> Path:
     """A character-level tokenizer (one id per printable ASCII character) as tokenizer.json, loadable
-    by minidecoder and by transformers' AutoTokenizer alike."""
+    by minidecoder and by transformers' PreTrainedTokenizerFast. (In a folder whose config.json says
+    qwen2, AutoTokenizer picks Qwen2Tokenizer, which drops this vocabulary's spaces: load the
+    reference with PreTrainedTokenizerFast.from_pretrained there.)"""
     import json
 
     from tokenizers import Tokenizer, models, processors

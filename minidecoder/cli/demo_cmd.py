@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     for token, prob in top_next_tokens(model, args.prompt, 5):
         print(f"  {prob:7.2%}  {token!r}")
     new = model.generate(model.tokenizer.encode(args.prompt), max_new_tokens=12)
-    print(f"\ngreedy continuation: {args.prompt}{model.tokenizer.decode(new, skip_special_tokens=True)!r}")
+    continuation = args.prompt + model.tokenizer.decode(new, skip_special_tokens=True)
+    print(f"\ngreedy continuation: {continuation!r}")
     vectors = minidecoder.embed(model, SENTENCES, args.method)
     vectors = torch.nn.functional.normalize(vectors, dim=-1)
     similarity = vectors @ vectors.T
