@@ -1,0 +1,487 @@
+"""Speed and memory of every embedding method, against the reference approach, in one run.
+
+    python tools/bench.py --limit 256 --repeat 2                       # the table in docs/benchmarks.md
+    python tools/bench.py --limit 64 --methods prompteol,tp --dtype float32
+
+Each configuration runs in a fresh subprocess (so peak memory is its own) on STS-B test sentences in
+dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch warm-up:
+
+    ref:prompteol     the reference approach: transformers AutoModelForCausalLM, padded batches in
+                      dataset order (left padding), output_hidden_states=True, hidden_states[-1][:, -1]
+                      (logits computed, as the reference scripts' CausalLM did); `ref:tp` adds TP by
+                      forward pre-hooks on the decoder layers
+    md:<method>       minidecoder.embed (token-length buckets, early exit, shared-prefix cache)
+    md:prompteol!nocache   the same with the prefix cache off (the plain loop)
+    mem:*             peak memory at T = 512 (ReBA-2 of ~256-token texts, 4 rows): a plain forward of
+                      the repeated input, ReBA (eager fusion), ReBA blocked, the reference approach
+                      (transformers eager with every attention matrix returned, fused afterwards)
+
+Reported per configuration (median of --repeat runs, configurations interleaved): sentences/s,
+seconds, Spearman x100 on the pairs embedded (a check that methods agree, and the bfloat16 change),
+peak RSS during the run above the RSS before it (sampled every 2 ms with psutil) and the process's
+maxrss, the blocks that ran (early exit, CP's truncated auxiliary pass), and the fraction of the
+machine's matmul peak (a 2048x2048 matmul measured in this run, per dtype) reached on useful work:
+
+    useful FLOPs = sum over block calls of 2 * params_per_block * real tokens + 4 * H * D * causal pairs
+
+counting only non-padding tokens that were computed (a cached prefix counts once per batch; the
+`effective` column counts it once per row, as the plain loop computes it). Logits are never useful.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+STS_TEST = Path(os.environ.get("MINIDECODER_STS_DIR", "/work/shared/data/sts")) / "STSBenchmark" / "sts-test.csv"
+PROMPTEOL = 'This sentence : "{text}" means in one word:"'
+BATCH = 32
+
+# name -> (kind, dtype, method, options). Options put TP/HTP/CP at PromptEOL's depth (-1) so that the
+# ratios compare equal work; their reference layers are Llama-2-7B's, not SmolLM2's.
+CONFIGS: dict[str, tuple[str, str, str, dict]] = {
+    "ref:prompteol": ("ref", "float32", "prompteol", {}),
+    "ref:prompteol@bf16": ("ref", "bfloat16", "prompteol", {}),
+    "ref:tp": ("ref", "float32", "tp", {}),
+    "md:prompteol": ("md", "float32", "prompteol", {}),
+    "md:prompteol!nocache": ("md", "float32", "prompteol", {}),
+    "md:prompteol@bf16": ("md", "bfloat16", "prompteol", {}),
+    "md:prompteol@layer15": ("md", "float32", "prompteol", {"layer": 15}),
+    "md:pretended_cot": ("md", "float32", "pretended_cot", {}),
+    "md:knowledge": ("md", "float32", "knowledge", {}),
+    "md:metaeol": ("md", "float32", "metaeol", {}),
+    "md:echo": ("md", "float32", "echo", {}),
+    "md:mean": ("md", "float32", "mean", {}),
+    "md:tp": ("md", "float32", "tp", {"layer": -1}),
+    "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
+    "md:cp": ("md", "float32", "cp", {"layer": -1, "steer_layer": 4}),
+    "md:reba": ("md", "float32", "reba", {}),
+    "md:reba!blocked": ("md", "float32", "reba", {}),
+    "mem:plain512": ("mem", "float32", "plain", {}),
+    "mem:reba512": ("mem", "float32", "reba", {}),
+    "mem:reba512!blocked": ("mem", "float32", "reba", {}),
+    "mem:ref512": ("mem", "float32", "ref", {}),
+}
+DEFAULT = [name for name in CONFIGS]
+
+
+# ---- measurements shared by the workers ------------------------------------------------------------
+def maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+class PeakRss:
+    """Peak resident memory of this process while the block runs (a 2 ms sampling thread)."""
+
+    def __enter__(self) -> "PeakRss":
+        import psutil
+        self._proc = psutil.Process()
+        self.start = self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+            time.sleep(0.002)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    @property
+    def delta_mb(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 2.0) -> float:
+    """GFLOP/s of an n x n matmul on this machine now (best of repeated timings)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def sts_sentences(limit: int) -> tuple[list[str], list[float]]:
+    """s1, s2 of the first limit // 2 STS-B test pairs (dataset order) and their gold scores."""
+    sentences, gold = [], []
+    for line in STS_TEST.read_text(encoding="utf-8").splitlines():
+        cols = line.split("\t")
+        if len(cols) < 7:
+            continue
+        sentences += [cols[5], cols[6]]
+        gold.append(float(cols[4]))
+        if len(sentences) >= limit:
+            break
+    return sentences, gold
+
+
+def spearman_x100(vectors: torch.Tensor, gold: list[float]) -> float:
+    from minidecoder.evaluation.spearman import spearman
+    v = torch.nn.functional.normalize(vectors.float(), dim=-1)
+    cos = (v[0::2] * v[1::2]).sum(-1).tolist()
+    return 100 * spearman(cos, gold[:len(cos)])
+
+
+class FlopCounter:
+    """Counts real (non-padding) tokens and causal query-key pairs per block call of a minidecoder model."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.calls = [0] * model.num_layers
+        self.tokens = 0  # block x real new tokens
+        self.pairs = 0  # block x causal (query, key) pairs between real tokens
+        original = model.context
+
+        def context(attention_mask, num_new, batch_size, cache=None, position_ids=None):
+            ctx = original(attention_mask, num_new, batch_size, cache, position_ids)
+            key_mask = (cache.key_mask if cache is not None else None)
+            if key_mask is None and attention_mask is not None:
+                key_mask = attention_mask.bool()
+            if key_mask is None:
+                new, past = torch.full((batch_size,), num_new), torch.zeros(batch_size)
+            else:
+                key_mask = key_mask.expand(batch_size, -1)
+                new, past = key_mask[:, -num_new:].sum(1), key_mask[:, :-num_new].sum(1)
+            ctx.bench = (int(new.sum()), int((new * past + new * (new + 1) / 2).sum()))
+            return ctx
+
+        model.context = context  # an instance attribute: the methods' loops call model.context(...)
+        for i, block in enumerate(model.layers):
+            block.register_forward_pre_hook(self._hook(i))
+
+    def _hook(self, i: int):
+        def hook(module, args):
+            tokens, pairs = args[1].bench
+            self.calls[i] += 1
+            self.tokens += tokens
+            self.pairs += pairs
+        return hook
+
+    def flops(self) -> float:
+        cfg = self.model.config
+        per_block = sum(p.numel() for p in self.model.layers[0].parameters())
+        return 2 * per_block * self.tokens + 4 * cfg.num_heads * cfg.head_dim * self.pairs
+
+
+def runs_of(calls: list[int]) -> str:
+    """[2,2,1,1,0] -> '0-1x2 2-3x1 4x0': which blocks ran how often."""
+    out, start = [], 0
+    for i in range(1, len(calls) + 1):
+        if i == len(calls) or calls[i] != calls[start]:
+            out.append(f"{start}-{i - 1}x{calls[start]}" if i - 1 > start else f"{start}x{calls[start]}")
+            start = i
+    return " ".join(out)
+
+
+def effective_flops(model, method: str, options: dict, sentences: list[str]) -> float:
+    """Useful FLOPs with every row's template counted in full (what the plain loop computes)."""
+    from minidecoder.methods.inputs import encode_one
+    from minidecoder.methods.layers import resolve_output_layer
+    from minidecoder.methods.prompts import TEMPLATES
+    from minidecoder.text import senteval_sentence
+    if method not in TEMPLATES:
+        return float("nan")
+    depth = resolve_output_layer(options.get("layer", -1 if method == "prompteol" else -2), model.num_layers)
+    depth = min(depth, model.num_layers)
+    cfg = model.config
+    per_block = sum(p.numel() for p in model.layers[0].parameters())
+    total = 0.0
+    for text in sentences:
+        n = len(encode_one(model.tokenizer, TEMPLATES[method], senteval_sentence(text))[0])
+        total += depth * (2 * per_block * n + 4 * cfg.num_heads * cfg.head_dim * n * (n + 1) / 2)
+    return total
+
+
+# ---- workers (one configuration per fresh process) ----------------------------------------------------
+def worker_md(name: str, folder: str, limit: int) -> dict:
+    import minidecoder
+    from minidecoder import prefix_cache
+    from minidecoder.fused_attention import reba_blocked
+    import contextlib
+
+    kind, dtype, method, options = CONFIGS[name]
+    sentences, gold = sts_sentences(limit)
+    model = minidecoder.load(folder, dtype=dtype, progress=False)
+    rss_loaded = maxrss_mb()
+    minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up
+    counter = FlopCounter(model)
+    switch = prefix_cache.disabled() if name.endswith("!nocache") else \
+        reba_blocked() if name.endswith("!blocked") else contextlib.nullcontext()
+    with switch, PeakRss() as rss:
+        start = time.perf_counter()
+        vectors = minidecoder.embed(model, sentences, method, batch_size=BATCH, **options)
+        seconds = time.perf_counter() - start
+    return dict(seconds=seconds, n=len(sentences), spearman=spearman_x100(vectors, gold), flops=counter.flops(),
+                effective_flops=effective_flops(model, method, options, sentences),
+                blocks=runs_of(counter.calls), peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
+                loaded_mb=rss_loaded, dtype=dtype)
+
+
+def _hf(folder: str, dtype: str, attn: str = "sdpa"):
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
+                                                              attn_implementation=attn).eval()
+    return tok, model
+
+
+def worker_ref(name: str, folder: str, limit: int) -> dict:
+    """The reference approach, written as the reference scripts are (kongds/scaling_sentemb batcher)."""
+    from minidecoder.text import senteval_sentence
+
+    kind, dtype, method, options = CONFIGS[name]
+    sentences, gold = sts_sentences(limit)
+    tok, model = _hf(folder, dtype)
+    rss_loaded = maxrss_mb()
+    L, E = model.config.num_hidden_layers, model.config.hidden_size
+    template = PROMPTEOL
+    if method == "tp":  # TP by forward pre-hooks: <PST> row <- last row before blocks 1..6 (spec section 4)
+        tok.add_tokens(["<PST>"])
+        model.resize_token_embeddings(len(tok), mean_resizing=False)
+        pst = tok.convert_tokens_to_ids("<PST>")
+        with torch.no_grad():
+            model.get_input_embeddings().weight[pst] = torch.randn(E, generator=torch.Generator().manual_seed(0))
+        template = 'This sentence : <PST> "{text}" means in one word:"'
+        state = {}
+
+        def pre_hook(module, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            h = h.clone()
+            rows = torch.arange(h.shape[0])
+            h[rows, state["pst"]] = h[:, -1]
+            return ((h,) + tuple(args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
+
+        for i in range(1, 7):
+            model.model.layers[i].register_forward_pre_hook(pre_hook, with_kwargs=True)
+    real_tokens = 0
+
+    def run(texts: list[str]) -> torch.Tensor:
+        nonlocal real_tokens
+        prompts = [template.replace("{text}", senteval_sentence(t)) for t in texts]
+        inputs = tok(prompts, return_tensors="pt", padding=True)
+        real_tokens += int(inputs["attention_mask"].sum())
+        if method == "tp":
+            state["pst"] = (inputs["input_ids"] == pst).int().argmax(dim=1)
+        with torch.no_grad():
+            out = model(**inputs, output_hidden_states=True, return_dict=True)
+        return out.hidden_states[-1][:, -1, :].float()
+
+    run(sentences[:8])  # warm-up
+    real_tokens = 0
+    with PeakRss() as rss:
+        start = time.perf_counter()
+        vectors = torch.cat([run(sentences[i:i + BATCH]) for i in range(0, len(sentences), BATCH)])
+        seconds = time.perf_counter() - start
+    per_block = sum(p.numel() for p in model.model.layers[0].parameters())
+    flops = L * 2 * per_block * real_tokens  # attention term left out here (small at these lengths)
+    return dict(seconds=seconds, n=len(sentences), spearman=spearman_x100(vectors, gold), flops=flops,
+                effective_flops=flops, blocks=f"0-{L - 1}x{-(-len(sentences) // BATCH)} +logits",
+                peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(), loaded_mb=rss_loaded, dtype=dtype)
+
+
+def long_texts(tokenizer, rows: int = 4, tokens: int = 255) -> list[str]:
+    """`rows` texts of about `tokens` tokens each, made of consecutive STS-B sentences."""
+    sentences, _ = sts_sentences(2000)
+    out, current = [], ""
+    for s in sentences:
+        candidate = (current + " " + s).strip()
+        if len(tokenizer.encode(candidate, add_special_tokens=False)) > tokens:
+            out.append(current)
+            current = s
+            if len(out) == rows:
+                break
+        else:
+            current = candidate
+    return out
+
+
+def worker_mem(name: str, folder: str, limit: int) -> dict:
+    """Peak memory of ReBA-2 at T ~ 512 against a plain forward of the same repeated input."""
+    import minidecoder
+    from minidecoder.fused_attention import fused_attention_blocked
+    from minidecoder.methods.reba import encode_repeated, fused_attention
+    from minidecoder.methods.runner import hidden_at
+
+    kind, dtype, what, _ = CONFIGS[name]
+    if what == "ref":
+        tok, model = _hf(folder, dtype, attn="eager")
+        texts = long_texts(tok)
+        inputs = tok([t + t for t in texts], return_tensors="pt", padding=True)
+        rss_loaded = maxrss_mb()
+        with torch.no_grad(), PeakRss() as rss:
+            start = time.perf_counter()
+            out = model(**inputs, output_hidden_states=True, output_attentions=True)
+            P = torch.stack(out.attentions).float()  # (L, B, H, T, T): every matrix, as the reference keeps them
+            A = ((P + P.transpose(-1, -2)) / 2).amax(dim=(0, 2))  # (B, T, T)
+            seconds = time.perf_counter() - start
+        T = inputs["input_ids"].shape[1]
+    else:
+        model = minidecoder.load(folder, dtype=dtype, progress=False)
+        texts = long_texts(model.tokenizer)
+        batch = encode_repeated(model.tokenizer, texts, 2)
+        T = batch.input_ids.shape[1]
+        rss_loaded = maxrss_mb()
+        with torch.inference_mode(), PeakRss() as rss:
+            start = time.perf_counter()
+            if what == "plain":
+                hidden_at(model, batch, -1)
+            elif name.endswith("!blocked"):
+                fused_attention_blocked(model, batch, model.num_layers)
+            else:
+                fused_attention(model, batch, model.num_layers)
+            seconds = time.perf_counter() - start
+    return dict(seconds=seconds, n=len(texts), T=T, peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
+                loaded_mb=rss_loaded, dtype=dtype)
+
+
+# ---- driver -------------------------------------------------------------------------------------------
+def run_config(name: str, folder: str, limit: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--model", folder, "--limit", str(limit)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        return {"error": (result.stderr or result.stdout).strip().splitlines()[-1][:200]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def median_of(runs: list[dict]) -> dict:
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    out = dict(good[0])
+    for key in ("seconds", "peak_delta_mb", "maxrss_mb", "spearman"):
+        if key in out:
+            out[key] = statistics.median(r[key] for r in good)
+    out["runs_seconds"] = [round(r["seconds"], 2) for r in good]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=256, help="STS-B test sentences (s1, s2 of limit/2 pairs)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the median is kept")
+    parser.add_argument("--methods", default=None, help="comma-separated configuration names or method names "
+                        f"(default: all of {', '.join(DEFAULT)})")
+    parser.add_argument("--dtype", default=None, help="keep only configurations of this dtype (float32, bfloat16)")
+    parser.add_argument("--model", default=None, help="checkpoint folder (default: the registry's smollm2-135m-instruct)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.model is None:
+        from minidecoder.registry import ensure_model
+        args.model = str(ensure_model("smollm2-135m-instruct", progress=False))
+    if args.worker:
+        kind = CONFIGS[args.worker][0]
+        worker = {"md": worker_md, "ref": worker_ref, "mem": worker_mem}[kind]
+        print(json.dumps(worker(args.worker, args.model, args.limit)))
+        return
+
+    names = DEFAULT
+    if args.methods:
+        wanted = args.methods.split(",")
+        names = [n for n in CONFIGS if n in wanted or CONFIGS[n][2] in wanted or n.split(":")[1].split("@")[0].split("!")[0] in wanted]
+    if args.dtype:
+        names = [n for n in names if CONFIGS[n][1] == args.dtype or n.startswith("mem:")]
+    peaks = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
+    load_before = os.getloadavg()
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(args.repeat):  # interleaved, so that a burst of load hits every configuration alike
+        for name in names:
+            runs[name].append(run_config(name, args.model, args.limit, args.threads))
+            print(f"  run {r + 1}/{args.repeat} {name}: {runs[name][-1].get('seconds', runs[name][-1].get('error'))}",
+                  file=sys.stderr, flush=True)
+    peaks_after = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
+    results = {n: median_of(runs[n]) for n in names}
+    header = dict(date=datetime.datetime.now().isoformat(timespec="minutes"), machine=platform.processor() or
+                  platform.machine(), cpus=os.cpu_count(), threads=args.threads, torch=torch.__version__,
+                  model=args.model, limit=args.limit, repeat=args.repeat, loadavg_before=load_before,
+                  loadavg_after=os.getloadavg(),
+                  matmul_gflops={k: [round(peaks[k], 1), round(peaks_after[k], 1)] for k in peaks},
+                  command="python tools/bench.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print(report(header, results, {k: max(peaks[k], peaks_after[k]) for k in peaks}))
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "results": results, "runs": runs}, indent=1))
+
+
+def report(header: dict, results: dict, peaks: dict) -> str:
+    lines = [f"# {header['command']}", f"# {header['date']}  {header['cpus']} CPUs ({header['machine']}), "
+             f"{header['threads']} threads, torch {header['torch']}, load avg before {header['loadavg_before'][0]:.1f} "
+             f"after {header['loadavg_after'][0]:.1f}",
+             f"# matmul 2048^2 GFLOP/s (start, end of run): {header['matmul_gflops']}", ""]
+    lines.append(f"| configuration | sent/s | s (runs) | STS-B x100 | useful GFLOP/s | % matmul peak | "
+                 f"% effective | peak RSS +MB | maxrss MB | blocks run |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        if "error" in r:
+            lines.append(f"| {name} | error: {r['error']} |||||||||")
+            continue
+        if name.startswith("mem:"):
+            lines.append(f"| {name} (B={r['n']}, T={r['T']}) | | {r['seconds']:.2f} {r['runs_seconds']} | | | | | "
+                         f"{r['peak_delta_mb']:.0f} | {r['maxrss_mb']:.0f} | |")
+            continue
+        rate = r["flops"] / r["seconds"] / 1e9
+        eff = r["effective_flops"] / r["seconds"] / 1e9
+        peak = peaks[r["dtype"]]
+        eff_txt = "" if eff != eff else f"{100 * eff / peak:.0f}%"
+        lines.append(f"| {name} | {r['n'] / r['seconds']:.1f} | {r['seconds']:.2f} {r['runs_seconds']} | "
+                     f"{r['spearman']:.2f} | {rate:.1f} | {100 * rate / peak:.0f}% | {eff_txt} | "
+                     f"{r['peak_delta_mb']:.0f} | {r['maxrss_mb']:.0f} | {r['blocks']} |")
+    lines += ["", "Ratios (time of A / time of B; < 1 means A is faster):"]
+
+    def ratio(a: str, b: str, target: str) -> None:
+        if a in results and b in results and "error" not in results[a] and "error" not in results[b]:
+            value = results[a]["seconds"] / results[b]["seconds"]
+            lines.append(f"- {a} / {b}: {value:.2f}  ({target})")
+
+    ratio("md:prompteol", "ref:prompteol", "speed-up = 1/ratio; target >= 1.5x, i.e. ratio <= 0.67")
+    ratio("md:prompteol!nocache", "ref:prompteol", "without the prefix cache")
+    ratio("md:prompteol@bf16", "ref:prompteol", "bf16 vs fp32 reference; target >= 3.5x, i.e. ratio <= 0.29")
+    ratio("md:prompteol@bf16", "md:prompteol", "bf16 vs fp32, both minidecoder")
+    ratio("ref:prompteol@bf16", "ref:prompteol", "reference bf16 vs fp32")
+    ratio("md:prompteol@layer15", "md:prompteol", "early exit at 15 of 30; target about 0.5")
+    ratio("md:prompteol", "md:prompteol!nocache", "prefix cache on / off")
+    for m, target in (("tp", "<= 1.05"), ("htp", "<= 1.15"), ("cp", "<= 1.2"), ("pretended_cot", "paper 1.18 on Llama-2"),
+                      ("knowledge", ""), ("metaeol", "paper 8.17"), ("echo", "paper 1.67"), ("mean", ""),
+                      ("reba", ""), ("reba!blocked", "")):
+        ratio(f"md:{m}", "md:prompteol", f"vs PromptEOL; target {target}" if target else "vs PromptEOL")
+    ratio("md:tp", "ref:tp", "TP: minidecoder vs reference hooks")
+    if "md:prompteol@bf16" in results and "md:prompteol" in results and "error" not in results["md:prompteol@bf16"]:
+        d = results["md:prompteol@bf16"]["spearman"] - results["md:prompteol"]["spearman"]
+        lines.append(f"- STS-B x100 change bf16 - fp32 (minidecoder PromptEOL, {header['limit'] // 2} pairs): {d:+.2f}")
+    mem = {k: results[k]["peak_delta_mb"] for k in results if k.startswith("mem:") and "error" not in results[k]}
+    if "mem:plain512" in mem:
+        for k in ("mem:reba512", "mem:reba512!blocked", "mem:ref512"):
+            if k in mem:
+                lines.append(f"- peak RSS above load, {k} / mem:plain512: {mem[k] / max(mem['mem:plain512'], 1):.2f} "
+                             f"({mem[k]:.0f} MB vs {mem['mem:plain512']:.0f} MB; target for ReBA <= 2)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
