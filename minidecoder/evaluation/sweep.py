@@ -433,7 +433,8 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
             record["skipped"] = str(error).splitlines()[0]
         records.append(record)
     if not valid:
-        raise InputError(f"no valid point in the grid {axes}", "see the methods' layer rules (e.g. TP end <= layer)")
+        raise InputError(f"no valid point in the grid {axes}: {records[0]['skipped']}",
+                         "see the methods' layer rules (e.g. TP end <= layer)")
     sentences = unique_sentences([dev])
     vectors, cost = embed_grid(model, method, valid, sentences, batch_size, progress)
     scorer = StsScorer([dev], sentences)
