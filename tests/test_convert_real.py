@@ -25,13 +25,16 @@ NOT_NFC = "cafe\u0301 and A\u030angstro\u0308m"
 
 
 @pytest.mark.parametrize("name", REAL_MODELS)
-def test_weights_equal_transformers_gguf_loader(name: str) -> None:
+def test_conversion_matches_transformers_gguf_loader(name: str) -> None:
+    """Bit-identical weights, and transformers builds the same model from our config.json as from the
+    GGUF (identical logits). One test, so transformers' slow GGUF load happens once per model."""
     _, folder = real_files(name)
     ours: dict[str, torch.Tensor] = {}
     for file in sorted(folder.glob("*.safetensors")):
         ours.update(load_file(str(file)))
     config = json.loads((folder / "config.json").read_text())
-    reference = transformers_from_gguf(name).state_dict()
+    gguf_model = transformers_from_gguf(name)
+    reference = gguf_model.state_dict()
     if config["tie_word_embeddings"]:
         assert "lm_head.weight" not in ours
         assert torch.equal(reference.pop("lm_head.weight"), reference["model.embed_tokens.weight"])
@@ -43,11 +46,6 @@ def test_weights_equal_transformers_gguf_loader(name: str) -> None:
     print(f"{name}: {len(ours)} tensors, max abs weight difference {worst}")
     assert worst == 0.0
 
-
-@pytest.mark.parametrize("name", REAL_MODELS)
-def test_config_says_what_the_gguf_says(name: str) -> None:
-    """transformers builds the same model from our config.json as from the GGUF: identical logits."""
-    gguf_model = transformers_from_gguf(name)
     folder_model = transformers_from_folder(name)
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",

@@ -19,7 +19,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from minidecoder.convert.transforms import undo_llama_cpp
 from minidecoder.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError
 from minidecoder.fetch import sha256_file
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 # Bump when the output of a conversion changes, so that registry folders are rebuilt.
 CONVERTER_VERSION = "1"
@@ -71,27 +74,9 @@ def convert_gguf(
     architecture = gguf.architecture
     num_heads, num_kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
 
-    names = {gguf_name: hf_name(architecture, gguf_name) for gguf_name in gguf.tensor_names}
-    if architecture == "qwen2":
-        biased: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")
-    elif config.get("attention_bias"):
-        biased = ("q_proj", "k_proj", "v_proj", "o_proj")  # transformers' attention_bias covers all four
-    else:
-        biased = ()
-    expected = expected_hf_names(architecture, config["num_hidden_layers"], config["tie_word_embeddings"], biased)
-    if missing := sorted(expected - set(names.values())):
-        raise CheckpointError(
-            f"{gguf_path.name} lacks {len(missing)} tensors a {architecture} model of this shape needs, e.g. {missing[:3]}",
-            "the file is truncated or not a plain dense model; re-download it and compare its sha256",
-        )
-    if unexpected := sorted(set(names.values()) - expected):
-        raise CheckpointError(
-            f"{gguf_path.name} has tensors a {architecture} model of this shape does not, e.g. {unexpected[:3]}",
-            "check the metadata (block_count, head counts) against the tensors; the file may be corrupt",
-        )
-    gguf_of = {hf: gguf_name for gguf_name, hf in names.items()}
+    gguf_of = _hf_to_gguf_names(gguf, config)
     specs = sorted(
-        (TensorSpec(hf, gguf.shape(gguf_name), torch_dtype) for gguf_name, hf in names.items()),
+        (TensorSpec(hf, gguf.shape(gguf_name), torch_dtype) for hf, gguf_name in gguf_of.items()),
         key=lambda spec: _tensor_order(spec.name),
     )
 
@@ -138,6 +123,30 @@ def convert_gguf(
     return output_dir
 
 
+def _hf_to_gguf_names(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, str]:
+    """{transformers name: GGUF name} for every tensor, checked to be exactly the set the config implies."""
+    architecture = gguf.architecture
+    names = {hf_name(architecture, gguf_name): gguf_name for gguf_name in gguf.tensor_names}
+    if architecture == "qwen2":
+        biased: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")
+    elif config.get("attention_bias"):
+        biased = ("q_proj", "k_proj", "v_proj", "o_proj")  # transformers' attention_bias covers all four
+    else:
+        biased = ()
+    expected = expected_hf_names(architecture, config["num_hidden_layers"], config["tie_word_embeddings"], biased)
+    if missing := sorted(expected - set(names)):
+        raise CheckpointError(
+            f"{gguf.path.name} lacks {len(missing)} tensors a {architecture} model of this shape needs, e.g. {missing[:3]}",
+            "the file is truncated or not a plain dense model; re-download it and compare its sha256",
+        )
+    if unexpected := sorted(set(names) - expected):
+        raise CheckpointError(
+            f"{gguf.path.name} has tensors a {architecture} model of this shape does not, e.g. {unexpected[:3]}",
+            "check the metadata (block_count, head counts) against the tensors; the file may be corrupt",
+        )
+    return names
+
+
 def read_source_info(folder: str | Path) -> dict[str, Any] | None:
     """A converted folder's source.json, or None when the folder is absent or unfinished."""
     path = Path(folder) / "source.json"
@@ -164,7 +173,7 @@ def _move_into_place(staging: Path, output_dir: Path, overwrite: bool) -> None:
         os.replace(staging, output_dir)
 
 
-def _progress_bar(total: int, description: str, enabled: bool):  # -> tqdm | None
+def _progress_bar(total: int, description: str, enabled: bool) -> tqdm | None:
     if not enabled:
         return None
     from tqdm import tqdm
