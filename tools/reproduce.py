@@ -156,6 +156,8 @@ def markdown(report: dict) -> str:
                  f"({stamp['test_sentences']} distinct sentences), STS-B dev to the first {stamp['dev_limit'] or 'all'} "
                  f"pairs ({stamp['dev_sentences']} sentences). These numbers are a small-sample look, noisy, and "
                  "not comparable to published results; the full command is the same without the limits.", ""]
+    if stamp.get("rows_not_run"):
+        head += [f"**Rows not run** (left out with --rows): {', '.join(stamp['rows_not_run'])}.", ""]
     head += [f"Command: `{stamp['command']}`", "",
              "Spearman x100 of cosine vs gold; STS12-16 \"all\", STS-B and SICK-R test; Avg. of the seven. "
              "Hyper-parameters chosen on STS-B dev (`chosen`: `layer` is a hidden_states index, "
@@ -235,15 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cp-steers", default="3,5,7", help="CP steer layers to sweep")
     parser.add_argument("--cp-alphas", default="0.5,1", help="CP alphas to sweep")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--data", default=None, help="STS data folder (default: ../shared/data/sts)")
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
-    model = minidecoder.load(args.model)
+    model = minidecoder.load(args.model, device=args.device)
     L = model.num_layers
     ints = lambda text: [int(v) for v in text.split(",") if v.strip()]  # noqa: E731
     spec = rows_spec(L, ints(args.tp_ends), ints(args.cp_steers), [float(v) for v in args.cp_alphas.split(",")])
+    all_labels = [r["label"] for r in spec]
     if args.rows:
         wanted = set(args.rows.split(",")) | {"prompteol"}
         unknown = wanted - {r["key"] for r in spec}
@@ -258,25 +262,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model}: {L} blocks; {len(test_sentences)} test sentences, {len(unique_sentences([dev]))} dev sentences",
           file=sys.stderr)
     # warm-up (untimed): the first forward pays one-off costs that would inflate PromptEOL, the time reference
-    minidecoder.embed(model, test_sentences[:2 * args.batch_size], "prompteol", batch_size=args.batch_size)
+    minidecoder.embed(model, test_sentences[:8], "prompteol", batch_size=args.batch_size)
     chosen: dict[str, dict] = {}
     rows = []
     started = time.perf_counter()
     for row in spec:
+        row_start = time.perf_counter()
         rows.append(run_row(model, row, chosen, dev, test_tasks, test_sentences, scorer, args))
-        print(f"   {row['label']}: Avg. {rows[-1]['avg']:.2f} (dev {rows[-1]['dev']:.2f}, {rows[-1]['chosen']})",
-              file=sys.stderr)
+        print(f"   {row['label']}: Avg. {rows[-1]['avg']:.2f} (dev {rows[-1]['dev']:.2f}, {rows[-1]['chosen']}) "
+              f"in {time.perf_counter() - row_start:.0f} s", file=sys.stderr)
     reference = next(r for r in rows if r["key"] == "prompteol")["test_seconds"]
     for row in rows:
         row["time"] = row["test_seconds"] / reference
     by_key = {r["key"]: r for r in rows}
     command = shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])])
     metadata = {"model": args.model, "model_source": str(model.source), "num_layers": L, "dtype": "float32",
-                "device": "cpu", "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
+                "device": args.device, "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
                 "dev_limit": args.dev_limit, "test_sentences": len(test_sentences),
                 "dev_sentences": len(unique_sentences([dev])), "tokenizer_sha256": model.tokenizer.checksum,
                 "grids": {"tp_ends": args.tp_ends, "cp_steers": args.cp_steers, "cp_alphas": args.cp_alphas},
-                "wall_seconds": round(time.perf_counter() - started, 1), "command": command}
+                "wall_seconds": round(time.perf_counter() - started, 1), "command": command,
+                "rows_not_run": [label for label in all_labels if label not in {r["label"] for r in rows}]}
     files = [name for task in [dev, *test_tasks] for name in task.files]
     stamp = build_stamp(metadata, {"data_dir": str(dev.data_dir), "data_files": files, "limit": args.limit})
     report = {"stamp": stamp, "rows": rows, "comparison": comparison(by_key)}
