@@ -98,6 +98,7 @@ def convert_gguf(
     try:
         _write_json(staging / "config.json", config)
         tokenizer.save(str(staging / "tokenizer.json"))
+        del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
         _write_json(staging / "tokenizer_config.json", tokenizer_config)
         bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
         try:

@@ -24,6 +24,8 @@ SUPPORTED_QUANT_TYPES = (
     "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
 )
 
+_ROW_BLOCK_ELEMENTS = 1 << 22  # values unpacked per step (16 MiB of float32)
+
 
 class GGUFFile:
     """One GGUF file: `metadata` (key -> value), `architecture`, and `tensor_names` in file order."""
@@ -65,7 +67,10 @@ class GGUFFile:
         return tuple(int(n) for n in reversed(self._tensors[name].shape))
 
     def dequantize(self, name: str) -> np.ndarray:
-        """Tensor `name` as float32 in PyTorch shape. Exact: every supported type unpacks to float32."""
+        """Tensor `name` as float32 in PyTorch shape. Exact: every supported type unpacks to float32.
+
+        Unpacked a block of rows at a time into the output, so that gguf-py's temporaries stay small
+        even for a 150k-row embedding."""
         from gguf.quants import dequantize
 
         tensor = self._tensors[name]
@@ -75,8 +80,12 @@ class GGUFFile:
                 f"{self.path.name}: tensor {name!r} is stored as {quant_type}, which this converter does not dequantize",
                 f"use a GGUF quantized with one of {', '.join(SUPPORTED_QUANT_TYPES)}",
             )
-        values = dequantize(tensor.data, tensor.tensor_type)
-        if quant_type == "F32":
-            # F32 comes back as a view of the memory-mapped file: copy, so nothing writes through to it.
-            values = np.array(values, copy=True)
-        return values.astype(np.float32, copy=False).reshape(self.shape(name))
+        shape = self.shape(name)
+        out = np.empty(shape, dtype=np.float32)  # a fresh array: never a view of the memory-mapped file
+        data = tensor.data  # (rows, bytes or values per row) for a matrix
+        rows = out.reshape(data.shape[0], -1) if data.ndim >= 2 else out.reshape(1, -1)
+        data = data if data.ndim >= 2 else data.reshape(1, -1)
+        step = max(1, _ROW_BLOCK_ELEMENTS // rows.shape[1])
+        for start in range(0, rows.shape[0], step):
+            rows[start:start + step] = dequantize(data[start:start + step], tensor.tensor_type).reshape(-1, rows.shape[1])
+        return out
