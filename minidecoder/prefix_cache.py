@@ -108,10 +108,12 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
     cache = KVCache.empty(L)
     h = model.embed(prefix_ids)  # (1, p, E)
     ctx = model.context(None, p, 1, cache)
-    prefix_states = {0: h}
+    keep = set(wanted.values())  # only the requested states stay alive
+    prefix_states = {0: h} if 0 in keep else {}
     for i, block in enumerate(model.layers[:deepest]):
         h = block(h, ctx)
-        prefix_states[i + 1] = h
+        if i + 1 in keep:
+            prefix_states[i + 1] = h
 
     # 2) the rest of every row, left padded to W = T - p, after the broadcast prefix:
     #    row b's rest sits at the right end, exactly where it sits in the plain batch (shifted by p).
@@ -124,10 +126,11 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
     shared = cache.expand(B)
     h = model.embed(rest_ids)  # (B, W, E)
     ctx = model.context(rest_mask, W, B, shared)
-    rest_states = {0: h}
+    rest_states = {0: h} if 0 in keep else {}
     for i, block in enumerate(model.layers[:deepest]):
         h = block(h, ctx)
-        rest_states[i + 1] = h
+        if i + 1 in keep:
+            rest_states[i + 1] = h
     if deepest == L:  # only the last entry is normed (transformers' convention)
         prefix_states[L] = model.norm(prefix_states[L])
         rest_states[L] = model.norm(rest_states[L])

@@ -91,6 +91,7 @@ class _Spy(Method):
         self.batches: list[list[str]] = []
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        assert torch.is_inference_mode_enabled()  # no autograd bookkeeping anywhere on the embedding path
         self.batches.append(list(texts))
         out = torch.zeros(len(texts), model.config.hidden_size)
         for row, text in enumerate(texts):

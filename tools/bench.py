@@ -331,12 +331,15 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
         tok, model = _hf(folder, dtype, attn="eager")
         texts = long_texts(tok)
         inputs = tok([t + t for t in texts], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            model(**tok(texts[:1], return_tensors="pt"))  # warm-up: page in every weight before measuring
         rss_loaded = maxrss_mb()
         with torch.no_grad(), PeakRss() as rss:
             start = time.perf_counter()
-            out = model(**inputs, output_hidden_states=True, output_attentions=True)
-            P = torch.stack(out.attentions).float()  # (L, B, H, T, T): every matrix, as the reference keeps them
-            A = ((P + P.transpose(-1, -2)) / 2).amax(dim=(0, 2))  # (B, T, T)
+            out = model(**inputs, output_hidden_states=True, output_attentions=True)  # every matrix kept
+            A = torch.zeros(out.attentions[0].shape[0], *out.attentions[0].shape[2:])  # (B, T, T)
+            for P in out.attentions:  # folded one layer at a time, as gently as the returned tuple allows
+                A = torch.maximum(A, ((P + P.transpose(-1, -2)) / 2).amax(dim=1).float())
             seconds = time.perf_counter() - start
         T = inputs["input_ids"].shape[1]
     else:
@@ -344,6 +347,8 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
         texts = long_texts(model.tokenizer)
         batch = encode_repeated(model.tokenizer, texts, 2)
         T = batch.input_ids.shape[1]
+        with torch.inference_mode():  # warm-up: weights are memory-mapped, page them in before measuring
+            hidden_at(model, encode_repeated(model.tokenizer, texts[:1], 1), -1)
         rss_loaded = maxrss_mb()
         with torch.inference_mode(), PeakRss() as rss:
             start = time.perf_counter()

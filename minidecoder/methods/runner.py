@@ -34,10 +34,12 @@ def hidden_at_layers(model, batch: PromptBatch, layers: list[int], reuse_prefix:
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     ctx = model.context(mask, ids.shape[1], ids.shape[0])
-    states = {0: h}
+    keep = set(wanted.values())  # only the requested states stay alive (memory: not L x (B, T, E))
+    states = {0: h} if 0 in keep else {}
     for i, block in enumerate(model.layers[:deepest]):
         h = block(h, ctx)
-        states[i + 1] = h
+        if i + 1 in keep:
+            states[i + 1] = h
     if deepest == L:
         states[L] = model.norm(h)  # only the last entry is normed (transformers' convention)
     return {layer: states[index] for layer, index in wanted.items()}
