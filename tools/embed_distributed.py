@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.save(vectors, args.output)
         print(f"wrote {tuple(vectors.shape)} embeddings of {args.texts} to {args.output}")
     if world > 1:
+        # Leave together: a rank that tears gloo down while rank 0 still writes can abort (SIGABRT).
+        dist.barrier()
         dist.destroy_process_group()
 
 
