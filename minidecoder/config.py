@@ -184,7 +184,6 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
             f"unsupported model_type {model_type!r}",
             f"minidecoder supports {', '.join(SUPPORTED_MODEL_TYPES)}",
         )
-    prefixes: tuple[str, ...] = ()
     if model_type == "gemma3":  # multimodal wrapper: only its text part is a decoder
         unknown = set(raw) - _INERT_KEYS - _GEMMA3_OUTER_KEYS - set(ignore_keys)
         if unknown:

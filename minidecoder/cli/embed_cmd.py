@@ -15,15 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shlex
 from pathlib import Path
 
-import torch
-
 from minidecoder.errors import InputError
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
 OUTPUT_SUFFIXES = (".npy", ".safetensors")
 
 
@@ -62,49 +58,7 @@ def methods_help() -> str:
     return "\n".join(lines)
 
 
-# ---- input -----------------------------------------------------------------------------------------
-def read_texts(path: Path) -> list[str]:
-    """Rows of a text or JSONL file. Invalid UTF-8, a blank row, bad JSON or a missing "text" are errors
-    naming the line (1-based), because a skipped row would shift every later embedding."""
-    if not path.is_file():
-        raise InputError(f"input file {path} does not exist", "check the path given to --input")
-    raw = path.read_bytes()
-    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
-        raw = raw[3:]
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":  # the final newline ends the last row; it does not start a new one
-        lines.pop()
-    jsonl = path.suffix.lower() in JSONL_SUFFIXES
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InputError(f"{path} line {number} is not valid UTF-8 (byte {error.start}: "
-                             f"{line[error.start:error.start + 1]!r})",
-                             "re-save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 IN > OUT`") from None
-        line = line.removesuffix("\r")
-        text = _jsonl_text(path, number, line) if jsonl else line
-        if not text.strip():
-            raise InputError(f"{path} line {number} is empty or whitespace-only",
-                             "remove the line or give it text: every line is one row of the output")
-        texts.append(text)
-    if not texts:
-        raise InputError(f"{path} has no rows", "put one sentence per line")
-    return texts
-
-
-def _jsonl_text(path: Path, number: int, line: str) -> str:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path} line {number} is not JSON: {error.msg}", 'write one object per line, e.g. {"text": "a sentence"}') from None
-    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-        raise InputError(f'{path} line {number} has no string "text" field', 'write one object per line, e.g. {"text": "a sentence"}')
-    return row["text"]
-
-
-# ---- output (kept in one place so a streaming/resumable writer can replace it) ---------------------
+# ---- output checks (the writing itself is minidecoder.jobs) -------------------------------------
 def check_output(path: Path, overwrite: bool) -> None:
     if path.suffix.lower() not in OUTPUT_SUFFIXES:
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
@@ -113,26 +67,6 @@ def check_output(path: Path, overwrite: bool) -> None:
         raise InputError(f"--output {path} already exists", "pass --overwrite to replace it, or choose another name")
     if path.exists() and path.is_dir():
         raise InputError(f"--output {path} is a directory", "give a file name ending in .npy or .safetensors")
-
-
-def write_embeddings(path: Path, vectors: torch.Tensor, metadata: dict) -> None:
-    """Write (N, E) float32 to `path` by suffix, via a temporary file renamed into place, so an
-    interrupted run never leaves a truncated file under the final name."""
-    import numpy as np
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    array = vectors.detach().to(torch.float32).cpu().contiguous()
-    try:
-        if path.suffix.lower() == ".npy":
-            with open(tmp, "wb") as handle:
-                np.save(handle, array.numpy())
-        else:
-            from safetensors.torch import save_file
-            save_file({"embeddings": array}, str(tmp), metadata={k: json.dumps(v) for k, v in metadata.items()})
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # ---- the command -----------------------------------------------------------------------------------
