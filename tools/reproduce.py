@@ -156,6 +156,10 @@ def markdown(report: dict) -> str:
                  f"({stamp['test_sentences']} distinct sentences), STS-B dev to the first {stamp['dev_limit'] or 'all'} "
                  f"pairs ({stamp['dev_sentences']} sentences). These numbers are a small-sample look, noisy, and "
                  "not comparable to published results; the full command is the same without the limits.", ""]
+        if stamp["limit"] is not None and stamp["limit"] < 10:
+            head += [f"With {stamp['limit']} pairs, STS-B and SICK-R (one split each) are a Spearman over "
+                     f"{stamp['limit']} pairs, which can only take a few values (+-100 for two pairs); STS12-16 "
+                     f"pool {stamp['limit']} pairs from each of their 3-6 subsets. Read the Avg. accordingly.", ""]
     if stamp.get("rows_not_run"):
         head += [f"**Rows not run** (left out with --rows): {', '.join(stamp['rows_not_run'])}.", ""]
     head += [f"Command: `{stamp['command']}`", "",
@@ -241,7 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=None, help="STS data folder (default: ../shared/data/sts)")
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="only rewrite the Markdown next to a results JSON of an earlier run (no model, no numbers changed)")
     args = parser.parse_args(argv)
+    if args.render:
+        path = Path(args.render)
+        path.with_suffix(".md").write_text(markdown(json.loads(path.read_text())))
+        print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
+        return 0
 
     model = minidecoder.load(args.model, device=args.device)
     L = model.num_layers
