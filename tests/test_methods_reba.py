@@ -194,3 +194,29 @@ def test_real_smollm2_matches_transformers() -> None:
     ours = minidecoder.embed(model, texts, "reba")
     theirs = torch.stack([oracle_embedding(hf, tok, t) for t in texts]).float()
     assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_blocked_fusion_option_equals_eager_fusion(name: str, tmp_path) -> None:
+    """fusion=blocked (one head at a time, T^2 memory once) gives the eager fusion's embeddings;
+    fusion=auto picks blocked from BLOCKED_FROM_LENGTH tokens on."""
+    import minidecoder
+    from minidecoder.methods import reba as reba_module
+    from tiny_models import tiny_checkpoint
+
+    tiny_checkpoint(name, tmp_path)
+    model = minidecoder.load(tmp_path)
+    texts = ["A man plays a guitar on the stage.", "Short one.", "Dogs run in the park at noon today."]
+    eager = minidecoder.embed(model, texts, "reba", fusion="eager")
+    blocked = minidecoder.embed(model, texts, "reba", fusion="blocked")
+    torch.testing.assert_close(blocked, eager, atol=1e-5, rtol=1e-5)
+    calls = []
+    original = reba_module.fused_attention
+    reba_module.fused_attention = lambda *args: calls.append("eager") or original(*args)
+    try:
+        minidecoder.embed(model, texts, "reba")  # ~80 tokens: below the threshold, eager
+        assert calls == ["eager"]
+        minidecoder.embed(model, ["word " * 140], "reba")  # 2 x 700 characters: blocked
+        assert calls == ["eager"]
+    finally:
+        reba_module.fused_attention = original

@@ -36,6 +36,7 @@ from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.model import Sites
 
 WEIGHTS = ("pooled", "normalized", "raw")
+BLOCKED_FROM_LENGTH = 256  # fusion="auto": below this the eager patterns are small and the eager path is faster
 ROWS = ("backward", "full")
 
 
@@ -143,6 +144,9 @@ class reba(Method):
                           "each e_i normalized per row; raw = the paper's unnormalized sum")
     first_half_split: bool = option(False, "reference quirk: mean over rows 0..T//2-1 of the whole sequence (BOS "
                                     "included, the first copy's last token left out) instead of the first copy")
+    fusion: str = option("auto", "how A is computed: eager = each block's whole (B, H, T, T) pattern; blocked = "
+                         "one head at a time from q/k on the fast path (peak memory grows with T^2 once; "
+                         "minidecoder.fused_attention); auto = blocked from 256 tokens on")
 
     def __post_init__(self) -> None:
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
@@ -151,6 +155,8 @@ class reba(Method):
                                      ("weights", self.weights, WEIGHTS)):
             if value not in allowed:
                 raise InputError(f"ReBA {name} {value!r} is unknown", f"use one of {', '.join(allowed)}")
+        if self.fusion not in ("auto", "eager", "blocked"):
+            raise InputError(f"ReBA fusion {self.fusion!r} is unknown", "use auto, eager or blocked")
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
@@ -158,7 +164,12 @@ class reba(Method):
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
         index = resolve_output_layer(self.layer, model.num_layers)
         batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
-        A, h = fused_attention(model, batch, index)
+        T = batch.input_ids.shape[1]
+        if self.fusion == "blocked" or (self.fusion == "auto" and T >= BLOCKED_FROM_LENGTH):
+            from minidecoder.fused_attention import fused_attention_blocked
+            A, h = fused_attention_blocked(model, batch, index)  # same A up to rounding, T^2 memory once
+        else:
+            A, h = fused_attention(model, batch, index)
         rows = _rows_mask(batch, self.pooling, self.first_half_split).to(A.device)
         backward = self.pooling == "mean" or self.last_row == "backward"
         return aggregate(A, h, rows, self.weights, backward)
