@@ -38,7 +38,9 @@ import torch
 from minidecoder.methods.inputs import PromptBatch
 from minidecoder.model import KVCache
 
-MIN_PREFIX = 4  # below this the second, batch-1 pass costs more than it saves
+# Below this the second, batch-1 pass costs about what it saves: PromptEOL's 4-token prefix on
+# SmolLM2 ran 0.88x the plain loop on a quiet machine and 1.3-1.4x on a loaded one (docs/benchmarks.md).
+MIN_PREFIX = 8
 _enabled = True  # switched off only by `disabled()` (benchmarks and tests compare against the plain loop)
 
 
