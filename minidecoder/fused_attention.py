@@ -19,13 +19,10 @@ share of a block's at sentence lengths.
 
 The numerics mirror `Attention._eager` (scores in the activation dtype, softcap before the mask,
 softmax in float32 then cast back), so A equals the eager fusion up to float rounding
-(tests/test_fast_paths.py). Opt-in: `reba_blocked()` swaps it into the ReBA method for a block of
-code; the ReBA module may call `fused_attention_blocked` directly.
+(tests/test_fast_paths.py). The ReBA method uses it through its `fusion` option (blocked, or auto
+from 256 tokens on).
 """
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
 
 import torch
 
@@ -76,16 +73,3 @@ def _fold_block(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: t
         S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
         del P
         torch.maximum(A, S.amax(dim=1), out=A)  # max over this group's heads, then into the running max
-
-
-@contextlib.contextmanager
-def reba_blocked(heads_per_step: int = 1) -> Iterator[None]:
-    """Inside this block the ReBA method uses `fused_attention_blocked` (benchmarks, tests)."""
-    from minidecoder.methods import reba
-
-    original = reba.fused_attention
-    reba.fused_attention = lambda model, batch, index: fused_attention_blocked(model, batch, index, heads_per_step)
-    try:
-        yield
-    finally:
-        reba.fused_attention = original

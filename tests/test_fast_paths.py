@@ -22,7 +22,7 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder import prefix_cache
 from minidecoder.embedding import embed
-from minidecoder.fused_attention import fused_attention_blocked, reba_blocked
+from minidecoder.fused_attention import fused_attention_blocked
 from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import PromptBatch, encode_prompts, pad
 from minidecoder.methods.runner import hidden_at_layers, last_token
@@ -238,9 +238,8 @@ def test_blocked_fused_attention_equals_the_eager_fusion(name: str, heads_per_st
 
 def test_reba_method_through_the_blocked_fusion_equals_the_plain_method() -> None:
     model = tiny("llama")
-    plain = embed(model, TEXTS, "reba", batch_size=3)
-    with reba_blocked():
-        fast = embed(model, TEXTS, "reba", batch_size=3)
+    plain = embed(model, TEXTS, "reba", batch_size=3, fusion="eager")
+    fast = embed(model, TEXTS, "reba", batch_size=3, fusion="blocked")
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 

@@ -68,8 +68,8 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:tp": ("md", "float32", "tp", {"layer": -1}),
     "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
     "md:cp": ("md", "float32", "cp", {"layer": -1, "steer_layer": 4}),
-    "md:reba": ("md", "float32", "reba", {}),
-    "md:reba!blocked": ("md", "float32", "reba", {}),
+    "md:reba": ("md", "float32", "reba", {"fusion": "eager"}),
+    "md:reba!blocked": ("md", "float32", "reba", {"fusion": "blocked"}),
     "mem:plain512": ("mem", "float32", "plain", {}),
     "mem:reba512": ("mem", "float32", "reba", {}),
     "mem:reba512!blocked": ("mem", "float32", "reba", {}),
@@ -217,7 +217,6 @@ def effective_flops(model, method: str, options: dict, sentences: list[str]) -> 
 def worker_md(name: str, folder: str, limit: int) -> dict:
     import minidecoder
     from minidecoder import prefix_cache
-    from minidecoder.fused_attention import reba_blocked
     import contextlib
 
     kind, dtype, method, options = CONFIGS[name]
@@ -226,8 +225,7 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
     rss_loaded = maxrss_mb()
     minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up
     counter = FlopCounter(model)
-    switch = prefix_cache.disabled() if name.endswith("!nocache") else \
-        reba_blocked() if name.endswith("!blocked") else contextlib.nullcontext()
+    switch = prefix_cache.disabled() if name.endswith("!nocache") else contextlib.nullcontext()
     with switch, PeakRss() as rss:
         start = time.perf_counter()
         vectors = minidecoder.embed(model, sentences, method, batch_size=BATCH, **options)
