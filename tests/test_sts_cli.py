@@ -18,7 +18,7 @@ import torch
 
 import minidecoder
 import minidecoder.methods
-from minidecoder.cli import eval_cmd
+from minidecoder.cli import common, eval_cmd
 from minidecoder.errors import InputError
 from minidecoder.evaluation import evaluate_sts
 from minidecoder.evaluation.report import build_stamp, code_version, summary_table, to_markdown, write_report
@@ -125,7 +125,7 @@ def test_bad_arguments_are_input_errors(fakes: dict, argv: list[str], problem: s
 
 
 def test_option_values_are_json_when_they_parse() -> None:
-    got = eval_cmd.parse_options(["a=3", "b=0.25", "c=true", "d=null", "e=word", "f=\"quoted\"", "g=a=b", "h="])
+    got = common.parse_options(["a=3", "b=0.25", "c=true", "d=null", "e=word", "f=\"quoted\"", "g=a=b", "h="])
     assert got == {"a": 3, "b": 0.25, "c": True, "d": None, "e": "word", "f": "quoted", "g": "a=b", "h": ""}
 
 

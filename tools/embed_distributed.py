@@ -9,7 +9,6 @@ cores // world threads. Method options are `--option name=value` (values parsed 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,15 +19,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import minidecoder  # noqa: E402
+from minidecoder.cli.common import parse_options  # noqa: E402
 from minidecoder.distributed import default_backend, embed_distributed  # noqa: E402
-
-
-def _option(text: str) -> tuple[str, object]:
-    name, _, value = text.partition("=")
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("output", type=Path, help="where rank 0 saves the (N, E) float32 tensor (torch.save)")
     parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: minidecoder's default)")
     parser.add_argument("--method", default="prompteol")
-    parser.add_argument("--option", action="append", default=[], type=_option, help="method option name=value")
+    parser.add_argument("--option", action="append", default=[], help="method option name=value (JSON when it parses)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
@@ -54,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         dist.init_process_group(default_backend(device))
     texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
     model = minidecoder.load(args.model, dtype=args.dtype, device=device, progress=False)
-    vectors = embed_distributed(model, texts, args.method, args.batch_size, **dict(args.option))
+    vectors = embed_distributed(model, texts, args.method, args.batch_size, **parse_options(args.option))
     if vectors is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         torch.save(vectors, args.output)

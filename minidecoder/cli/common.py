@@ -1,7 +1,11 @@
-"""Options shared by the sub-commands that load a model."""
+"""Options shared by the sub-commands that load a model or take method options."""
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from minidecoder.errors import InputError
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -15,3 +19,20 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def load_model(args: argparse.Namespace):
     import minidecoder
     return minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """`["alpha=0.5", "prompt=cot"]` -> `{"alpha": 0.5, "prompt": "cot"}` (JSON when it parses)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--opt {pair!r} is not KEY=VALUE", "write e.g. --opt alpha=0.5 or --opt prompt=cot")
+        if key in options:
+            raise InputError(f"--opt {key} is given twice", "give each option once")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options

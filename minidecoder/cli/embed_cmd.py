@@ -73,8 +73,7 @@ def check_output(path: Path, overwrite: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     import minidecoder
     import minidecoder.methods
-    from minidecoder.cli.common import load_model
-    from minidecoder.cli.eval_cmd import parse_options
+    from minidecoder.cli.common import load_model, parse_options
 
     # everything that can fail cheaply fails before the model loads
     if args.batch_size < 1:

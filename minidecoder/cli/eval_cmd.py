@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import re
 import shlex
 from pathlib import Path
-from typing import Any
 
+from minidecoder.cli.common import add_model_options, load_model, parse_options
 from minidecoder.errors import InputError
 
 
@@ -25,35 +24,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sts.add_argument("--model", default=None, help="model name, folder or Hub id (default: the default model)")
     sts.add_argument("--method", required=True, help="method name, e.g. prompteol, tp, cp, mean")
     sts.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="a method option; repeat for more")
     sts.add_argument("--tasks", default=None, help="comma-separated tasks (default: the seven; also STSBenchmark-dev)")
     sts.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
     sts.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each subset (quick look)")
-    sts.add_argument("--dtype", default="float32", help="float32 (default, as the references), bfloat16 or float16")
-    sts.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     sts.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     sts.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json and PREFIX.md (default: ./sts-MODEL-METHOD-DATE)")
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_model_options(sts)
     sts.set_defaults(run=run)
-
-
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """`["alpha=0.5", "prompt=cot"]` -> `{"alpha": 0.5, "prompt": "cot"}` (JSON when it parses)."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise InputError(f"--opt {pair!r} is not KEY=VALUE", "write e.g. --opt alpha=0.5 or --opt prompt=cot")
-        if key in options:
-            raise InputError(f"--opt {key} is given twice", "give each option once")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
-    return options
 
 
 def parse_tasks(text: str | None) -> list[str]:
@@ -87,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     options = parse_options(args.opt)
     # everything that can fail cheaply fails before the model loads and the long run starts
     method = minidecoder.methods.build_method(args.method, **options)
-    model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+    model = load_model(args)
     metadata = {
         "model": args.model if args.model is not None else "default",
         "model_source": str(getattr(model, "source", args.model)),

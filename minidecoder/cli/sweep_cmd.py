@@ -17,14 +17,14 @@ import argparse
 import shlex
 from pathlib import Path
 
-from minidecoder.cli.eval_cmd import default_prefix, parse_options
+from minidecoder.cli.common import add_model_options, load_model, parse_options
+from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sweep", help="choose hyper-parameters on STS-B dev (layers, TP end, CP steer/alpha)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: the default model)")
     parser.add_argument("--method", required=True, help="method name, e.g. prompteol, tp, cp, mean")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="a fixed method option (JSON when it parses); repeat for more")
@@ -36,12 +36,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="any other option to sweep (shared where a rule exists, else run point by point)")
     parser.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N dev pairs")
-    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (default: ./sweep-MODEL-METHOD-DATE)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX-<axis>.png (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_model_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -76,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     options = parse_options(args.opt)
     method = minidecoder.methods.build_method(args.method, **options)
     fixed = set(options)
-    model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+    model = load_model(args)
     axes = build_axes(args, model.num_layers)
     clash = sorted(fixed & set(axes))
     if clash:
