@@ -2,8 +2,8 @@
 
 ReBA (arXiv 2502.20726, spec `methods.md` section 7) needs, for every block and every head, the
 post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
-`minidecoder.methods.reba.fused_attention` records each block's whole (B, H, T, T) pattern through the
-eager path; this module produces the same A with less memory:
+`minidecoder.methods.reba.fused_attention` either records each block's whole (B, H, T, T) pattern
+through the eager path, or (blocked=True) folds it with `fold_heads` below, for less memory:
 
     block i runs on its fast path (scaled-dot-product attention, no pattern materialized),
     recording only its queries and keys (B, H, T, D) through `Sites`;
@@ -26,35 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from minidecoder.methods.inputs import PromptBatch
-from minidecoder.model import Sites
 
 
-def fused_attention_blocked(model, batch: PromptBatch, output_index: int,
-                            heads_per_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, h) exactly as `reba.fused_attention` returns them: A (B, T, T) fp32, the elementwise max
-    over every block and head of (P + P^T)/2 with padded rows/columns zeroed; h = hidden_states[output_index]."""
-    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
-    h = model.embed(ids)  # (B, T, E)
-    B, T, _ = h.shape
-    ctx = model.context(mask, T, B)
-    A = torch.zeros(B, T, T, dtype=torch.float32, device=h.device)
-    hidden = h if output_index == 0 else None
-    for i, block in enumerate(model.layers):
-        sites = Sites(record={"q", "k"})  # recording q/k keeps the block on its fused-kernel path
-        h = block(h, ctx, sites)
-        _fold_block(A, block.self_attn, sites.store["q"], sites.store["k"], ctx.masks[block.self_attn.layer_type],
-                    heads_per_step)
-        del sites
-        if i + 1 == output_index:
-            hidden = h
-    if output_index == model.num_layers:
-        hidden = model.norm(h)  # only the last hidden state is normed (transformers' convention)
-    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T): queries on padding carry a uniform pattern
-    return A.masked_fill_(~valid, 0.0), hidden
-
-
-def _fold_block(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
+def fold_heads(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
                 heads_per_step: int) -> None:
     """A = max(A, (P + P^T)/2 of every head of one block), `heads_per_step` heads at a time, in place."""
     H, Hkv = q.shape[1], k.shape[1]

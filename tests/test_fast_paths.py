@@ -22,9 +22,8 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder import prefix_cache
 from minidecoder.embedding import embed
-from minidecoder.fused_attention import fused_attention_blocked
 from minidecoder.methods.base import Method
-from minidecoder.methods.inputs import PromptBatch, encode_prompts, pad
+from minidecoder.methods.inputs import encode_prompts, pad
 from minidecoder.methods.runner import hidden_at_layers, last_token
 from minidecoder.text import senteval_sentence
 from tiny_models import tiny_checkpoint
@@ -231,7 +230,7 @@ def test_blocked_fused_attention_equals_the_eager_fusion(name: str, heads_per_st
     with torch.inference_mode():
         for index in (model.num_layers, 2):
             A, h = fused_attention(model, batch, index)
-            A2, h2 = fused_attention_blocked(model, batch, index, heads_per_step)
+            A2, h2 = fused_attention(model, batch, index, blocked=True, heads_per_step=heads_per_step)
             assert_close(A2, A, atol=1e-6, rtol=1e-5)
             assert_close(h2, h)
 

@@ -212,11 +212,16 @@ def test_blocked_fusion_option_equals_eager_fusion(name: str, tmp_path) -> None:
     torch.testing.assert_close(blocked, eager, atol=1e-5, rtol=1e-5)
     calls = []
     original = reba_module.fused_attention
-    reba_module.fused_attention = lambda *args: calls.append("eager") or original(*args)
+
+    def spy(*args, blocked=False, **kwargs):
+        calls.append("blocked" if blocked else "eager")
+        return original(*args, blocked=blocked, **kwargs)
+
+    reba_module.fused_attention = spy
     try:
         minidecoder.embed(model, texts, "reba")  # ~80 tokens: below the threshold, eager
         assert calls == ["eager"]
         minidecoder.embed(model, ["word " * 140], "reba")  # 2 x 700 characters: blocked
-        assert calls == ["eager"]
+        assert calls == ["eager", "blocked"]
     finally:
         reba_module.fused_attention = original

@@ -320,7 +320,6 @@ def long_texts(tokenizer, rows: int = 4, tokens: int = 255) -> list[str]:
 def worker_mem(name: str, folder: str, limit: int) -> dict:
     """Peak memory of ReBA-2 at T ~ 512 against a plain forward of the same repeated input."""
     import minidecoder
-    from minidecoder.fused_attention import fused_attention_blocked
     from minidecoder.methods.reba import encode_repeated, fused_attention
     from minidecoder.methods.runner import hidden_at
 
@@ -353,7 +352,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
             if what == "plain":
                 hidden_at(model, batch, -1)
             elif name.endswith("!blocked"):
-                fused_attention_blocked(model, batch, model.num_layers)
+                fused_attention(model, batch, model.num_layers, blocked=True)
             else:
                 fused_attention(model, batch, model.num_layers)
             seconds = time.perf_counter() - start

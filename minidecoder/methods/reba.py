@@ -61,11 +61,18 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
     return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left")
 
 
-def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_attention(model, batch: PromptBatch, output_index: int, blocked: bool = False,
+                    heads_per_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded
     rows and columns zeroed; h = hidden_states[output_index] (B, T, E).
 
-    Every block runs (the reference fuses all of the model's attention maps whatever layer it reads)."""
+    Every block runs (the reference fuses all of the model's attention maps whatever layer it reads).
+    blocked=False: each block runs its eager path and its whole (B, H, T, T) pattern is folded.
+    blocked=True: each block stays on its fused-kernel path and only records q/k; the pattern is
+    recomputed `heads_per_step` heads at a time (minidecoder.fused_attention.fold_heads), so peak
+    memory grows with T^2 once. Both give the same A up to float rounding (tests/test_fast_paths.py)."""
+    from minidecoder.fused_attention import fold_heads
+
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     B, T, _ = h.shape
@@ -73,12 +80,17 @@ def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch
     A = torch.zeros(B, T, T, dtype=torch.float32, device=h.device)
     hidden = h if output_index == 0 else None
     for i, block in enumerate(model.layers):
-        sites = Sites(record={"pattern"})  # switches this block to the eager path
+        sites = Sites(record={"q", "k"} if blocked else {"pattern"})  # "pattern" switches the block to eager
         h = block(h, ctx, sites)
-        P = sites.store.pop("pattern").float()  # (B, H, T, T); dropped after folding
-        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
-        A = torch.maximum(A, S.amax(dim=1))  # (B, T, T): max over heads, then over blocks
-        del P, S
+        if blocked:
+            attn = block.self_attn
+            fold_heads(A, attn, sites.store["q"], sites.store["k"], ctx.masks[attn.layer_type], heads_per_step)
+        else:
+            P = sites.store.pop("pattern").float()  # (B, H, T, T); dropped after folding
+            S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+            A = torch.maximum(A, S.amax(dim=1))  # (B, T, T): max over heads, then over blocks
+            del P, S
+        del sites
         if i + 1 == output_index:
             hidden = h
     if output_index == model.num_layers:
@@ -165,11 +177,8 @@ class reba(Method):
         index = resolve_output_layer(self.layer, model.num_layers)
         batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
         T = batch.input_ids.shape[1]
-        if self.fusion == "blocked" or (self.fusion == "auto" and T >= BLOCKED_FROM_LENGTH):
-            from minidecoder.fused_attention import fused_attention_blocked
-            A, h = fused_attention_blocked(model, batch, index)  # same A up to rounding, T^2 memory once
-        else:
-            A, h = fused_attention(model, batch, index)
+        blocked = self.fusion == "blocked" or (self.fusion == "auto" and T >= BLOCKED_FROM_LENGTH)
+        A, h = fused_attention(model, batch, index, blocked=blocked)  # same A either way, up to rounding
         rows = _rows_mask(batch, self.pooling, self.first_half_split).to(A.device)
         backward = self.pooling == "mean" or self.last_row == "backward"
         return aggregate(A, h, rows, self.weights, backward)
