@@ -20,11 +20,13 @@ __all__ = ["load", "embed", "Decoder", "DecoderOutput", "KVCache", "Sites", "Mod
 
 
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
-         ignore_config_keys: tuple[str, ...] = (), progress: bool = True) -> Decoder:
+         ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
 
     dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
+    compile: fuse each block's elementwise work with torch.compile (minidecoder.compiled); the first
+        forward then compiles, and later ones run faster.
     """
     import json
 
@@ -54,6 +56,9 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
                              "use the tokenizer that belongs to these weights")
     model.tokenizer = tokenizer
     model.source = str(folder)
+    if compile:
+        from minidecoder.compiled import compile_blocks
+        compile_blocks(model)
     return model
 
 

@@ -251,6 +251,7 @@ class Decoder(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tokenizer = None  # set by minidecoder.load
         self.source: str | None = None  # folder the weights came from
+        self.compiled = False  # True after minidecoder.compiled.compile_blocks
         self._inv_freq = {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                           for kind, spec in config.rope.items()}
 

@@ -14,11 +14,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "Hub id; default: smollm2-135m-instruct, fetched and converted on first use")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+    parser.add_argument("--compile", action="store_true",
+                        help="fuse each block's elementwise work with torch.compile: the first batch compiles "
+                             "(tens of seconds), later ones run faster; needs a C++ compiler on CPU")
 
 
 def load_model(args: argparse.Namespace):
     import minidecoder
-    return minidecoder.load(args.model, dtype=args.dtype, device=args.device)
+    return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
