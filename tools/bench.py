@@ -12,6 +12,8 @@ dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch w
                       forward pre-hooks on the decoder layers
     md:<method>       minidecoder.embed (token-length buckets, early exit, shared-prefix cache)
     md:prompteol!nocache   the same with the prefix cache off (the plain loop)
+    md:*+compile      the same with `minidecoder.load(..., compile=True)` (blocks fused by torch.compile);
+                      compiling happens in the warm-up, whose seconds are reported apart
     mem:*             peak memory at T = 512 (ReBA-2 of ~256-token texts, 4 rows): a plain forward of
                       the repeated input, ReBA (eager fusion), ReBA blocked, the reference approach
                       (transformers eager with every attention matrix returned, fused afterwards)
@@ -59,6 +61,8 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:prompteol": ("md", "float32", "prompteol", {}),
     "md:prompteol!nocache": ("md", "float32", "prompteol", {}),
     "md:prompteol@bf16": ("md", "bfloat16", "prompteol", {}),
+    "md:prompteol+compile": ("md", "float32", "prompteol", {}),
+    "md:prompteol@bf16+compile": ("md", "bfloat16", "prompteol", {}),
     "md:prompteol@layer15": ("md", "float32", "prompteol", {"layer": 15}),
     "md:pretended_cot": ("md", "float32", "pretended_cot", {}),
     "md:knowledge": ("md", "float32", "knowledge", {}),
@@ -221,16 +225,20 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
 
     kind, dtype, method, options = CONFIGS[name]
     sentences, gold = sts_sentences(limit)
-    model = minidecoder.load(folder, dtype=dtype, progress=False)
+    model = minidecoder.load(folder, dtype=dtype, progress=False, compile=name.endswith("+compile"))
     rss_loaded = maxrss_mb()
-    minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up
+    start = time.perf_counter()
+    minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up (and compile)
+    minidecoder.embed(model, sentences[8:24], method, batch_size=16, **options)  # a second shape
+    warmup = time.perf_counter() - start
     counter = FlopCounter(model)
     switch = prefix_cache.disabled() if name.endswith("!nocache") else contextlib.nullcontext()
     with switch, PeakRss() as rss:
         start = time.perf_counter()
         vectors = minidecoder.embed(model, sentences, method, batch_size=BATCH, **options)
         seconds = time.perf_counter() - start
-    return dict(seconds=seconds, n=len(sentences), spearman=spearman_x100(vectors, gold), flops=counter.flops(),
+    return dict(seconds=seconds, warmup_seconds=warmup, n=len(sentences), spearman=spearman_x100(vectors, gold),
+                flops=counter.flops(),
                 effective_flops=effective_flops(model, method, options, sentences),
                 blocks=runs_of(counter.calls), peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)
@@ -459,13 +467,25 @@ def report(header: dict, results: dict, peaks: dict) -> str:
     def ratio(a: str, b: str, target: str) -> None:
         if a in results and b in results and "error" not in results[a] and "error" not in results[b]:
             value = results[a]["seconds"] / results[b]["seconds"]
-            lines.append(f"- {a} / {b}: {value:.2f}  ({target})")
+            work = ""
+            if "flops" in results[a] and "flops" in results[b] and not a.startswith("ref:") and not b.startswith("ref:"):
+                # the floor for a time ratio: how much more matrix work A does (its extra tokens)
+                work = f"; work ratio (useful FLOPs) {results[a]['flops'] / results[b]['flops']:.2f}"
+            lines.append(f"- {a} / {b}: {value:.2f}  ({target}{work})")
 
     ratio("md:prompteol", "ref:prompteol", "speed-up = 1/ratio; target >= 1.5x, i.e. ratio <= 0.67")
     ratio("md:prompteol!nocache", "ref:prompteol", "without the prefix cache")
     ratio("md:prompteol@bf16", "ref:prompteol", "bf16 vs fp32 reference; target >= 3.5x, i.e. ratio <= 0.29")
     ratio("md:prompteol@bf16", "md:prompteol", "bf16 vs fp32, both minidecoder")
     ratio("ref:prompteol@bf16", "ref:prompteol", "reference bf16 vs fp32")
+    ratio("md:prompteol+compile", "ref:prompteol", "compiled blocks; target >= 1.5x, i.e. ratio <= 0.67")
+    ratio("md:prompteol@bf16+compile", "ref:prompteol", "compiled bf16 vs fp32 reference; target ratio <= 0.29")
+    ratio("md:prompteol+compile", "md:prompteol", "compiled / plain blocks, fp32")
+    ratio("md:prompteol@bf16+compile", "md:prompteol@bf16", "compiled / plain blocks, bf16")
+    for name in ("md:prompteol+compile", "md:prompteol@bf16+compile"):
+        if name in results and "error" not in results[name]:
+            lines.append(f"- {name} warm-up (compiling, 24 sentences): {results[name]['warmup_seconds']:.1f} s, "
+                         "not in the timings above")
     ratio("md:prompteol@layer15", "md:prompteol", "early exit at 15 of 30; target about 0.5")
     ratio("md:prompteol", "md:prompteol!nocache", "prefix cache on / off")
     for m, target in (("tp", "<= 1.05"), ("htp", "<= 1.15"), ("cp", "<= 1.2"), ("pretended_cot", "paper 1.18 on Llama-2"),
