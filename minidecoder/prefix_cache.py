@@ -23,15 +23,17 @@ When it is off (the plain loop runs instead): a batch of one row, a shared run s
 `MIN_PREFIX` tokens, a model with sliding-window layers whose window the batch exceeds (the window
 rule counts indices in the cache + new sequence, and padding between prefix and rest would shift
 them), dynamic RoPE (its frequencies depend on the longest position in the call).
-Methods that rewrite the residual stream before or inside the prefix (TP, HTP, CP, ReBA) run their
-own loops and do not come here.
+TP comes here too, through `before_rest_block`: its copies go from the last token into `<PST>`, both
+after the prefix, which is cut to end before the first `<PST>` (`tp.forward_with_copies`). Methods
+that rewrite the stream inside the prefix or read it back (HTP's global block, CP's steered heads,
+ReBA's attention, TP's `mask_pst_first_layer`) run their own loops.
 
 Tested equal to the plain path in tests/test_fast_paths.py.
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -91,12 +93,18 @@ def prefix_cache_applies(model, batch: PromptBatch) -> int:
     return p if p >= MIN_PREFIX else 0
 
 
-def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int) -> dict[int, torch.Tensor]:
+def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int,
+                       extra_rows: dict[int, torch.Tensor] | None = None,
+                       before_rest_block: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+                       ) -> dict[int, torch.Tensor]:
     """The runner's `hidden_at_layers` through a cached prefix of `p` tokens.
 
     wanted: requested layer -> resolved hidden_states index. Returns layer -> (B, T, E) laid out as
     the plain path's left-padded batch; real positions hold the same states, padded positions hold
-    finite values that no pooling reads."""
+    finite values that no pooling reads.
+    extra_rows: placeholder embedding rows (`Decoder.embed`), for methods whose rest holds `<PST>`.
+    before_rest_block: (i, h) -> h applied to the rest pass's (B, T - p, E) stream before block i (TP's
+        copies, with positions shifted by -p); it must not read or write the prefix, which is cached."""
     L = model.num_layers
     deepest = max(wanted.values())
     device = model.device
@@ -126,10 +134,12 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
     rest_mask = torch.arange(W, device=device)[None, :] >= first[:, None]  # (B, W)
     rest_ids = rest_ids.masked_fill(~rest_mask, 0)
     shared = cache.expand(B)
-    h = model.embed(rest_ids)  # (B, W, E)
+    h = model.embed(rest_ids, extra_rows)  # (B, W, E)
     ctx = model.context(rest_mask, W, B, shared)
     rest_states = {0: h} if 0 in keep else {}
     for i, block in enumerate(model.layers[:deepest]):
+        if before_rest_block is not None:
+            h = before_rest_block(i, h)
         h = block(h, ctx)
         if i + 1 in keep:
             rest_states[i + 1] = h

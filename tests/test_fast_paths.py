@@ -159,6 +159,52 @@ def test_prefix_cache_equals_plain_path(name: str, method: str, options: dict, m
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 
+TP_PREFIX_OPTIONS = [
+    {"prompt": "prompteol"},
+    {"prompt": "knowledge", "end": 3},
+    {"prompt": "metaeol", "layer": 3},
+    {"prompt": "pretended_cot", "num_pst": 2, "resume_at": 3},
+]
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "llama_mqa_untied"])
+@pytest.mark.parametrize("options", TP_PREFIX_OPTIONS)
+def test_tp_prefix_cache_equals_plain_tp(name: str, options: dict, monkeypatch) -> None:
+    """TP's copies go from the last token into `<PST>`, both after the shared prefix: caching the
+    template's first words must not change a single copy (forward_with_copies' `reuse_prefix`)."""
+    model = tiny(name)
+    used = []
+    original = prefix_cache.hidden_with_prefix
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a: used.append(a[3]) or original(*a))
+    fast = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
+    assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
+    with prefix_cache.disabled():
+        plain = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
+
+
+def test_tp_prefix_stops_before_the_first_placeholder() -> None:
+    """The ids every row shares run on through `<PST>` and the opening quote; the cached prefix
+    must end before the first copy target, or the copy would land in a state that is never recomputed."""
+    from minidecoder.methods import build_method
+    from minidecoder.methods.tp import _prefix_before_copies, tp_copy_plan
+    model = tiny("llama")
+    method = build_method("tp", prompt="knowledge")
+    inputs = method.encode(model, method_template(method), [senteval_sentence(t) for t in TEXTS[:4]])
+    plan = tp_copy_plan(inputs.batch, inputs.positions)
+    shared = prefix_cache.shared_prefix_length(inputs.batch)
+    p = _prefix_before_copies(model, inputs.batch, plan)
+    first = inputs.batch.input_ids.shape[1] - inputs.batch.attention_mask.sum(dim=1)
+    pst_offsets = [pos - int(first[b]) for b, row in enumerate(inputs.positions) for pos in row]
+    assert shared > min(pst_offsets)  # the shared run does pass the placeholder here ...
+    assert p == min(pst_offsets)  # ... and the cache stops right before it
+
+
+def method_template(method) -> str:
+    from minidecoder.methods.tp import tp_templates
+    return tp_templates(method.prompt, method.num_pst)[0]
+
+
 def test_prefix_cache_states_equal_plain_states_at_every_real_position() -> None:
     model = tiny("llama")
     batch = encode_prompts(model.tokenizer, 'Before the text, "{text}" and after it.', TEXTS)

@@ -141,7 +141,8 @@ def placeholder_row(model, init: str, seed: int = 0, index: int = 0) -> torch.Te
 def forward_with_copies(model, batch: PromptBatch, plan: CopyPlan, copy_before: Collection[int], layer: int,
                         extra_rows: dict[int, torch.Tensor] | None = None,
                         hidden_from_first_block: torch.Tensor | None = None,
-                        sites_for: Callable[[int], Sites | None] | None = None) -> torch.Tensor:
+                        sites_for: Callable[[int], Sites | None] | None = None,
+                        reuse_prefix: bool = False) -> torch.Tensor:
     """hidden_states[layer] (B, T, E) of a forward in which `plan` is applied to the residual stream
     before every block i in `copy_before` (TP's and HTP's per-layer loop).
 
@@ -149,10 +150,20 @@ def forward_with_copies(model, batch: PromptBatch, plan: CopyPlan, copy_before: 
     hidden_from_first_block: (B, T) bool, keys that block 0 must not attend to (TP's
         `mask_pst_first_layer`); positions stay those of the full mask.
     sites_for: i -> Sites for block i, or None (CP passes an edit of `z` at its steer block).
+    reuse_prefix: run the template text that every row shares before its first copy target once
+        (minidecoder.prefix_cache), when nothing else reads or edits the stream (no sites, no hidden
+        keys). Same states up to float rounding, tested.
     Early exit: blocks after the output layer never run; the final norm only for layer L / -1.
     """
     L = model.num_layers
     output_index = resolve_output_layer(layer, L)
+    if reuse_prefix and sites_for is None and hidden_from_first_block is None:
+        p = _prefix_before_copies(model, batch, plan)
+        if p:
+            from minidecoder.prefix_cache import hidden_with_prefix
+            shifted = CopyPlan(plan.batch, plan.target - p, plan.source - p).to(model.device)  # rest coordinates
+            copies = lambda i, h: shifted.apply(h) if i in copy_before else h  # noqa: E731
+            return hidden_with_prefix(model, batch, {layer: output_index}, p, extra_rows, copies)[layer]
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     B, T = ids.shape
     plan = plan.to(model.device)
@@ -171,6 +182,19 @@ def forward_with_copies(model, batch: PromptBatch, plan: CopyPlan, copy_before: 
     if output_index == L:
         h = model.norm(h)  # only the last hidden state is normed (transformers' convention)
     return h
+
+
+def _prefix_before_copies(model, batch: PromptBatch, plan: CopyPlan) -> int:
+    """The shared-prefix length the cache may take for a copy plan: the prefix cache's own choice,
+    cut so that no copy reads or writes inside it (TP's `<PST>` follows the template's first words,
+    and the shared ids run on through it), or 0 if that leaves less than `MIN_PREFIX`."""
+    from minidecoder.prefix_cache import MIN_PREFIX, prefix_cache_applies
+    p = prefix_cache_applies(model, batch)
+    if p and plan.batch.numel():
+        first = batch.input_ids.shape[1] - batch.attention_mask.sum(dim=1)  # (B,) left padding (checked)
+        first = first.to(plan.batch.device)[plan.batch]  # (K,) first real position of each copy's row
+        p = min(p, int((plan.target - first).min()), int((plan.source - first).min()))
+    return p if p >= MIN_PREFIX else 0
 
 
 def with_placeholders(template: str, num_pst: int) -> str:
@@ -300,7 +324,7 @@ class TP(Method):
             hidden = inputs.batch.input_ids == inputs.placeholder_id  # (B, T)
         return forward_with_copies(model, inputs.batch, tp_copy_plan(inputs.batch, inputs.positions),
                                    self.copy_blocks(model), self.layer, {inputs.placeholder_id: inputs.row},
-                                   hidden, sites_for)
+                                   hidden, sites_for, reuse_prefix=True)
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
         self.check(model)
