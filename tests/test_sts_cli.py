@@ -58,8 +58,9 @@ def fake_embed(model, texts, method, batch_size=32, progress=False) -> torch.Ten
 def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
     seen: dict = {}
 
-    def load(model, dtype="float32", device="cpu"):
+    def load(model, dtype="float32", device="cpu", compile=False):
         seen["load"] = (model, dtype, device)
+        seen["compile"] = compile
         return FakeModel()
 
     def build_method(name, **options):

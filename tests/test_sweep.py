@@ -59,14 +59,12 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
-def plain_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def plain_loop():
     """The runner may reuse a shared prompt prefix (one extra batch-1 pass, same states up to
     rounding); switch it off so that blocks counted here are exactly rows x blocks of the plain loop."""
-    try:
-        from minidecoder import prefix_cache
-    except ImportError:
-        return
-    monkeypatch.setattr(prefix_cache, "prefix_cache_applies", lambda *args, **kwargs: None)
+    from minidecoder import prefix_cache
+    with prefix_cache.disabled():
+        yield
 
 
 CASES = [
