@@ -3,3 +3,22 @@ from pathlib import Path
 
 # Test helpers (tiny_models.py, real_models.py) are plain modules beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
+
+import shutil  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """One tiny llama checkpoint (tiny_models.py, 4 blocks) shared by tests that only read it."""
+    from tiny_models import tiny_checkpoint
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_checkpoint("llama", folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_llama_copy(tiny_llama: Path, tmp_path: Path) -> Path:
+    """A fresh copy of `tiny_llama` for one test to break."""
+    return Path(shutil.copytree(tiny_llama, tmp_path / "checkpoint"))

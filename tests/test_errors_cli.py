@@ -2,34 +2,16 @@
 and never a bare traceback."""
 from __future__ import annotations
 
-import importlib
-import shutil
 from pathlib import Path
 
 import pytest
 
 import minidecoder.cli as cli
-from tiny_models import tiny_checkpoint
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_checkpoint("llama", folder)
-    return folder
 
 
 @pytest.fixture
-def folder(pristine: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(pristine, tmp_path / "checkpoint"))
-
-
-@pytest.fixture(autouse=True)
-def available_subcommands(monkeypatch):
-    """Only the sub-commands whose modules exist (others are being written in parallel)."""
-    present = [name for name in cli.SUBCOMMANDS if importlib.util.find_spec(f"minidecoder.cli.{name}_cmd")]
-    monkeypatch.setattr(cli, "SUBCOMMANDS", present)
-    return present
+def folder(tiny_llama_copy: Path) -> Path:
+    return tiny_llama_copy
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -68,14 +50,8 @@ def test_a_working_command_exits_0(capsys, folder: Path) -> None:
     assert cli.main(["logits", "hello", "--model", str(folder), "--top-k", "2"]) == 0
 
 
-# ---- minidecoder embed (once its module exists) --------------------------------------------------------
-@pytest.fixture
-def embed_cli(available_subcommands):
-    if "embed" not in available_subcommands:
-        pytest.skip("minidecoder/cli/embed_cmd.py is not written yet")
-
-
-def test_embed_cli_bad_input_file(capsys, embed_cli, folder: Path, tmp_path: Path) -> None:
+# ---- minidecoder embed ------------------------------------------------------------------------------------
+def test_embed_cli_bad_input_file(capsys, folder: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes(b"good line\nbad \xff line\n")
     code, err = run_cli(capsys, "embed", "--model", str(folder), "--method", "mean", "--input", str(source),
@@ -83,7 +59,7 @@ def test_embed_cli_bad_input_file(capsys, embed_cli, folder: Path, tmp_path: Pat
     assert code == 2 and "line 2 is not valid UTF-8" in err
 
 
-def test_embed_cli_refuses_to_overwrite(capsys, embed_cli, folder: Path, tmp_path: Path) -> None:
+def test_embed_cli_refuses_to_overwrite(capsys, folder: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("one\ntwo\n")
     output = tmp_path / "out.npy"
@@ -93,7 +69,7 @@ def test_embed_cli_refuses_to_overwrite(capsys, embed_cli, folder: Path, tmp_pat
     assert code == 2 and "already exists" in err and output.read_bytes() == b"keep me"
 
 
-def test_embed_cli_out_of_range_layer(capsys, embed_cli, folder: Path, tmp_path: Path) -> None:
+def test_embed_cli_out_of_range_layer(capsys, folder: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("one\n")
     code, err = run_cli(capsys, "embed", "--model", str(folder), "--method", "mean", "--opt", "layer=9",

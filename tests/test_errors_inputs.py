@@ -14,14 +14,11 @@ import minidecoder
 from minidecoder.diagnostics import first_nonfinite_layer
 from minidecoder.errors import InputError, MinidecoderError, NumericsError
 from minidecoder.methods.inputs import encode_prompts
-from tiny_models import tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tiny_checkpoint("llama", path)
-    return path
+def folder(tiny_llama: Path) -> Path:
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")

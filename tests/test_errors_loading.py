@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,22 +16,13 @@ from safetensors.torch import load_file, save_file
 
 import minidecoder
 from minidecoder.errors import CheckpointError, ConfigError, MinidecoderError, TokenizerError
-from tiny_models import tiny_checkpoint
 
 PACKAGE = Path(minidecoder.__file__).parent
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_checkpoint("llama", folder)
-    return folder
-
-
 @pytest.fixture
-def folder(pristine: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the tiny checkpoint for one test to break."""
-    return Path(shutil.copytree(pristine, tmp_path / "checkpoint"))
+def folder(tiny_llama_copy: Path) -> Path:
+    return tiny_llama_copy
 
 
 def edit_config(folder: Path, **changes) -> None:

@@ -24,16 +24,13 @@ import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.jobs import load_metadata, run_embedding_job
 from minidecoder.methods.base import Method
-from tiny_models import tiny_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tiny_checkpoint("llama", path)
-    return path
+def folder(tiny_llama: Path) -> Path:
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")
