@@ -33,6 +33,11 @@ from minidecoder.rope import apply_rope, cos_sin, inverse_frequencies
 
 SITES = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
 
+# On a CPU, below this many keys the explicit matmul-softmax-matmul path (`Attention._eager`) is
+# 2-3x faster than the fused scaled-dot-product kernel, whose fixed cost dominates at sentence lengths
+# (tools/bench_attention.py, docs/benchmarks.md); from about 200 keys on the fused kernel wins.
+EXPLICIT_ATTENTION_MAX_KEYS = 128
+
 
 @dataclass
 class Sites:
@@ -168,7 +173,8 @@ class Attention(nn.Module):
             q, k, v = sites.visit("q", q), sites.visit("k", k), sites.visit("v", v)
         mask = ctx.masks[self.layer_type]  # (B, 1, T, S) additive, or None
         need_pattern = sites is not None and ("pattern" in sites.record or "pattern" in sites.edit)
-        if need_pattern or self.softcap is not None:
+        short_on_cpu = q.device.type == "cpu" and k.shape[2] <= EXPLICIT_ATTENTION_MAX_KEYS
+        if need_pattern or self.softcap is not None or short_on_cpu:
             z = self._eager(q, k, v, mask, sites)
         else:
             # Fast path (style rule 7): same maths, fused kernel; tested equal to the eager path.
@@ -180,10 +186,14 @@ class Attention(nn.Module):
 
     def _eager(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                sites: Sites | None) -> torch.Tensor:
-        groups = self.num_heads // self.num_kv_heads
-        k = k.repeat_interleave(groups, dim=1)  # (B, H, S, D): GQA/MQA share each kv head across a group
-        v = v.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) * self.scale  # (B, H, T, S)
+        B, H, T, D = q.shape
+        Hkv, S = k.shape[1], k.shape[2]
+        groups = H // Hkv
+        # GQA/MQA: query heads j*groups ... (j+1)*groups - 1 share kv head j (transformers repeats k and
+        # v to H heads); stacking each group's queries into one (groups*T)-row matrix gives the same
+        # products without the copies.
+        q_grouped = q.reshape(B, Hkv, groups * T, D)
+        scores = torch.matmul(q_grouped, k.transpose(2, 3)).view(B, H, T, S) * self.scale  # (B, H, T, S)
         if self.softcap is not None:  # Gemma2: scores = c * tanh(scores / c), before the mask
             scores = torch.tanh(scores / self.softcap) * self.softcap
         if mask is not None:
@@ -192,7 +202,7 @@ class Attention(nn.Module):
         pattern = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, T, S)
         if sites is not None:
             pattern = sites.visit("pattern", pattern)
-        return torch.matmul(pattern, v)  # (B, H, T, D)
+        return torch.matmul(pattern.reshape(B, Hkv, groups * T, S), v).view(B, H, T, D)  # (B, H, T, D)
 
 
 class Block(nn.Module):
@@ -252,6 +262,7 @@ class Decoder(nn.Module):
         self.tokenizer = None  # set by minidecoder.load
         self.source: str | None = None  # folder the weights came from
         self.compiled = False  # True after minidecoder.compiled.compile_blocks
+        self.packed = False  # True after minidecoder.packed.pack_linear_weights
         self._inv_freq = {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                           for kind, spec in config.rope.items()}
 

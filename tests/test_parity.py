@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch.testing import assert_close
 
 import minidecoder
+import minidecoder.model as model_module
 from tiny_models import SEQ, VARIANTS, build_hf_model, random_ids, save_hf_model, save_tiny_tokenizer
 
 ATOL = RTOL = 1e-5  # fp32; the observed difference is 0 for every variant
@@ -50,16 +51,40 @@ def test_logits_hidden_states_attentions_match_transformers(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral_window", "qwen2_window", "gemma3", "llama_mqa_untied"])
-def test_sdpa_fast_path_equals_eager_path(name: str) -> None:
+def test_sdpa_fast_path_equals_eager_path(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _, folder = checkpoint(name)
     model = minidecoder.load(folder)
     ids = random_ids()
+    # Short inputs on a CPU take the explicit path anyway (EXPLICIT_ATTENTION_MAX_KEYS); 0 forces SDPA.
+    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_KEYS", 0)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
     with torch.no_grad():
         fast = model(ids, output_hidden_states=True)  # no internals requested: SDPA
+        assert len(calls) == model.num_layers, "the fused kernel did not run: the test would compare eager to eager"
         eager = model(ids, output_hidden_states=True, output_attentions=True)  # patterns requested: eager
     assert_close(fast.logits, eager.logits, atol=5e-5, rtol=1e-5)
     for ours, theirs in zip(fast.hidden_states, eager.hidden_states):
         assert_close(ours, theirs, atol=5e-5, rtol=1e-5)
+
+
+def test_attention_path_follows_the_key_count_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU, at most EXPLICIT_ATTENTION_MAX_KEYS keys take the explicit path, more take SDPA."""
+    _, folder = checkpoint("llama")
+    model = minidecoder.load(folder)
+    ids = random_ids()  # SEQ keys
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    outputs = {}
+    for limit, want_calls in ((SEQ, 0), (SEQ - 1, model.num_layers)):
+        monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_KEYS", limit)
+        calls.clear()
+        with torch.no_grad():
+            outputs[limit] = model(ids).logits
+        assert len(calls) == want_calls, f"limit {limit}: {len(calls)} SDPA calls"
+    assert_close(outputs[SEQ], outputs[SEQ - 1], atol=5e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
