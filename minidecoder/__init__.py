@@ -20,13 +20,17 @@ __all__ = ["load", "embed", "Decoder", "DecoderOutput", "KVCache", "Sites", "Mod
 
 
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
-         ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False) -> Decoder:
+         ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False,
+         pack_weights: bool = False) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
 
     dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
     compile: fuse each block's elementwise work with torch.compile (minidecoder.compiled); the first
         forward then compiles, and later ones run faster.
+    pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.packed):
+        CPU only, float32 or bfloat16; 5-10% faster embedding runs, a second copy of the block weights
+        in memory. Combines with compile.
     """
     import json
 
@@ -59,6 +63,9 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     if compile:
         from minidecoder.compiled import compile_blocks
         compile_blocks(model)
+    if pack_weights:
+        from minidecoder.packed import pack_linear_weights
+        pack_linear_weights(model)
     return model
 
 

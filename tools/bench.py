@@ -14,6 +14,8 @@ dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch w
     md:prompteol!nocache   the same with the prefix cache off (the plain loop)
     md:*+compile      the same with `minidecoder.load(..., compile=True)` (blocks fused by torch.compile);
                       compiling happens in the warm-up, whose seconds are reported apart
+    md:*+pack         the same with `minidecoder.load(..., pack_weights=True)` (block weights reordered
+                      once into oneDNN's layout, minidecoder.packed); `+pack+compile` both
     mem:*             peak memory at T = 512 (ReBA-2 of ~256-token texts, 4 rows): a plain forward of
                       the repeated input, ReBA (eager fusion), ReBA blocked, the reference approach
                       (transformers eager with every attention matrix returned, fused afterwards)
@@ -63,6 +65,10 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:prompteol@bf16": ("md", "bfloat16", "prompteol", {}),
     "md:prompteol+compile": ("md", "float32", "prompteol", {}),
     "md:prompteol@bf16+compile": ("md", "bfloat16", "prompteol", {}),
+    "md:prompteol+pack": ("md", "float32", "prompteol", {}),
+    "md:prompteol@bf16+pack": ("md", "bfloat16", "prompteol", {}),
+    "md:prompteol+pack+compile": ("md", "float32", "prompteol", {}),
+    "md:prompteol@bf16+pack+compile": ("md", "bfloat16", "prompteol", {}),
     "md:prompteol@layer15": ("md", "float32", "prompteol", {"layer": 15}),
     "md:pretended_cot": ("md", "float32", "pretended_cot", {}),
     "md:knowledge": ("md", "float32", "knowledge", {}),
@@ -70,7 +76,10 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:echo": ("md", "float32", "echo", {}),
     "md:mean": ("md", "float32", "mean", {}),
     "md:tp": ("md", "float32", "tp", {"layer": -1}),
-    "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
+    # HTP in PromptEOL's template, so that its extra tokens are its own placeholders (one <B-PST> and
+    # one <PST> per single-sentence text); `!eos` adds the </s> of HTP's document template too.
+    "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL, "append_eos": False}),
+    "md:htp!eos": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
     "md:cp": ("md", "float32", "cp", {"layer": -1, "steer_layer": 4}),
     "md:reba": ("md", "float32", "reba", {"fusion": "eager"}),
     "md:reba!blocked": ("md", "float32", "reba", {"fusion": "blocked"}),
@@ -225,7 +234,8 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
 
     kind, dtype, method, options = CONFIGS[name]
     sentences, gold = sts_sentences(limit)
-    model = minidecoder.load(folder, dtype=dtype, progress=False, compile=name.endswith("+compile"))
+    model = minidecoder.load(folder, dtype=dtype, progress=False, compile="+compile" in name,
+                             pack_weights="+pack" in name)
     rss_loaded = maxrss_mb()
     start = time.perf_counter()
     minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up (and compile)
@@ -482,13 +492,21 @@ def report(header: dict, results: dict, peaks: dict) -> str:
     ratio("md:prompteol@bf16+compile", "ref:prompteol", "compiled bf16 vs fp32 reference; target ratio <= 0.29")
     ratio("md:prompteol+compile", "md:prompteol", "compiled / plain blocks, fp32")
     ratio("md:prompteol@bf16+compile", "md:prompteol@bf16", "compiled / plain blocks, bf16")
-    for name in ("md:prompteol+compile", "md:prompteol@bf16+compile"):
+    ratio("md:prompteol+pack", "ref:prompteol", "packed weights; target >= 1.5x, i.e. ratio <= 0.67")
+    ratio("md:prompteol@bf16+pack", "ref:prompteol", "packed bf16 vs fp32 reference; target ratio <= 0.29")
+    ratio("md:prompteol+pack", "md:prompteol", "packed / plain weights, fp32")
+    ratio("md:prompteol@bf16+pack", "md:prompteol@bf16", "packed / plain weights, bf16")
+    ratio("md:prompteol+pack+compile", "ref:prompteol", "packed + compiled; target >= 1.5x, i.e. ratio <= 0.67")
+    ratio("md:prompteol@bf16+pack+compile", "ref:prompteol", "packed + compiled bf16 vs fp32 reference; "
+          "target ratio <= 0.29")
+    for name in ("md:prompteol+compile", "md:prompteol@bf16+compile", "md:prompteol+pack+compile",
+                 "md:prompteol@bf16+pack+compile"):
         if name in results and "error" not in results[name]:
             lines.append(f"- {name} warm-up (compiling, 24 sentences): {results[name]['warmup_seconds']:.1f} s, "
                          "not in the timings above")
     ratio("md:prompteol@layer15", "md:prompteol", "early exit at 15 of 30; target about 0.5")
     ratio("md:prompteol", "md:prompteol!nocache", "prefix cache on / off")
-    for m, target in (("tp", "<= 1.05"), ("htp", "<= 1.15"), ("cp", "<= 1.2"), ("pretended_cot", "paper 1.18 on Llama-2"),
+    for m, target in (("tp", "<= 1.05"), ("htp", "<= 1.15"), ("htp!eos", "<= 1.15"), ("cp", "<= 1.2"), ("pretended_cot", "paper 1.18 on Llama-2"),
                       ("knowledge", ""), ("metaeol", "paper 8.17"), ("echo", "paper 1.67"), ("mean", ""),
                       ("reba", ""), ("reba!blocked", "")):
         ratio(f"md:{m}", "md:prompteol", f"vs PromptEOL; target {target}" if target else "vs PromptEOL")

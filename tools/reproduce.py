@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                              "STS-B change bfloat16 makes)")
     parser.add_argument("--compile", action="store_true", help="fuse each block's elementwise work with "
                         "torch.compile (minidecoder.compiled); compiled in the untimed warm-up")
+    parser.add_argument("--pack-weights", action="store_true", help="CPU: reorder the block weights once into "
+                        "oneDNN's layout (minidecoder.packed); combines with --compile")
     parser.add_argument("--data", default=None, help="STS data folder (default: ../shared/data/sts)")
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--no-progress", action="store_true")
@@ -259,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
         return 0
 
-    model = minidecoder.load(args.model, device=args.device, dtype=args.dtype, compile=args.compile)
+    model = minidecoder.load(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
+                             pack_weights=args.pack_weights)
     L = model.num_layers
     ints = lambda text: [int(v) for v in text.split(",") if v.strip()]  # noqa: E731
     spec = rows_spec(L, ints(args.tp_ends), ints(args.cp_steers), [float(v) for v in args.cp_alphas.split(",")])
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     by_key = {r["key"]: r for r in rows}
     command = shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])])
     metadata = {"model": args.model, "model_source": str(model.source), "num_layers": L, "dtype": args.dtype,
-                "compiled": args.compile,
+                "compiled": args.compile, "packed_weights": args.pack_weights,
                 "device": args.device, "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
                 "dev_limit": args.dev_limit, "test_sentences": len(test_sentences),
                 "dev_sentences": len(unique_sentences([dev])), "tokenizer_sha256": model.tokenizer.checksum,

@@ -17,11 +17,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="fuse each block's elementwise work with torch.compile: the first batch compiles "
                              "(tens of seconds), later ones run faster; needs a C++ compiler on CPU")
+    parser.add_argument("--pack-weights", action="store_true",
+                        help="CPU only: reorder the block weights once into oneDNN's layout (5-10%% faster, "
+                             "a second copy of them in memory); combines with --compile")
 
 
 def load_model(args: argparse.Namespace):
     import minidecoder
-    return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile)
+    return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
+                            pack_weights=args.pack_weights)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

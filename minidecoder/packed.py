@@ -1,0 +1,81 @@
+"""Opt-in speed on CPUs: every block's linear weights reordered once into oneDNN's blocked layout.
+
+A matrix product on a CPU first copies ("packs") the weight into the tile layout its kernel reads.
+`F.linear` does that on every call, for every one of a block's seven projections; here it is done once
+at load time, and each projection then calls oneDNN's linear kernel on the packed copy:
+
+    plain:   y = F.linear(x, W, b)                      (W packed again inside, every call)
+    packed:  W_packed = reorder(W)       once, at load
+             y = mkldnn_linear(x, W_packed, b)           (the same kernel, no packing per call)
+
+The products are the same; only the per-call copy goes. On the 2-core EPYC this repository is
+measured on (docs/benchmarks.md) that saves 5-10% of an embedding run in float32 and in bfloat16
+(`python tools/bench.py --methods md:prompteol,md:prompteol+pack,...`). It is the weight prepacking
+inductor's `freezing` mode does, without compiling anything, and it combines with `compile=True`:
+the packed product is a custom operator (`minidecoder::packed_linear`) that inductor calls as it is,
+fusing the elementwise work around it.
+
+Costs and limits: the packed copies live beside the weights (the blocks' share of the parameters
+again). A packed copy is used only while its weight is the tensor it was made from, unchanged (same
+storage, same version counter); a weight that was cast, moved or edited in place runs the plain
+`F.linear`, so a stale copy can cost speed but never change a number. It needs a CPU build of torch
+with oneDNN (mkldnn). Everything that reads internals (`Sites`) works unchanged: the sites are on the
+projections' outputs. Tested equal to the plain path in tests/test_packed.py.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minidecoder.errors import MinidecoderError
+from minidecoder.model import Decoder
+
+
+@torch.library.custom_op("minidecoder::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias) through the packed copy `pack_linear_weights` attached to `weight`."""
+    packed, data_ptr, version = getattr(weight, "onednn_packed", (None, None, None))
+    if packed is None or weight.data_ptr() != data_ptr or weight._version != version:
+        return F.linear(x, weight, bias)  # no copy, or the weight changed since: the plain product
+    # "none": no activation fused after the product
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _packed_linear_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], weight.shape[0])  # what torch.compile traces: shape and dtype only
+
+
+def _packed_forward(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return packed_linear(x, linear.weight, linear.bias)
+
+
+def check_packable(model: Decoder) -> None:
+    """Raise a clear error where packing cannot apply (not a CPU, no oneDNN, another dtype)."""
+    if model.device.type != "cpu":
+        raise MinidecoderError(f"pack_weights is a CPU fast path (oneDNN) but the model is on {model.device}",
+                               "leave pack_weights off on a GPU")
+    if not torch.backends.mkldnn.is_available():
+        raise MinidecoderError("pack_weights needs torch built with oneDNN (mkldnn), and this torch has none",
+                               "leave pack_weights off")
+    if model.dtype not in (torch.float32, torch.bfloat16):
+        raise MinidecoderError(f"pack_weights supports float32 and bfloat16 weights, not {model.dtype}",
+                               "load with dtype='float32' or 'bfloat16', or leave pack_weights off")
+
+
+def pack_linear_weights(model: Decoder) -> Decoder:
+    """Attach a packed copy to every block's linear weight and route the layer through it."""
+    check_packable(model)
+    for module in model.layers.modules():
+        if isinstance(module, nn.Linear):
+            weight = module.weight
+            with torch.no_grad():
+                # The second argument is a batch-size hint for the layout; None keeps it valid for any.
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            weight.onednn_packed = (packed, weight.data_ptr(), weight._version)
+            module.forward = types.MethodType(_packed_forward, module)
+    model.packed = True
+    return model
