@@ -22,11 +22,13 @@ is by construction identical in every row, so the fast path cannot be silently w
 When it is off (the plain loop runs instead): a batch of one row, a shared run shorter than
 `MIN_PREFIX` tokens, a model with sliding-window layers whose window the batch exceeds (the window
 rule counts indices in the cache + new sequence, and padding between prefix and rest would shift
-them), dynamic RoPE (its frequencies depend on the longest position in the call).
-TP comes here too, through `before_rest_block`: its copies go from the last token into `<PST>`, both
-after the prefix, which is cut to end before the first `<PST>` (`tp.forward_with_copies`). Methods
-that rewrite the stream inside the prefix or read it back (HTP's global block, CP's steered heads,
-ReBA's attention, TP's `mask_pst_first_layer`) run their own loops.
+them), dynamic RoPE (its frequencies depend on the longest position in the call), rows whose real
+tokens are not one run at the left or right end.
+TP and HTP come here too, through `before_rest_block`: their copies go from the ends of the text into
+the placeholders, all after the prefix, which is cut to end before the first placeholder
+(`tp.forward_with_copies`). CP comes through `sites_for`: its record and edit touch only each row's
+last token, which is never in the prefix. Methods that read the prefix's internals back (ReBA's
+attention, TP's `mask_pst_first_layer`) run their own loops.
 
 Tested equal to the plain path in tests/test_fast_paths.py.
 """
@@ -38,11 +40,12 @@ from collections.abc import Callable, Iterator
 import torch
 
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.model import KVCache
+from minidecoder.model import KVCache, Sites
 
-# Below this the second, batch-1 pass costs about what it saves: PromptEOL's 4-token prefix on
-# SmolLM2 ran 0.88x the plain loop on a quiet machine and 1.3-1.4x on a loaded one (docs/benchmarks.md).
-MIN_PREFIX = 8
+# Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
+# (32 rows a batch) pays on an idle machine: 0.86x the plain loop in float32, 0.93x compiled, about
+# 0.9x in bfloat16 (docs/benchmarks.md, run E); an earlier 8 was set from runs on a loaded machine.
+MIN_PREFIX = 4
 _enabled = True  # switched off only by `disabled()` (benchmarks and tests compare against the plain loop)
 
 
@@ -87,8 +90,10 @@ def prefix_cache_applies(model, batch: PromptBatch) -> int:
     if config.sliding_window is not None and "sliding_attention" in config.layer_types \
             and batch.input_ids.shape[1] > config.sliding_window:
         return 0
-    if not bool(batch.attention_mask[:, -1].all()):  # left padding only (the prompt methods' layout)
-        return 0
+    mask = batch.attention_mask
+    first, lengths = torch.argmax(mask.long(), dim=1), mask.sum(dim=1)  # (B,), (B,)
+    if not bool((first + lengths == mask.shape[1]).all() or (first == 0).all()):
+        return 0  # real tokens must be one run per row: left padding (prompt methods) or right (HTP)
     p = shared_prefix_length(batch)
     return p if p >= MIN_PREFIX else 0
 
@@ -96,22 +101,25 @@ def prefix_cache_applies(model, batch: PromptBatch) -> int:
 def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int,
                        extra_rows: dict[int, torch.Tensor] | None = None,
                        before_rest_block: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+                       sites_for: Callable[[int], Sites | None] | None = None,
                        ) -> dict[int, torch.Tensor]:
     """The runner's `hidden_at_layers` through a cached prefix of `p` tokens.
 
     wanted: requested layer -> resolved hidden_states index. Returns layer -> (B, T, E) laid out as
-    the plain path's left-padded batch; real positions hold the same states, padded positions hold
+    the plain path's padded batch; real positions hold the same states, padded positions hold
     finite values that no pooling reads.
     extra_rows: placeholder embedding rows (`Decoder.embed`), for methods whose rest holds `<PST>`.
     before_rest_block: (i, h) -> h applied to the rest pass's (B, T - p, E) stream before block i (TP's
-        copies, with positions shifted by -p); it must not read or write the prefix, which is cached."""
+        copies, with positions shifted by -p); it must not read or write the prefix, which is cached.
+    sites_for: i -> Sites for block i of the rest pass (CP's record and edit of the last token), in rest
+        coordinates too: column j of the rest is column j + p of the batch. The prefix pass has none."""
     L = model.num_layers
     deepest = max(wanted.values())
     device = model.device
     ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
     B, T = ids.shape
     lengths = mask.sum(dim=1)  # (B,)
-    first = T - lengths  # (B,) first real position of each row (left padding)
+    first = torch.argmax(mask.long(), dim=1)  # (B,) first real position of each row
 
     # 1) the prefix, once: (1, p)
     prefix_ids = ids[:1, int(first[0]):int(first[0]) + p]  # (1, p)
@@ -125,13 +133,15 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
         if i + 1 in keep:
             prefix_states[i + 1] = h
 
-    # 2) the rest of every row, left padded to W = T - p, after the broadcast prefix:
-    #    row b's rest sits at the right end, exactly where it sits in the plain batch (shifted by p).
+    # 2) the rest of every row, padded to W = T - p, after the broadcast prefix:
+    #    row b's rest sits exactly where it sits in the plain batch, shifted by p.
     W = T - p
-    rest_ids = ids[:, p:]  # (B, W): a left-padded row keeps its rest at the right end
-    # Row b's real tokens are ids[b, first_b:], its rest ids[b, first_b + p:]; in ids[:, p:] those
-    # occupy [first_b, W) = the last (length_b - p) columns, so only the mask needs rebuilding.
-    rest_mask = torch.arange(W, device=device)[None, :] >= first[:, None]  # (B, W)
+    rest_ids = ids[:, p:]  # (B, W)
+    # Row b's real tokens are ids[b, first_b : first_b + length_b], its rest starts p later; in
+    # ids[:, p:] it occupies [first_b, first_b + length_b - p) (left padding: the right end; right
+    # padding: the left end), so only the mask needs rebuilding.
+    cols = torch.arange(W, device=device)[None, :]  # (1, W)
+    rest_mask = (cols >= first[:, None]) & (cols < (first + lengths - p)[:, None])  # (B, W)
     rest_ids = rest_ids.masked_fill(~rest_mask, 0)
     shared = cache.expand(B)
     h = model.embed(rest_ids, extra_rows)  # (B, W, E)
@@ -140,7 +150,7 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
     for i, block in enumerate(model.layers[:deepest]):
         if before_rest_block is not None:
             h = before_rest_block(i, h)
-        h = block(h, ctx)
+        h = block(h, ctx, sites_for(i) if sites_for is not None else None)
         if i + 1 in keep:
             rest_states[i + 1] = h
     if deepest == L:  # only the last entry is normed (transformers' convention)

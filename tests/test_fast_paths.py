@@ -151,7 +151,7 @@ def test_prefix_cache_equals_plain_path(name: str, method: str, options: dict, m
     model = tiny(name)
     used = []
     original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a: used.append(a[3]) or original(*a))
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
     fast = embed(model, TEXTS, method, batch_size=4, **options)
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
     with prefix_cache.disabled():
@@ -175,7 +175,7 @@ def test_tp_prefix_cache_equals_plain_tp(name: str, options: dict, monkeypatch) 
     model = tiny(name)
     used = []
     original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a: used.append(a[3]) or original(*a))
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
     fast = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
     with prefix_cache.disabled():
@@ -257,12 +257,63 @@ def test_prefix_cache_stays_off_where_it_would_be_wrong(name: str) -> None:
     assert prefix_cache.prefix_cache_applies(model, batch) == 0
 
 
-def test_prefix_cache_is_off_for_right_padding_and_single_rows() -> None:
+def test_prefix_cache_takes_right_padding_and_stays_off_for_single_rows_and_holes() -> None:
     model = tiny("llama")
     right = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3], padding_side="right")
-    assert prefix_cache.prefix_cache_applies(model, right) == 0
+    assert prefix_cache.prefix_cache_applies(model, right) >= prefix_cache.MIN_PREFIX
+    with torch.inference_mode():
+        fast = hidden_at_layers(model, right, [-1, 1])
+        plain = hidden_at_layers(model, right, [-1, 1], reuse_prefix=False)
+    real = right.attention_mask.bool()
+    for layer in (-1, 1):
+        assert_close(fast[layer][real], plain[layer][real], atol=ATOL, rtol=RTOL)
     one = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:1])
     assert prefix_cache.prefix_cache_applies(model, one) == 0
+    holed = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3])
+    holed.attention_mask[0, -2] = 0  # real tokens not one run: positions would not be the plain ones
+    assert prefix_cache.prefix_cache_applies(model, holed) == 0
+
+
+CP_PREFIX_OPTIONS = [
+    {"steer_layer": 1},
+    {"steer_layer": 2, "site": "ffn", "mode": "nr", "layer": 3},
+    {"steer_layer": 0, "site": "hidden", "prompt": "knowledge"},
+    {"steer_layer": 1, "mode": "nr_head", "prompt": "metaeol", "layer": -1},
+]
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "llama_mqa_untied"])
+@pytest.mark.parametrize("options", CP_PREFIX_OPTIONS)
+def test_cp_prefix_cache_equals_plain_cp(name: str, options: dict, monkeypatch) -> None:
+    """CP records the auxiliary prompt's site and edits the normal prompt's at each row's last token,
+    never inside the shared prefix: both passes may run the prefix once."""
+    model = tiny(name)
+    used = []
+    original = prefix_cache.hidden_with_prefix
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    fast = embed(model, TEXTS, "cp", batch_size=4, **options)
+    assert len(used) >= 2 and min(used) >= prefix_cache.MIN_PREFIX  # auxiliary and normal pass both cached
+    with prefix_cache.disabled():
+        plain = embed(model, TEXTS, "cp", batch_size=4, **options)
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+@pytest.mark.parametrize("options", [{"template": 'This sentence : "{text}" means in one word:"', "end": 2},
+                                     {"template": 'Summarize the passage : {text}', "padding_side": "left",
+                                      "end": 3}])
+def test_htp_prefix_cache_equals_plain_htp(name: str, options: dict, monkeypatch) -> None:
+    """HTP's global placeholders follow the template's first words: the cache is cut before them."""
+    model = tiny(name)
+    used = []
+    original = prefix_cache.hidden_with_prefix
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    texts = ["A cat sat. It purred loudly.", "Dogs bark.", "One. Two. Three sentences here."]
+    fast = embed(model, texts, "htp", batch_size=4, start=1, layer=-1, **options)
+    assert used and min(used) >= prefix_cache.MIN_PREFIX
+    with prefix_cache.disabled():
+        plain = embed(model, texts, "htp", batch_size=4, start=1, layer=-1, **options)
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 
 # ---- blocked ReBA ----------------------------------------------------------------------------------------

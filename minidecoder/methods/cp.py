@@ -101,9 +101,25 @@ def _last_positions(batch: PromptBatch, device: torch.device) -> torch.Tensor:
     return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # (B,)
 
 
+def _shared_prefix(model, batch: PromptBatch) -> int:
+    """Tokens every row starts with, to run once through the KV cache (0: the plain loop). CP's record
+    and edit touch only each row's last token, which the prefix cache always leaves outside the prefix."""
+    from minidecoder.prefix_cache import prefix_cache_applies
+    return prefix_cache_applies(model, batch)
+
+
 def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str) -> torch.Tensor:
     """b: the site of block `steer_layer` at each row's last token, (B, D). Runs blocks 0..steer_layer
     only (the reference's `exit_layer` break), so the blocks after it never execute."""
+    p = _shared_prefix(model, batch)
+    if p:
+        from minidecoder.prefix_cache import hidden_with_prefix
+        sites = Sites(record={SITE_NAMES[site]})
+        hidden_with_prefix(model, batch, {steer_layer + 1: steer_layer + 1}, p,
+                           sites_for=lambda i: sites if i == steer_layer else None)
+        value = sites.store[SITE_NAMES[site]]  # (B, T - p, D): the rest of each row
+        rows = torch.arange(value.shape[0], device=value.device)
+        return value[rows, _last_positions(batch, value.device) - p]  # (B, D)
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     ctx = model.context(mask, ids.shape[1], ids.shape[0])
@@ -117,10 +133,11 @@ def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str)
 
 
 def steer_sites(batch: PromptBatch, steer_layer: int, site: str, replace: Callable[[torch.Tensor], torch.Tensor],
-                device: torch.device) -> Callable[[int], Sites | None]:
+                device: torch.device, shift: int = 0) -> Callable[[int], Sites | None]:
     """i -> the Sites for block i: at `steer_layer`, an edit replacing each row's last-token value of
-    `site` by `replace(a)` (a: (B, D)); None elsewhere. Shared by the plain and the TP forward."""
-    last = _last_positions(batch, device)
+    `site` by `replace(a)` (a: (B, D)); None elsewhere. Shared by the plain and the TP forward.
+    shift: the stream's column j is the batch's column j + shift (the prefix cache's rest pass)."""
+    last = _last_positions(batch, device) - shift
     rows = torch.arange(last.shape[0], device=device)
 
     def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> same, last position replaced
@@ -135,6 +152,11 @@ def steered_hidden(model, batch: PromptBatch, steer_layer: int, site: str, outpu
                    replace: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """hidden_states[output_index] (B, T, E) of `batch` with the last token's site at block
     `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run."""
+    p = _shared_prefix(model, batch)
+    if p:
+        from minidecoder.prefix_cache import hidden_with_prefix
+        sites_for = steer_sites(batch, steer_layer, site, replace, model.device, shift=p)
+        return hidden_with_prefix(model, batch, {output_index: output_index}, p, sites_for=sites_for)[output_index]
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     ctx = model.context(mask, ids.shape[1], ids.shape[0])

@@ -204,7 +204,7 @@ class HTP(Method):
         rows = {tokenizer.token_to_id(PST): placeholder_row(model, self.pst_init, self.seed, index=0),
                 tokenizer.token_to_id(BPST): placeholder_row(model, self.pst_init, self.seed, index=1)}
         return forward_with_copies(model, inputs.batch, inputs.plan, set(range(self.start, self.end)), self.layer,
-                                   rows)
+                                   rows, reuse_prefix=True)
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
         self.check(model)

@@ -191,7 +191,7 @@ def _prefix_before_copies(model, batch: PromptBatch, plan: CopyPlan) -> int:
     from minidecoder.prefix_cache import MIN_PREFIX, prefix_cache_applies
     p = prefix_cache_applies(model, batch)
     if p and plan.batch.numel():
-        first = batch.input_ids.shape[1] - batch.attention_mask.sum(dim=1)  # (B,) left padding (checked)
+        first = torch.argmax(batch.attention_mask.long(), dim=1)  # (B,) first real position of each row
         first = first.to(plan.batch.device)[plan.batch]  # (K,) first real position of each copy's row
         p = min(p, int((plan.target - first).min()), int((plan.source - first).min()))
     return p if p >= MIN_PREFIX else 0
