@@ -33,10 +33,11 @@ from minidecoder.rope import apply_rope, cos_sin, inverse_frequencies
 
 SITES = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
 
-# On a CPU, below this many keys the explicit matmul-softmax-matmul path (`Attention._eager`) is
-# 2-3x faster than the fused scaled-dot-product kernel, whose fixed cost dominates at sentence lengths
-# (tools/bench_attention.py, docs/benchmarks.md); from about 200 keys on the fused kernel wins.
-EXPLICIT_ATTENTION_MAX_KEYS = 128
+# On a CPU, up to this many keys the explicit matmul-softmax-matmul path (`Attention._eager`) beats
+# the fused scaled-dot-product kernel, whose fixed cost dominates at sentence lengths: 0.55-0.85x its
+# time in float32 up to about 80 keys (mixed beyond), 0.35-0.75x in bfloat16 up to about 320
+# (tools/bench_attention.py, docs/benchmarks.md). Other dtypes always take the fused kernel.
+EXPLICIT_ATTENTION_MAX_KEYS = {torch.float32: 80, torch.bfloat16: 256}
 
 
 @dataclass
@@ -173,7 +174,7 @@ class Attention(nn.Module):
             q, k, v = sites.visit("q", q), sites.visit("k", k), sites.visit("v", v)
         mask = ctx.masks[self.layer_type]  # (B, 1, T, S) additive, or None
         need_pattern = sites is not None and ("pattern" in sites.record or "pattern" in sites.edit)
-        short_on_cpu = q.device.type == "cpu" and k.shape[2] <= EXPLICIT_ATTENTION_MAX_KEYS
+        short_on_cpu = q.device.type == "cpu" and k.shape[2] <= EXPLICIT_ATTENTION_MAX_KEYS.get(q.dtype, 0)
         if need_pattern or self.softcap is not None or short_on_cpu:
             z = self._eager(q, k, v, mask, sites)
         else:

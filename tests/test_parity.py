@@ -56,7 +56,7 @@ def test_sdpa_fast_path_equals_eager_path(name: str, monkeypatch: pytest.MonkeyP
     model = minidecoder.load(folder)
     ids = random_ids()
     # Short inputs on a CPU take the explicit path anyway (EXPLICIT_ATTENTION_MAX_KEYS); 0 forces SDPA.
-    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_KEYS", 0)
+    monkeypatch.setitem(model_module.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, 0)
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
@@ -79,7 +79,7 @@ def test_attention_path_follows_the_key_count_rule(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
     outputs = {}
     for limit, want_calls in ((SEQ, 0), (SEQ - 1, model.num_layers)):
-        monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_KEYS", limit)
+        monkeypatch.setitem(model_module.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, limit)
         calls.clear()
         with torch.no_grad():
             outputs[limit] = model(ids).logits

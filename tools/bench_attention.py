@@ -4,7 +4,7 @@
     python tools/bench_attention.py --dtype bfloat16 --heads 9 --kv-heads 3
 
 `Attention.forward` (minidecoder/model.py) runs the explicit matmul-softmax-matmul path
-(`Attention._eager`) on a CPU when the keys number at most `EXPLICIT_ATTENTION_MAX_KEYS`, and the fused
+(`Attention._eager`) on a CPU when the keys number at most `EXPLICIT_ATTENTION_MAX_KEYS[dtype]`, and the fused
 `F.scaled_dot_product_attention` kernel otherwise. This script times both on one attention layer of
 SmolLM2's shape (9 query heads, 3 kv heads, head_dim 64 by default) with a causal additive mask and a
 4-token cached prefix, at a fixed budget of about 608 query rows per call (batch = 608 // length,
