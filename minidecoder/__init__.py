@@ -48,7 +48,14 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{config_path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
     config = parse_config(raw, ignore_keys=tuple(ignore_config_keys))
-    device = torch.device(device)
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda", "mps"):
+        raise MinidecoderError(f"device {str(device)!r} is not one minidecoder runs on",
+                               "use device='cpu', 'cuda' (or 'cuda:1') or 'mps'")
+    device = parsed
     if device.type == "cuda" and not torch.cuda.is_available():
         raise MinidecoderError("device 'cuda' requested but no CUDA GPU is available", "use device='cpu'")
     model = load_weights(config, folder, resolve_dtype(dtype), device)

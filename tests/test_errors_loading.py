@@ -236,3 +236,9 @@ def test_gguf_of_an_unsupported_architecture_or_quantization(tmp_path: Path) -> 
         convert_gguf(tmp_path / "tq.gguf", tmp_path / "out-tq")
     assert "TQ1_0" in caught.value.problem and "Q4_K" in caught.value.fix
     assert not (tmp_path / "out-phi3").exists() and not (tmp_path / "out-tq").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("device", ["meta", "gpu", "cuda:x"])
+def test_unknown_device_is_named_before_any_file_is_read(folder: Path, device: str) -> None:
+    with pytest.raises(MinidecoderError, match=re.escape(f"device {device!r} is not one minidecoder runs on")):
+        minidecoder.load(folder, device=device, progress=False)
