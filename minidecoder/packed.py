@@ -9,7 +9,7 @@ at load time, and each projection then calls oneDNN's linear kernel on the packe
              y = mkldnn_linear(x, W_packed, b)           (the same kernel, no packing per call)
 
 The products are the same; only the per-call copy goes. On the 2-core EPYC this repository is
-measured on (docs/benchmarks.md) that saves 5-10% of an embedding run in float32 and in bfloat16
+measured on (docs/benchmarks.md) that saves 10-13% of an embedding run in float32 and in bfloat16
 (`python tools/bench.py --methods md:prompteol,md:prompteol+pack,...`). It is the weight prepacking
 inductor's `freezing` mode does, without compiling anything, and it combines with `compile=True`:
 the packed product is a custom operator (`minidecoder::packed_linear`) that inductor calls as it is,

@@ -43,8 +43,8 @@ from minidecoder.methods.inputs import PromptBatch
 from minidecoder.model import KVCache, Sites
 
 # Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
-# (32 rows a batch) pays on an idle machine: 0.86x the plain loop in float32, 0.93x compiled, about
-# 0.9x in bfloat16 (docs/benchmarks.md, run E); an earlier 8 was set from runs on a loaded machine.
+# (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
+# (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine.
 MIN_PREFIX = 4
 _enabled = True  # switched off only by `disabled()` (benchmarks and tests compare against the plain loop)
 
