@@ -101,19 +101,14 @@ def _last_positions(batch: PromptBatch, device: torch.device) -> torch.Tensor:
     return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # (B,)
 
 
-def _shared_prefix(model, batch: PromptBatch) -> int:
-    """Tokens every row starts with, to run once through the KV cache (0: the plain loop). CP's record
-    and edit touch only each row's last token, which the prefix cache always leaves outside the prefix."""
-    from minidecoder.prefix_cache import prefix_cache_applies
-    return prefix_cache_applies(model, batch)
-
-
 def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str) -> torch.Tensor:
     """b: the site of block `steer_layer` at each row's last token, (B, D). Runs blocks 0..steer_layer
-    only (the reference's `exit_layer` break), so the blocks after it never execute."""
-    p = _shared_prefix(model, batch)
+    only (the reference's `exit_layer` break), so the blocks after it never execute.
+    The shared prompt prefix runs once when it can (minidecoder.prefix_cache): the record is of each
+    row's last token, which the cache always leaves outside the prefix."""
+    from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+    p = prefix_cache_applies(model, batch)
     if p:
-        from minidecoder.prefix_cache import hidden_with_prefix
         sites = Sites(record={SITE_NAMES[site]})
         hidden_with_prefix(model, batch, {steer_layer + 1: steer_layer + 1}, p,
                            sites_for=lambda i: sites if i == steer_layer else None)
@@ -151,10 +146,11 @@ def steer_sites(batch: PromptBatch, steer_layer: int, site: str, replace: Callab
 def steered_hidden(model, batch: PromptBatch, steer_layer: int, site: str, output_index: int,
                    replace: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """hidden_states[output_index] (B, T, E) of `batch` with the last token's site at block
-    `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run."""
-    p = _shared_prefix(model, batch)
+    `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run. The shared
+    prompt prefix runs once when it can: the edit is of each row's last token, never in the prefix."""
+    from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+    p = prefix_cache_applies(model, batch)
     if p:
-        from minidecoder.prefix_cache import hidden_with_prefix
         sites_for = steer_sites(batch, steer_layer, site, replace, model.device, shift=p)
         return hidden_with_prefix(model, batch, {output_index: output_index}, p, sites_for=sites_for)[output_index]
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
