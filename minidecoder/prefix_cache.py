@@ -70,7 +70,7 @@ def shared_prefix_length(batch: PromptBatch) -> int:
     shortest = int(lengths.min())
     # Gather each row's first `shortest` real tokens: with left padding they start at T - length;
     # with right padding at 0. Both are "the first True of the row".
-    starts = torch.argmax(mask.long(), dim=1)  # (B,) first real position
+    starts = batch.first_positions()  # (B,)
     cols = starts[:, None] + torch.arange(shortest)[None, :]  # (B, shortest)
     heads = torch.gather(ids, 1, cols)  # (B, shortest)
     same = (heads == heads[:1]).all(dim=0)  # (shortest,)
@@ -91,7 +91,7 @@ def prefix_cache_applies(model, batch: PromptBatch) -> int:
             and batch.input_ids.shape[1] > config.sliding_window:
         return 0
     mask = batch.attention_mask
-    first, lengths = torch.argmax(mask.long(), dim=1), mask.sum(dim=1)  # (B,), (B,)
+    first, lengths = batch.first_positions(), mask.sum(dim=1)  # (B,), (B,)
     if not bool((first + lengths == mask.shape[1]).all() or (first == 0).all()):
         return 0  # real tokens must be one run per row: left padding (prompt methods) or right (HTP)
     p = shared_prefix_length(batch)
@@ -119,7 +119,7 @@ def hidden_with_prefix(model, batch: PromptBatch, wanted: dict[int, int], p: int
     ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
     B, T = ids.shape
     lengths = mask.sum(dim=1)  # (B,)
-    first = torch.argmax(mask.long(), dim=1)  # (B,) first real position of each row
+    first = batch.first_positions(device)  # (B,)
 
     # 1) the prefix, once: (1, p)
     prefix_ids = ids[:1, int(first[0]):int(first[0]) + p]  # (1, p)

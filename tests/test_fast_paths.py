@@ -131,6 +131,14 @@ def test_bucketed_batches_equal_one_text_at_a_time(method: str) -> None:
 
 
 # ---- shared-prefix cache ---------------------------------------------------------------------------------
+def prefix_lengths_used(monkeypatch) -> list[int]:
+    """The cached prefix length of every `hidden_with_prefix` call from now on (the fast path ran)."""
+    used: list[int] = []
+    original = prefix_cache.hidden_with_prefix
+    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    return used
+
+
 PREFIX_METHODS = [
     ("prompteol", {}),
     ("pretended_cot", {}),
@@ -149,9 +157,7 @@ PREFIX_METHODS = [
 @pytest.mark.parametrize("method,options", PREFIX_METHODS)
 def test_prefix_cache_equals_plain_path(name: str, method: str, options: dict, monkeypatch) -> None:
     model = tiny(name)
-    used = []
-    original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, method, batch_size=4, **options)
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
     with prefix_cache.disabled():
@@ -173,9 +179,7 @@ def test_tp_prefix_cache_equals_plain_tp(name: str, options: dict, monkeypatch) 
     """TP's copies go from the last token into `<PST>`, both after the shared prefix: caching the
     template's first words must not change a single copy (forward_with_copies' `reuse_prefix`)."""
     model = tiny(name)
-    used = []
-    original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
     with prefix_cache.disabled():
@@ -288,9 +292,7 @@ def test_cp_prefix_cache_equals_plain_cp(name: str, options: dict, monkeypatch) 
     """CP records the auxiliary prompt's site and edits the normal prompt's at each row's last token,
     never inside the shared prefix: both passes may run the prefix once."""
     model = tiny(name)
-    used = []
-    original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, "cp", batch_size=4, **options)
     assert len(used) >= 2 and min(used) >= prefix_cache.MIN_PREFIX  # auxiliary and normal pass both cached
     with prefix_cache.disabled():
@@ -305,9 +307,7 @@ def test_cp_prefix_cache_equals_plain_cp(name: str, options: dict, monkeypatch) 
 def test_htp_prefix_cache_equals_plain_htp(name: str, options: dict, monkeypatch) -> None:
     """HTP's global placeholders follow the template's first words: the cache is cut before them."""
     model = tiny(name)
-    used = []
-    original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    used = prefix_lengths_used(monkeypatch)
     texts = ["A cat sat. It purred loudly.", "Dogs bark.", "One. Two. Three sentences here."]
     fast = embed(model, texts, "htp", batch_size=4, start=1, layer=-1, **options)
     assert used and min(used) >= prefix_cache.MIN_PREFIX

@@ -247,7 +247,7 @@ def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> li
         ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
         h = model.embed(ids)  # (B, T, E)
         ctx = model.context(mask, ids.shape[1], ids.shape[0])
-        last = model_last_positions(batch, h.device)
+        last = batch.last_positions(h.device)
         return h, ctx, last, torch.arange(h.shape[0], device=h.device)
 
     # auxiliary prompt: blocks 0..max(l), the site read at every candidate l (cp.auxiliary_activation)
@@ -286,11 +286,6 @@ def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> li
                 states[(l, alpha, index)] = last_token(state, batch).float()
         per_template.append(states)
     return [torch.stack([states[key] for states in per_template]).mean(dim=0) for key in keys]
-
-
-def model_last_positions(batch: PromptBatch, device: torch.device) -> torch.Tensor:
-    mask = batch.attention_mask.to(device)
-    return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # (B,)
 
 
 def sweep_separately(method: Method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:

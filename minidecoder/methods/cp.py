@@ -96,11 +96,6 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float, num_heads: 
     raise AssertionError(mode)
 
 
-def _last_positions(batch: PromptBatch, device: torch.device) -> torch.Tensor:
-    mask = batch.attention_mask.to(device)
-    return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # (B,)
-
-
 def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str) -> torch.Tensor:
     """b: the site of block `steer_layer` at each row's last token, (B, D). Runs blocks 0..steer_layer
     only (the reference's `exit_layer` break), so the blocks after it never execute.
@@ -114,7 +109,7 @@ def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str)
                            sites_for=lambda i: sites if i == steer_layer else None)
         value = sites.store[SITE_NAMES[site]]  # (B, T - p, D): the rest of each row
         rows = torch.arange(value.shape[0], device=value.device)
-        return value[rows, _last_positions(batch, value.device) - p]  # (B, D)
+        return value[rows, batch.last_positions(value.device) - p]  # (B, D)
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
     ctx = model.context(mask, ids.shape[1], ids.shape[0])
@@ -124,7 +119,7 @@ def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str)
     model.layers[steer_layer](h, ctx, sites)
     value = sites.store[SITE_NAMES[site]]  # (B, T, D)
     rows = torch.arange(value.shape[0], device=value.device)
-    return value[rows, _last_positions(batch, value.device)]  # (B, D)
+    return value[rows, batch.last_positions(value.device)]  # (B, D)
 
 
 def steer_sites(batch: PromptBatch, steer_layer: int, site: str, replace: Callable[[torch.Tensor], torch.Tensor],
@@ -132,7 +127,7 @@ def steer_sites(batch: PromptBatch, steer_layer: int, site: str, replace: Callab
     """i -> the Sites for block i: at `steer_layer`, an edit replacing each row's last-token value of
     `site` by `replace(a)` (a: (B, D)); None elsewhere. Shared by the plain and the TP forward.
     shift: the stream's column j is the batch's column j + shift (the prefix cache's rest pass)."""
-    last = _last_positions(batch, device) - shift
+    last = batch.last_positions(device) - shift
     rows = torch.arange(last.shape[0], device=device)
 
     def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> same, last position replaced
@@ -272,7 +267,7 @@ class cp(Method):
                                 self.steer_layer + 1, {aux.placeholder_id: aux.row},
                                 sites_for=lambda i: record if i == self.steer_layer else None)  # blocks 0..l only
             value = record.store[SITE_NAMES[self.site]]  # (B, T, D)
-            b = value[torch.arange(value.shape[0], device=value.device), _last_positions(aux.batch, value.device)]
+            b = value[torch.arange(value.shape[0], device=value.device), aux.batch.last_positions(value.device)]
         else:
             b = auxiliary_activation(model, encode_prompts(model.tokenizer, aux_template, sentences),
                                      self.steer_layer, self.site)

@@ -27,6 +27,16 @@ class PromptBatch:
         """Per row, the (padded) positions holding `token_id`, in order."""
         return [torch.nonzero(row == token_id).flatten().tolist() for row in self.input_ids]
 
+    def first_positions(self, device: torch.device | None = None) -> torch.Tensor:
+        """(B,) index of each row's first real token (left or right padding)."""
+        mask = self.attention_mask.to(device)
+        return torch.argmax(mask.long(), dim=-1)
+
+    def last_positions(self, device: torch.device | None = None) -> torch.Tensor:
+        """(B,) index of each row's last real token (left or right padding)."""
+        mask = self.attention_mask.to(device)
+        return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)
+
     def to(self, device: torch.device) -> "PromptBatch":
         return PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.text_spans, self.lengths)
 

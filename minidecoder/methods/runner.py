@@ -47,9 +47,7 @@ def hidden_at_layers(model, batch: PromptBatch, layers: list[int], reuse_prefix:
 
 def last_token(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): the last real token of each row (left or right padding)."""
-    mask = batch.attention_mask.to(h.device)
-    T = mask.shape[1]
-    last = T - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)  # index of the last True per row
+    last = batch.last_positions(h.device)  # (B,)
     return h[torch.arange(h.shape[0], device=h.device), last]
 
 

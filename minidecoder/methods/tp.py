@@ -84,15 +84,9 @@ class CopyPlan:
         return out
 
 
-def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) mask -> (B,) index of each row's last real token (left or right padding)."""
-    T = attention_mask.shape[1]
-    return T - 1 - torch.argmax(attention_mask.flip(-1).long(), dim=-1)
-
-
 def tp_copy_plan(batch: PromptBatch, positions: list[list[int]]) -> CopyPlan:
     """Spec 4.2: every placeholder position of row b receives row b's last real token."""
-    last = last_positions(batch.attention_mask).tolist()
+    last = batch.last_positions().tolist()
     return CopyPlan.from_pairs([(b, p, last[b]) for b, row in enumerate(positions) for p in row])
 
 
@@ -191,8 +185,7 @@ def _prefix_before_copies(model, batch: PromptBatch, plan: CopyPlan) -> int:
     from minidecoder.prefix_cache import MIN_PREFIX, prefix_cache_applies
     p = prefix_cache_applies(model, batch)
     if p and plan.batch.numel():
-        first = torch.argmax(batch.attention_mask.long(), dim=1)  # (B,) first real position of each row
-        first = first.to(plan.batch.device)[plan.batch]  # (K,) first real position of each copy's row
+        first = batch.first_positions(plan.batch.device)[plan.batch]  # (K,) first real position of each copy's row
         p = min(p, int((plan.target - first).min()), int((plan.source - first).min()))
     return p if p >= MIN_PREFIX else 0
 
