@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from minidecoder.config import ModelConfig, load_config, parse_config
+from minidecoder.core.config import ModelConfig, load_config, parse_config
 from minidecoder.errors import MinidecoderError
-from minidecoder.model import Decoder, DecoderOutput, KVCache, Sites
+from minidecoder.core.model import Decoder, DecoderOutput, KVCache, Sites
 
 __version__ = "0.1.0"
 __all__ = ["load", "embed", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
@@ -26,18 +26,18 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
 
     dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
-    compile: fuse each block's elementwise work with torch.compile (minidecoder.compiled); the first
+    compile: fuse each block's elementwise work with torch.compile (minidecoder.fast.compiled); the first
         forward then compiles, and later ones run faster.
-    pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.packed):
+    pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
         CPU only, float32 or bfloat16; 10-13% faster embedding runs here, a second copy of the block weights
         in memory. Combines with compile.
     """
     import json
 
     from minidecoder.errors import ConfigError
-    from minidecoder.loading import load_weights, resolve_dtype
-    from minidecoder.sources import resolve_source
-    from minidecoder.tokenizer import Tokenizer
+    from minidecoder.core.loading import load_weights, resolve_dtype
+    from minidecoder.sources.resolve import resolve_source
+    from minidecoder.core.tokenizer import Tokenizer
 
     folder = resolve_source(source, progress=progress)
     config_path = folder / "config.json"
@@ -68,10 +68,10 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     model.tokenizer = tokenizer
     model.source = str(folder)
     if compile:
-        from minidecoder.compiled import compile_blocks
+        from minidecoder.fast.compiled import compile_blocks
         compile_blocks(model)
     if pack_weights:
-        from minidecoder.packed import pack_linear_weights
+        from minidecoder.fast.packed import pack_linear_weights
         pack_linear_weights(model)
     return model
 
@@ -84,6 +84,6 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     An input longer than the model's context is an error; `truncate=N` keeps the first N tokens of each
     text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass).
     """
-    from minidecoder.embedding import embed as _embed
+    from minidecoder.running.embedding import embed as _embed
     return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,
                   **options)

@@ -45,7 +45,7 @@ TEXT_SAMPLES = [
 
 def real_files(name: str) -> tuple[Path, Path]:
     """(the verified GGUF in the download cache, the converted folder), fetching on first use."""
-    from minidecoder import registry
+    from minidecoder.sources import registry
 
     folder = registry.ensure_model(name, progress=False)
     return registry.ensure_gguf(name, progress=False), folder

@@ -1,4 +1,4 @@
-"""The opt-in compiled blocks (minidecoder.compiled) compute what the plain blocks compute.
+"""The opt-in compiled blocks (minidecoder.fast.compiled) compute what the plain blocks compute.
 
 Two families whose quirks touch every fused region: llama (plain RMSNorm, SiLU) and gemma3 (unit-offset
 norms, q/k norms, sandwich norms, GELU, scaled embeddings, sliding window shorter than the input).
@@ -16,7 +16,7 @@ from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.model import Sites
+from minidecoder.core.model import Sites
 from tiny_models import random_ids, tiny_checkpoint
 
 ATOL = RTOL = 2e-5

@@ -91,7 +91,7 @@ def test_token_ids_equal_transformers_gguf_tokenizer(name: str) -> None:
 @pytest.mark.real
 def test_default_model_metadata() -> None:
     """The default model's folder: what config.json and source.json must say about SmolLM2."""
-    from minidecoder import registry
+    from minidecoder.sources import registry
 
     gguf_path, folder = real_files("smollm2-135m-instruct")
     config = json.loads((folder / "config.json").read_text())

@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from minidecoder.convert import convert_gguf, parse_size
-from minidecoder.convert.hf_config import _gemma_layer_types, float32_value
-from minidecoder.convert.names import hf_name
-from minidecoder.convert.transforms import permute_for_ggml, unpermute_from_ggml
+from minidecoder.sources.convert import convert_gguf, parse_size
+from minidecoder.sources.convert.hf_config import _gemma_layer_types, float32_value
+from minidecoder.sources.convert.names import hf_name
+from minidecoder.sources.convert.transforms import permute_for_ggml, unpermute_from_ggml
 from minidecoder.errors import CheckpointError, InputError, MinidecoderError
 from tiny_gguf import write_tiny_gguf
 
@@ -320,7 +320,7 @@ def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
 
 
 def test_interrupted_conversion_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import minidecoder.convert.converter as converter
+    import minidecoder.sources.convert.converter as converter
 
     gguf_path = tmp_path / "m.gguf"
     write_tiny_gguf(gguf_path, "llama")
@@ -340,8 +340,8 @@ def test_interrupted_conversion_leaves_no_folder(tmp_path: Path, monkeypatch: py
 
 
 def test_source_json(tmp_path: Path) -> None:
-    from minidecoder.convert import CONVERTER_VERSION
-    from minidecoder.fetch import sha256_file
+    from minidecoder.sources.convert import CONVERTER_VERSION
+    from minidecoder.sources.fetch import sha256_file
 
     gguf_path = tmp_path / "m.gguf"
     write_tiny_gguf(gguf_path, "llama", quant="Q4_0")

@@ -1,4 +1,4 @@
-"""Data-parallel embedding (minidecoder.distributed): two CPU processes on gloo give the
+"""Data-parallel embedding (minidecoder.running.distributed): two CPU processes on gloo give the
 single-process output, in input order, on rank 0.
 
 Launched the way users launch it, `torchrun --nproc_per_node 2 tools/embed_distributed.py`, in a
@@ -16,7 +16,7 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.distributed import embed_distributed, shard_bounds
+from minidecoder.running.distributed import embed_distributed, shard_bounds
 from tiny_models import tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

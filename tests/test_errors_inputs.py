@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import minidecoder
-from minidecoder.diagnostics import first_nonfinite_layer
+from minidecoder.running.diagnostics import first_nonfinite_layer
 from minidecoder.errors import InputError, MinidecoderError, NumericsError
 from minidecoder.methods.inputs import encode_prompts
 

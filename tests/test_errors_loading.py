@@ -225,7 +225,7 @@ def test_gguf_of_an_unsupported_architecture_or_quantization(tmp_path: Path) -> 
     pytest.importorskip("gguf")
     from tiny_gguf import write_tiny_gguf
 
-    from minidecoder.convert.converter import convert_gguf
+    from minidecoder.sources.convert.converter import convert_gguf
 
     write_tiny_gguf(tmp_path / "phi3.gguf", "phi3")
     with pytest.raises(CheckpointError) as caught:

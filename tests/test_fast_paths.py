@@ -20,12 +20,12 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder import prefix_cache
-from minidecoder.embedding import embed
+from minidecoder.fast import prefix_cache
+from minidecoder.running.embedding import embed
 from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import encode_prompts, pad
 from minidecoder.methods.runner import hidden_at_layers, last_token
-from minidecoder.text import senteval_sentence
+from minidecoder.methods.text import senteval_sentence
 from tiny_models import tiny_checkpoint
 
 TEXTS = [

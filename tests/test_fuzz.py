@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from minidecoder.config import ModelConfig, parse_config
+from minidecoder.core.config import ModelConfig, parse_config
 from minidecoder.errors import MinidecoderError
 from minidecoder.methods.inputs import encode_prompts
-from minidecoder.text import fill_template
-from minidecoder.tokenizer import Tokenizer
+from minidecoder.methods.text import fill_template
+from minidecoder.core.tokenizer import Tokenizer
 from tiny_models import save_tiny_tokenizer
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""`minidecoder.jobs.run_embedding_job`: streamed, chunked, resumable, never clobbers output.
+"""`minidecoder.running.jobs.run_embedding_job`: streamed, chunked, resumable, never clobbers output.
 
 The central test kills a real job (a subprocess) with SIGKILL once its first chunk is on disk,
 resumes it, and compares the output byte for byte with an uninterrupted run.
@@ -22,7 +22,7 @@ import torch
 
 import minidecoder
 from minidecoder.errors import InputError
-from minidecoder.jobs import load_metadata, run_embedding_job
+from minidecoder.running.jobs import load_metadata, run_embedding_job
 from minidecoder.methods.base import Method
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def interrupt_after(chunks: int):
 JOB_SCRIPT = """
 import json, sys
 import minidecoder
-from minidecoder.jobs import run_embedding_job
+from minidecoder.running.jobs import run_embedding_job
 model = minidecoder.load(sys.argv[1])
 print(json.dumps(run_embedding_job(model, "prompteol", sys.argv[2], sys.argv[3], chunk_size=int(sys.argv[4]),
                                    batch_size=8)))

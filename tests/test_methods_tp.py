@@ -205,7 +205,7 @@ def test_metaeol_tp_averages_eight_prompts_with_pst() -> None:
 def test_empty_range_is_the_plain_forward_with_the_placeholder(name: str) -> None:
     from minidecoder.methods.inputs import encode_prompts
     from minidecoder.methods.runner import last_token
-    from minidecoder import prefix_cache
+    from minidecoder.fast import prefix_cache
     from minidecoder.methods.tp import placeholder_row
 
     _, folder = checkpoint(name)
@@ -296,7 +296,7 @@ def test_describe_states_the_seeded_gaussian() -> None:
 # ---- the real default model ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    registry = pytest.importorskip("minidecoder.registry", reason="minidecoder.registry (ensure_model) not written yet")
+    registry = pytest.importorskip("minidecoder.sources.registry", reason="minidecoder.sources.registry (ensure_model) not written yet")
     try:
         return Path(registry.ensure_model("smollm2-135m-instruct"))
     except Exception as error:  # offline and not cached

@@ -1,4 +1,4 @@
-"""Packed linear weights (minidecoder.packed) compute what the plain weights compute.
+"""Packed linear weights (minidecoder.fast.packed) compute what the plain weights compute.
 
 The packed path calls oneDNN's linear kernel on a copy of each weight reordered once at load time.
 Checked: equality with the plain model (float32 and bfloat16, two families, with and without compile),
@@ -18,7 +18,7 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.errors import MinidecoderError
-from minidecoder.packed import pack_linear_weights
+from minidecoder.fast.packed import pack_linear_weights
 from tiny_models import random_ids, tiny_checkpoint
 
 TEXTS = ["a man is playing a flute", "ok", "The quick brown fox jumps over the lazy dog near the river bank."]

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch.testing import assert_close
 
 import minidecoder
-import minidecoder.model as model_module
+import minidecoder.core.model as model_module
 from tiny_models import SEQ, VARIANTS, build_hf_model, random_ids, save_hf_model, save_tiny_tokenizer
 
 ATOL = RTOL = 1e-5  # fp32; the observed difference is 0 for every variant

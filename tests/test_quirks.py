@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import minidecoder
-from minidecoder.config import RopeSpec
-from minidecoder.rope import inverse_frequencies
+from minidecoder.core.config import RopeSpec
+from minidecoder.core.rope import inverse_frequencies
 from test_parity import ATOL, checkpoint
 from tiny_models import random_ids
 
@@ -28,7 +28,7 @@ def _attn(model):
 
 def _no_unit_offset(model) -> None:  # Gemma RMSNorm: (1 + w) -> w
     for module in model.modules():
-        if isinstance(module, minidecoder.model.RMSNorm):
+        if isinstance(module, minidecoder.core.model.RMSNorm):
             module.unit_offset = False
 
 

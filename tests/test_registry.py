@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from minidecoder import fetch, registry
+from minidecoder.sources import fetch, registry
 from minidecoder.errors import CheckpointError, InputError
-from minidecoder.fetch import PackagedFile
+from minidecoder.sources.fetch import PackagedFile
 from tiny_gguf import write_tiny_gguf
 
 
@@ -108,8 +108,8 @@ def test_chunks_are_assembled_in_order_verified_and_reused(fake) -> None:
 
 
 def test_ensure_model_converts_once_then_reuses(fake, monkeypatch: pytest.MonkeyPatch) -> None:
-    import minidecoder.convert as convert_package
-    import minidecoder.convert.converter as converter
+    import minidecoder.sources.convert as convert_package
+    import minidecoder.sources.convert.converter as converter
 
     index, data, register, tmp_path = fake
     model = register()

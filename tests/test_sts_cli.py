@@ -22,7 +22,7 @@ from minidecoder.cli import common, eval_cmd
 from minidecoder.errors import InputError
 from minidecoder.evaluation import evaluate_sts
 from minidecoder.evaluation.report import build_stamp, code_version, summary_table, to_markdown, write_report
-from minidecoder.text import fill_template, senteval_sentence
+from minidecoder.methods.text import fill_template, senteval_sentence
 from test_sts_data import DATA, needs_data
 
 TEMPLATE = 'This sentence : "{text}" means in one word:"'

@@ -9,7 +9,7 @@ import pytest
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.sts_data import ALL_SEVEN, STS_YEARS, TASKS, load_task, load_tasks, resolve_data_dir
-from minidecoder.paths import sts_data_dir
+from minidecoder.sources.paths import sts_data_dir
 
 DATA = sts_data_dir()
 needs_data = pytest.mark.skipif(DATA is None or not DATA.is_dir(), reason="STS data not found (set MINIDECODER_STS_DATA)")

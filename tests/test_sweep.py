@@ -62,7 +62,7 @@ def one_thread():
 def plain_loop():
     """The runner may reuse a shared prompt prefix (one extra batch-1 pass, same states up to
     rounding); switch it off so that blocks counted here are exactly rows x blocks of the plain loop."""
-    from minidecoder import prefix_cache
+    from minidecoder.fast import prefix_cache
     with prefix_cache.disabled():
         yield
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import minidecoder.text
+import minidecoder.methods.text
 from minidecoder.errors import InputError, MinidecoderError
-from minidecoder.text import fill_template, senteval_sentence
+from minidecoder.methods.text import fill_template, senteval_sentence
 
 PROMPTEOL = 'This sentence : "{text}" means in one word:"'
 
@@ -94,4 +94,4 @@ def test_fill_template_rejects_unknown_placeholders(template: str, name: str) ->
 
 
 def test_doctests() -> None:
-    assert doctest.testmod(minidecoder.text).failed == 0
+    assert doctest.testmod(minidecoder.methods.text).failed == 0

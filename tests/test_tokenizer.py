@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minidecoder.tokenizer import Tokenizer
+from minidecoder.core.tokenizer import Tokenizer
 from tiny_models import save_tiny_tokenizer
 
 SAMPLES = ["Hello world!", "The lazy  dog   runs", " leading space", "trailing space ", "a\nb\tc",

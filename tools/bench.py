@@ -15,7 +15,7 @@ dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch w
     md:*+compile      the same with `minidecoder.load(..., compile=True)` (blocks fused by torch.compile);
                       compiling happens in the warm-up, whose seconds are reported apart
     md:*+pack         the same with `minidecoder.load(..., pack_weights=True)` (block weights reordered
-                      once into oneDNN's layout, minidecoder.packed); `+pack+compile` both
+                      once into oneDNN's layout, minidecoder.fast.packed); `+pack+compile` both
     mem:*             peak memory at T = 512 (ReBA-2 of ~256-token texts, 4 rows): a plain forward of
                       the repeated input, ReBA (eager fusion), ReBA blocked, the reference approach
                       (transformers eager with every attention matrix returned, fused afterwards)
@@ -213,7 +213,7 @@ def effective_flops(model, method: str, options: dict, sentences: list[str]) -> 
     from minidecoder.methods.inputs import encode_one
     from minidecoder.methods.layers import resolve_output_layer
     from minidecoder.methods.prompts import TEMPLATES
-    from minidecoder.text import senteval_sentence
+    from minidecoder.methods.text import senteval_sentence
     if method not in TEMPLATES:
         return float("nan")
     depth = resolve_output_layer(options.get("layer", -1 if method == "prompteol" else -2), model.num_layers)
@@ -230,7 +230,7 @@ def effective_flops(model, method: str, options: dict, sentences: list[str]) -> 
 # ---- workers (one configuration per fresh process) ----------------------------------------------------
 def worker_md(name: str, folder: str, limit: int) -> dict:
     import minidecoder
-    from minidecoder import prefix_cache
+    from minidecoder.fast import prefix_cache
     import contextlib
 
     kind, dtype, method, options = CONFIGS[name]
@@ -270,7 +270,7 @@ def _hf(folder: str, dtype: str, attn: str = "sdpa"):
 
 def worker_ref(name: str, folder: str, limit: int) -> dict:
     """The reference approach, written as the reference scripts are (kongds/scaling_sentemb batcher)."""
-    from minidecoder.text import senteval_sentence
+    from minidecoder.methods.text import senteval_sentence
 
     kind, dtype, method, options = CONFIGS[name]
     sentences, gold = sts_sentences(limit)
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.model is None:
-        from minidecoder.registry import ensure_model
+        from minidecoder.sources.registry import ensure_model
         args.model = str(ensure_model("smollm2-135m-instruct", progress=False))
     if args.worker:
         kind = CONFIGS[args.worker][0]

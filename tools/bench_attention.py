@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minidecoder.config import parse_config  # noqa: E402
-from minidecoder.model import Attention  # noqa: E402
+from minidecoder.core.config import parse_config  # noqa: E402
+from minidecoder.core.model import Attention  # noqa: E402
 
 ROWS = 608  # query rows per call: 32 sentences of ~19 tokens
 PREFIX = 4  # cached prompt prefix (PromptEOL's 'This sentence : "')

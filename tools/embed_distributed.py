@@ -3,7 +3,7 @@
     torchrun --nproc_per_node 2 tools/embed_distributed.py texts.txt out.pt --model smollm2-135m-instruct
     torchrun --nproc_per_node 4 tools/embed_distributed.py texts.txt out.pt --device cuda   # nccl, one GPU per rank
 
-Backend: gloo on CPU, nccl on CUDA (minidecoder.distributed.default_backend). On CPU each process gets
+Backend: gloo on CPU, nccl on CUDA (minidecoder.running.distributed.default_backend). On CPU each process gets
 cores // world threads. Method options are `--option name=value` (values parsed as JSON, else strings).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import minidecoder  # noqa: E402
 from minidecoder.cli.common import parse_options  # noqa: E402
-from minidecoder.distributed import default_backend, embed_distributed  # noqa: E402
+from minidecoder.running.distributed import default_backend, embed_distributed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

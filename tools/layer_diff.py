@@ -40,7 +40,7 @@ def transformers_sites(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def minidecoder_sites(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    from minidecoder.model import Sites
+    from minidecoder.core.model import Sites
 
     sites = {}
     with torch.no_grad():

@@ -246,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="activation and weight dtype (the stamp records it; tools/bench.py prints the "
                              "STS-B change bfloat16 makes)")
     parser.add_argument("--compile", action="store_true", help="fuse each block's elementwise work with "
-                        "torch.compile (minidecoder.compiled); compiled in the untimed warm-up")
+                        "torch.compile (minidecoder.fast.compiled); compiled in the untimed warm-up")
     parser.add_argument("--pack-weights", action="store_true", help="CPU: reorder the block weights once into "
-                        "oneDNN's layout (minidecoder.packed); combines with --compile")
+                        "oneDNN's layout (minidecoder.fast.packed); combines with --compile")
     parser.add_argument("--data", default=None, help="STS data folder (default: ../shared/data/sts)")
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--no-progress", action="store_true")

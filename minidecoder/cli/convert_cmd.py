@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.convert import convert_gguf, parse_size
+    from minidecoder.sources.convert import convert_gguf, parse_size
 
     folder = convert_gguf(
         args.gguf_file, args.output_dir, dtype=args.dtype, shard_size=parse_size(args.shard_size),

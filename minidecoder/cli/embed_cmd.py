@@ -58,7 +58,7 @@ def methods_help() -> str:
     return "\n".join(lines)
 
 
-# ---- output checks (the writing itself is minidecoder.jobs) -------------------------------------
+# ---- output checks (the writing itself is minidecoder.running.jobs) -------------------------------------
 def check_output(path: Path, overwrite: bool) -> None:
     if path.suffix.lower() not in OUTPUT_SUFFIXES:
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     check_output(output, args.overwrite)
     method = minidecoder.methods.build_method(args.method, **parse_options(args.opt))
-    from minidecoder.jobs import run_embedding_job, scan_input
+    from minidecoder.running.jobs import run_embedding_job, scan_input
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads
     model = load_model(args)
     # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.

@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder import registry
+    from minidecoder.sources import registry
     from minidecoder.errors import InputError
 
     if args.list:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minidecoder.errors import InputError
-from minidecoder.paths import sts_data_dir
+from minidecoder.sources.paths import sts_data_dir
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
 STS_YEARS: dict[str, list[str]] = {
@@ -89,7 +89,7 @@ class StsTask:
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """`data_dir` if given, else `minidecoder.paths.sts_data_dir()`; it must exist."""
+    """`data_dir` if given, else `minidecoder.sources.paths.sts_data_dir()`; it must exist."""
     path = Path(data_dir).expanduser() if data_dir is not None else sts_data_dir()
     if path is None or not path.is_dir():
         raise InputError(

@@ -48,7 +48,7 @@ from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.runner import hidden_at_layers, last_token, mean_over_spans
-from minidecoder.model import Sites
+from minidecoder.core.model import Sites
 
 DEV_TASK = "STSBenchmark-dev"
 Point = dict[str, Any]  # option name -> value of one grid point
@@ -228,7 +228,7 @@ def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> li
     unsteered trunk of the normal prompt, one branch per (steer layer, alpha) from the trunk's state
     before the steered block (`cp.steered_hidden` from there on)."""
     from minidecoder.methods import cp
-    from minidecoder.text import senteval_sentence
+    from minidecoder.methods.text import senteval_sentence
 
     H = model.config.num_heads
     site = cp.SITE_NAMES[method.site]

@@ -37,8 +37,8 @@ from minidecoder.methods.base import Method, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, resolve_output_layer
 from minidecoder.methods.runner import last_token
-from minidecoder.model import Sites
-from minidecoder.text import template_fields
+from minidecoder.core.model import Sites
+from minidecoder.methods.text import template_fields
 
 # The paper's Table 4 auxiliary prompts, by name; the default is the reference's `negative_prompt`.
 AUX_PROMPTS: dict[str, str] = {
@@ -99,9 +99,9 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float, num_heads: 
 def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str) -> torch.Tensor:
     """b: the site of block `steer_layer` at each row's last token, (B, D). Runs blocks 0..steer_layer
     only (the reference's `exit_layer` break), so the blocks after it never execute.
-    The shared prompt prefix runs once when it can (minidecoder.prefix_cache): the record is of each
+    The shared prompt prefix runs once when it can (minidecoder.fast.prefix_cache): the record is of each
     row's last token, which the cache always leaves outside the prefix."""
-    from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+    from minidecoder.fast.prefix_cache import hidden_with_prefix, prefix_cache_applies
     p = prefix_cache_applies(model, batch)
     if p:
         sites = Sites(record={SITE_NAMES[site]})
@@ -143,7 +143,7 @@ def steered_hidden(model, batch: PromptBatch, steer_layer: int, site: str, outpu
     """hidden_states[output_index] (B, T, E) of `batch` with the last token's site at block
     `steer_layer` replaced by `replace(a)`; blocks after the output layer do not run. The shared
     prompt prefix runs once when it can: the edit is of each row's last token, never in the prefix."""
-    from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+    from minidecoder.fast.prefix_cache import hidden_with_prefix, prefix_cache_applies
     p = prefix_cache_applies(model, batch)
     if p:
         sites_for = steer_sites(batch, steer_layer, site, replace, model.device, shift=p)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.text import fill_template
+from minidecoder.methods.text import fill_template
 
 
 @dataclass

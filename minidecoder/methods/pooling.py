@@ -27,7 +27,7 @@ from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.prompts import check_bool, check_template, prepare_texts
 from minidecoder.methods.runner import hidden_at, last_token, mean_over_spans
-from minidecoder.text import template_fields
+from minidecoder.methods.text import template_fields
 
 _LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
 _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' embeds the bare text"

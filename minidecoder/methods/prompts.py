@@ -12,7 +12,7 @@ of the prompt's last token (the position that would predict that word) at an out
                    `hidden_states[-2][:, -1, :]` for these two prompts, `hidden_states[-1]` for PromptEOL).
 
 Text handling (spec `methods.md` section 2): every reference batcher prepares the sentence with the
-SentEval steps of `minidecoder.text.senteval_sentence` (append `.`, `"` -> `'`, final `?` -> `.`)
+SentEval steps of `minidecoder.methods.text.senteval_sentence` (append `.`, `"` -> `'`, final `?` -> `.`)
 before filling the template; `senteval_text=True` (the default) does the same, `False` embeds the
 text verbatim. Padding is on the left, as in the references; positions are derived from the mask
 (`Decoder.context`), which gives a padded row exactly its unpadded positions (the references fed
@@ -34,7 +34,7 @@ from minidecoder.methods.base import Method, option, register
 from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.runner import hidden_at, last_token
-from minidecoder.text import fill_template, senteval_sentence, template_fields
+from minidecoder.methods.text import fill_template, senteval_sentence, template_fields
 
 # The exact strings of spec section 3 (= the references' strings with `*sent 0*` written `{text}`).
 TEMPLATES: dict[str, str] = {

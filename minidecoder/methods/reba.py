@@ -33,7 +33,7 @@ from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.model import Sites
+from minidecoder.core.model import Sites
 
 WEIGHTS = ("pooled", "normalized", "raw")
 BLOCKED_FROM_LENGTH = 256  # fusion="auto": below this the eager patterns are small and the eager path is faster
@@ -69,9 +69,9 @@ def fused_attention(model, batch: PromptBatch, output_index: int, blocked: bool 
     Every block runs (the reference fuses all of the model's attention maps whatever layer it reads).
     blocked=False: each block runs its eager path and its whole (B, H, T, T) pattern is folded.
     blocked=True: each block stays on its fused-kernel path and only records q/k; the pattern is
-    recomputed `heads_per_step` heads at a time (minidecoder.fused_attention.fold_heads), so peak
+    recomputed `heads_per_step` heads at a time (minidecoder.fast.blocked_fusion.fold_heads), so peak
     memory grows with T^2 once. Both give the same A up to float rounding (tests/test_fast_paths.py)."""
-    from minidecoder.fused_attention import fold_heads
+    from minidecoder.fast.blocked_fusion import fold_heads
 
     ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     h = model.embed(ids)  # (B, T, E)
@@ -158,7 +158,7 @@ class reba(Method):
                                     "included, the first copy's last token left out) instead of the first copy")
     fusion: str = option("auto", "how A is computed: eager = each block's whole (B, H, T, T) pattern; blocked = "
                          "one head at a time from q/k on the fast path (peak memory grows with T^2 once; "
-                         "minidecoder.fused_attention); auto = blocked from 256 tokens on")
+                         "minidecoder.fast.blocked_fusion); auto = blocked from 256 tokens on")
 
     def __post_init__(self) -> None:
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:

@@ -21,13 +21,13 @@ def hidden_at_layers(model, batch: PromptBatch, layers: list[int], reuse_prefix:
     """Several output layers from one forward pass that stops at the deepest one requested.
 
     reuse_prefix: when every row begins with the same tokens (a prompt template's text before
-    `{text}`), run them once and reuse their keys/values (minidecoder.prefix_cache; same states up
+    `{text}`), run them once and reuse their keys/values (minidecoder.fast.prefix_cache; same states up
     to float rounding, tested). Pass False for the plain loop."""
     L = model.num_layers
     wanted = {layer: resolve_output_layer(layer, L) for layer in layers}
     deepest = max(wanted.values())
     if reuse_prefix:
-        from minidecoder.prefix_cache import hidden_with_prefix, prefix_cache_applies
+        from minidecoder.fast.prefix_cache import hidden_with_prefix, prefix_cache_applies
         p = prefix_cache_applies(model, batch)
         if p:
             return hidden_with_prefix(model, batch, wanted, p)

@@ -51,7 +51,7 @@ from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.prompts import TEMPLATES, check_bool, check_template, prepare_texts
 from minidecoder.methods.runner import last_token
-from minidecoder.model import Sites
+from minidecoder.core.model import Sites
 
 PST = "<PST>"
 PLACEHOLDER_INITS = ("zeros", "ones", "uniform", "gaussian", "mean", "token:<text>")
@@ -145,7 +145,7 @@ def forward_with_copies(model, batch: PromptBatch, plan: CopyPlan, copy_before: 
         `mask_pst_first_layer`); positions stay those of the full mask.
     sites_for: i -> Sites for block i, or None (CP passes an edit of `z` at its steer block).
     reuse_prefix: run the template text that every row shares before its first copy target once
-        (minidecoder.prefix_cache), when nothing else reads or edits the stream (no sites, no hidden
+        (minidecoder.fast.prefix_cache), when nothing else reads or edits the stream (no sites, no hidden
         keys). Same states up to float rounding, tested.
     Early exit: blocks after the output layer never run; the final norm only for layer L / -1.
     """
@@ -154,7 +154,7 @@ def forward_with_copies(model, batch: PromptBatch, plan: CopyPlan, copy_before: 
     if reuse_prefix and sites_for is None and hidden_from_first_block is None:
         p = _prefix_before_copies(model, batch, plan)
         if p:
-            from minidecoder.prefix_cache import hidden_with_prefix
+            from minidecoder.fast.prefix_cache import hidden_with_prefix
             shifted = CopyPlan(plan.batch, plan.target - p, plan.source - p).to(model.device)  # rest coordinates
             copies = lambda i, h: shifted.apply(h) if i in copy_before else h  # noqa: E731
             return hidden_with_prefix(model, batch, {layer: output_index}, p, extra_rows, copies)[layer]
@@ -182,7 +182,7 @@ def _prefix_before_copies(model, batch: PromptBatch, plan: CopyPlan) -> int:
     """The shared-prefix length the cache may take for a copy plan: the prefix cache's own choice,
     cut so that no copy reads or writes inside it (TP's `<PST>` follows the template's first words,
     and the shared ids run on through it), or 0 if that leaves less than `MIN_PREFIX`."""
-    from minidecoder.prefix_cache import MIN_PREFIX, prefix_cache_applies
+    from minidecoder.fast.prefix_cache import MIN_PREFIX, prefix_cache_applies
     p = prefix_cache_applies(model, batch)
     if p and plan.batch.numel():
         first = batch.first_positions(plan.batch.device)[plan.batch]  # (K,) first real position of each copy's row

@@ -1,6 +1,6 @@
 """GGUF (llama.cpp) checkpoints -> Hugging Face-style folders that `minidecoder.load` reads.
 
-    from minidecoder.convert import convert_gguf
+    from minidecoder.sources.convert import convert_gguf
     convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", "weights/smollm2")
 
 One job per module: `gguf_reader` (metadata, dequantization), `names` (tensor names),
@@ -8,9 +8,9 @@ One job per module: `gguf_reader` (metadata, dequantization), `names` (tensor na
 `gguf_tokenizer` (tokenizer.json, tokenizer_config.json), `writer` (streamed safetensors shards),
 `converter` (the pipeline, written atomically).
 """
-from minidecoder.convert.converter import CONVERTER_VERSION, DTYPES, convert_gguf, read_source_info
-from minidecoder.convert.gguf_reader import SUPPORTED_ARCHITECTURES, SUPPORTED_QUANT_TYPES
-from minidecoder.convert.writer import DEFAULT_SHARD_SIZE, parse_size
+from minidecoder.sources.convert.converter import CONVERTER_VERSION, DTYPES, convert_gguf, read_source_info
+from minidecoder.sources.convert.gguf_reader import SUPPORTED_ARCHITECTURES, SUPPORTED_QUANT_TYPES
+from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, parse_size
 
 __all__ = [
     "CONVERTER_VERSION",

@@ -1,7 +1,7 @@
 """Turn what a user names into a checkpoint folder on disk.
 
     None                          -> the default offline model (smollm2-135m-instruct), fetched and
-                                     converted on first use (minidecoder.registry)
+                                     converted on first use (minidecoder.sources.registry)
     a known name                  -> the same, for that model (`minidecoder fetch --list`)
     an existing folder            -> used as it is
     "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, safetensors only)
@@ -19,7 +19,7 @@ _HUB_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json",
 def resolve_source(source: str | Path | None, progress: bool = True) -> Path:
     if source is not None and Path(str(source)).expanduser().is_dir():
         return Path(str(source)).expanduser()
-    from minidecoder import registry  # only needed for names: a folder works without it
+    from minidecoder.sources import registry  # only needed for names: a folder works without it
 
     if source is None:
         return registry.ensure_model(registry.DEFAULT_MODEL, progress=progress)

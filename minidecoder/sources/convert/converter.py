@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minidecoder.convert.gguf_reader import GGUFFile
-from minidecoder.convert.gguf_tokenizer import build_tokenizer
-from minidecoder.convert.hf_config import build_config
-from minidecoder.convert.names import expected_hf_names, hf_name
-from minidecoder.convert.transforms import undo_llama_cpp
-from minidecoder.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
+from minidecoder.sources.convert.gguf_reader import GGUFFile
+from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer
+from minidecoder.sources.convert.hf_config import build_config
+from minidecoder.sources.convert.names import expected_hf_names, hf_name
+from minidecoder.sources.convert.transforms import undo_llama_cpp
+from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError
-from minidecoder.fetch import sha256_file
+from minidecoder.sources.fetch import sha256_file
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -110,7 +110,7 @@ def convert_gguf(
             "source_file": gguf_path.name,
             "source_sha256": source_sha256 or sha256_file(gguf_path),
             "source_size": gguf_path.stat().st_size,
-            "converter": "minidecoder.convert",
+            "converter": "minidecoder.sources.convert",
             "converter_version": CONVERTER_VERSION,
             "gguf_architecture": architecture,
             "quantization": dict(sorted(Counter(gguf.quant_type(n) for n in gguf.tensor_names).items())),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # minidecoder/, above sources/
 _REPO_DIR = _PACKAGE_DIR.parent
 
 

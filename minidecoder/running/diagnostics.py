@@ -4,7 +4,7 @@
     report  # NonFinite(block=2, site='mlp_out', hidden_index=3, dtype=torch.float16, ...) or None
 
 The rerun visits, in forward order, the embedding output, then inside every block the TransformerLens
-sites of `minidecoder.model.SITES` (`resid_pre`, `q`, `k`, `v`, `pattern`, `z`, `attn_out`,
+sites of `minidecoder.core.model.SITES` (`resid_pre`, `q`, `k`, `v`, `pattern`, `z`, `attn_out`,
 `resid_mid`, `mlp_out`, `resid_post`), then the final norm; the first one holding NaN or inf at a
 real (unpadded) position is reported. Padded positions are ignored: their values are never read.
 Requesting the `pattern` site makes attention take the eager path; it computes the same values as the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minidecoder.model import SITES, Sites
+from minidecoder.core.model import SITES, Sites
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from minidecoder.config import RopeSpec
+from minidecoder.core.config import RopeSpec
 
 
 def inverse_frequencies(spec: RopeSpec, head_dim: int, max_position_embeddings: int,

@@ -94,7 +94,7 @@ def _truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict |
 
 def _locate_nonfinite(model, method: Method, text: str) -> str:
     """Rerun the plain forward of the method's prompt on `text` block by block (diagnostics)."""
-    from minidecoder.diagnostics import first_nonfinite_layer
+    from minidecoder.running.diagnostics import first_nonfinite_layer
     from minidecoder.methods.inputs import encode_prompts
 
     template = getattr(method, "template", None)

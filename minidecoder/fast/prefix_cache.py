@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.model import KVCache, Sites
+from minidecoder.core.model import KVCache, Sites
 
 # Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time

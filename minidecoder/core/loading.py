@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from minidecoder.config import ModelConfig
+from minidecoder.core.config import ModelConfig
 from minidecoder.errors import CheckpointError
-from minidecoder.model import Decoder
+from minidecoder.core.model import Decoder
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -138,7 +138,7 @@ def _check_tensor(name: str, tensor: torch.Tensor, param: torch.nn.Parameter, pa
 
 
 def _cpu_inv_freq(config: ModelConfig) -> dict[str, tuple[torch.Tensor, float]]:
-    from minidecoder.rope import inverse_frequencies
+    from minidecoder.core.rope import inverse_frequencies
     with torch.device("cpu"):
         return {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                 for kind, spec in config.rope.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from minidecoder.model import KVCache
+from minidecoder.core.model import KVCache
 
 
 @torch.inference_mode()

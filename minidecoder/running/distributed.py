@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minidecoder.embedding import embed
+from minidecoder.running.embedding import embed
 
 
 def default_backend(device: torch.device | str) -> str:

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minidecoder.config import ModelConfig
-from minidecoder.rope import apply_rope, cos_sin, inverse_frequencies
+from minidecoder.core.config import ModelConfig
+from minidecoder.core.rope import apply_rope, cos_sin, inverse_frequencies
 
 SITES = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
 
@@ -262,8 +262,8 @@ class Decoder(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tokenizer = None  # set by minidecoder.load
         self.source: str | None = None  # folder the weights came from
-        self.compiled = False  # True after minidecoder.compiled.compile_blocks
-        self.packed = False  # True after minidecoder.packed.pack_linear_weights
+        self.compiled = False  # True after minidecoder.fast.compiled.compile_blocks
+        self.packed = False  # True after minidecoder.fast.packed.pack_linear_weights
         self._inv_freq = {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                           for kind, spec in config.rope.items()}
 
@@ -379,8 +379,8 @@ class Decoder(nn.Module):
 
     def generate(self, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
                  stop_at_eos: bool = True) -> list[int]:
-        """Greedy continuation with a KV cache (minidecoder.generation.greedy)."""
-        from minidecoder.generation import greedy
+        """Greedy continuation with a KV cache (minidecoder.running.generation.greedy)."""
+        from minidecoder.running.generation import greedy
         return greedy(self, input_ids, max_new_tokens, stop_at_eos)
 
     # ---- masks -----------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from minidecoder import paths
+from minidecoder.sources import paths
 from minidecoder.errors import CheckpointError, InputError
-from minidecoder.fetch import PackagedFile, assemble, read_checksum, sha256_file
+from minidecoder.sources.fetch import PackagedFile, assemble, read_checksum, sha256_file
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def model_dir(name: str) -> Path:
 
 def is_converted(name: str) -> bool:
     """Whether `model_dir(name)` holds a finished conversion of this entry's GGUF by this converter."""
-    from minidecoder.convert import CONVERTER_VERSION, read_source_info
+    from minidecoder.sources.convert import CONVERTER_VERSION, read_source_info
 
     model = get(name)
     info = read_source_info(model_dir(name))
@@ -175,7 +175,7 @@ def ensure_gguf(name: str, progress: bool = True) -> Path:
 
 def ensure_model(name: str, progress: bool = True) -> Path:
     """The converted folder of model `name` (float32), fetching and converting it on first use."""
-    from minidecoder.convert import convert_gguf
+    from minidecoder.sources.convert import convert_gguf
 
     folder = model_dir(name)
     if is_converted(name):

@@ -19,7 +19,7 @@ import types
 
 import torch
 
-from minidecoder.model import Block, Context, Decoder, Sites
+from minidecoder.core.model import Block, Context, Decoder, Sites
 
 _compiled_block_forward = None
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minidecoder.errors import MinidecoderError
-from minidecoder.model import Decoder
+from minidecoder.core.model import Decoder
 
 
 @torch.library.custom_op("minidecoder::packed_linear", mutates_args=())

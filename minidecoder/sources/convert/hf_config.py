@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from minidecoder.convert.gguf_reader import GGUFFile
+from minidecoder.sources.convert.gguf_reader import GGUFFile
 from minidecoder.errors import CheckpointError
 
 # Keys that describe the model but change nothing a dense forward pass computes, or that are

@@ -1,0 +1,1 @@
+"""Where a model comes from: the offline registry, PyPI fetching, GGUF conversion, Hub ids, paths."""
