@@ -15,7 +15,7 @@ from minidecoder.errors import MinidecoderError
 from minidecoder.core.model import Decoder, DecoderOutput, KVCache, Sites
 
 __version__ = "0.1.0"
-__all__ = ["load", "embed", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
+__all__ = ["load", "embed", "generate", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
            "__version__"]
 
 
@@ -87,3 +87,11 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     from minidecoder.running.embedding import embed as _embed
     return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,
                   **options)
+
+
+def generate(model: Decoder, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
+             stop_at_eos: bool = True) -> list[int]:
+    """Greedy continuation with a KV cache: the ids of up to `max_new_tokens` new tokens
+    (minidecoder.running.generation)."""
+    from minidecoder.running.generation import greedy
+    return greedy(model, input_ids, max_new_tokens, stop_at_eos)

@@ -25,7 +25,7 @@ def test_greedy_with_cache_equals_transformers_generate(name: str) -> None:
     model = minidecoder.load(folder)
     prompt = random_ids(1, 6, seed=3)  # 6 + 20 new tokens: past every sliding window (5)
     with torch.no_grad():
-        ours = model.generate(prompt[0].tolist(), max_new_tokens=20, stop_at_eos=False)
+        ours = minidecoder.generate(model, prompt[0].tolist(), max_new_tokens=20, stop_at_eos=False)
         reference = hf.generate(prompt, max_new_tokens=20, do_sample=False, min_new_tokens=20,
                                 pad_token_id=0)[0, prompt.shape[1]:].tolist()
         assert ours == _without_cache(model, prompt, 20)

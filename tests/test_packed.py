@@ -39,7 +39,12 @@ def forward(model, ids: torch.Tensor, mask: torch.Tensor):
         return model(ids, attention_mask=mask, output_hidden_states=True)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+BF16_PACKING = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN's bf16 layout needs AVX-512 or AVX-NE-CONVERT
+needs_bf16_cpu = pytest.mark.skipif(not BF16_PACKING, reason="this CPU has no oneDNN bfloat16 weight layout "
+                                                             "(test_bf16_packing_refused_clearly covers it)")
+
+
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_bf16_cpu)])
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_packed_weights_equal_plain_weights(name: str, dtype: str) -> None:
     folder = checkpoint(name)
@@ -111,3 +116,9 @@ def test_packing_errors_name_the_problem(tiny_llama: Path) -> None:
     model.to("meta")  # any non-CPU device: the check reads model.device
     with pytest.raises(MinidecoderError, match="CPU fast path"):
         pack_linear_weights(model)
+
+
+@pytest.mark.skipif(BF16_PACKING, reason="this CPU packs bfloat16 (test_packed_weights_equal_plain_weights covers it)")
+def test_bf16_packing_refused_clearly(tiny_llama: Path) -> None:
+    with pytest.raises(MinidecoderError, match="AVX-512"):
+        minidecoder.load(tiny_llama, dtype="bfloat16", progress=False, pack_weights=True)

@@ -54,7 +54,7 @@ def test_logits_match_transformers(name: str) -> None:
 def test_greedy_continuation_knows_paris(name: str) -> None:
     model = minidecoder.load(name, dtype=torch.float32)
     prompt = model.tokenizer.encode("The capital of France is")
-    new = model.generate(prompt, max_new_tokens=8)
+    new = minidecoder.generate(model, prompt, max_new_tokens=8)
     text = model.tokenizer.decode(new)
     print(f"{name}: 'The capital of France is' -> {text!r}")
     assert "Paris" in text

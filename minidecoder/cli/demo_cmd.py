@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from minidecoder import generate
 from minidecoder.cli.common import add_model_options, load_model
 from minidecoder.cli.logits_cmd import top_next_tokens
 
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ntop next tokens after {args.prompt!r}:")
     for token, prob in top_next_tokens(model, args.prompt, 5):
         print(f"  {prob:7.2%}  {token!r}")
-    new = model.generate(model.tokenizer.encode(args.prompt), max_new_tokens=12)
+    new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=12)
     continuation = args.prompt + model.tokenizer.decode(new, skip_special_tokens=True)
     print(f"\ngreedy continuation: {continuation!r}")
     vectors = minidecoder.embed(model, SENTENCES, args.method)

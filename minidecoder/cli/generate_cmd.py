@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from minidecoder import generate
 from minidecoder.cli.common import add_model_options, load_model
 
 
@@ -17,6 +18,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model = load_model(args)
-    new = model.generate(model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)
+    new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)
     print(args.prompt + model.tokenizer.decode(new, skip_special_tokens=True))
     return 0

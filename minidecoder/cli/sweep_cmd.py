@@ -68,7 +68,8 @@ def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
 def run(args: argparse.Namespace) -> int:
     import minidecoder
     import minidecoder.methods
-    from minidecoder.evaluation.sweep import sweep_sts, write_sweep_report
+    from minidecoder.evaluation.sweep import sweep_sts
+    from minidecoder.evaluation.sweep_report import write_sweep_report
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")

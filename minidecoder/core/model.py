@@ -377,12 +377,6 @@ class Decoder(nn.Module):
             cache=cache,
         )
 
-    def generate(self, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
-                 stop_at_eos: bool = True) -> list[int]:
-        """Greedy continuation with a KV cache (minidecoder.running.generation.greedy)."""
-        from minidecoder.running.generation import greedy
-        return greedy(self, input_ids, max_new_tokens, stop_at_eos)
-
     # ---- masks -----------------------------------------------------------------------------
     @staticmethod
     def _key_mask(attention_mask: torch.Tensor | None, cache: KVCache | None, B: int, T: int,

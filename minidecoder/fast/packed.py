@@ -61,6 +61,10 @@ def check_packable(model: Decoder) -> None:
     if not torch.backends.mkldnn.is_available():
         raise MinidecoderError("pack_weights needs torch built with oneDNN (mkldnn), and this torch has none",
                                "leave pack_weights off")
+    if model.dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise MinidecoderError("pack_weights in bfloat16 needs a CPU with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT, "
+                               "which this one lacks (oneDNN has no bfloat16 weight layout for it)",
+                               "leave pack_weights off in bfloat16 here, or pack in float32")
     if model.dtype not in (torch.float32, torch.bfloat16):
         raise MinidecoderError(f"pack_weights supports float32 and bfloat16 weights, not {model.dtype}",
                                "load with dtype='float32' or 'bfloat16', or leave pack_weights off")
