@@ -26,8 +26,8 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
 
     dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
-    compile: fuse each block's elementwise work with torch.compile (minidecoder.fast.compiled); the first
-        forward then compiles, and later ones run faster.
+    compile: the method loop runs site-free blocks through torch.compile (minidecoder.fast.compiled); the
+        first embedding batch then compiles, and later ones run faster. Logits and generation stay plain.
     pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
         CPU only, float32 or bfloat16; 10-13% faster embedding runs here, a second copy of the block weights
         in memory. Combines with compile.
@@ -67,12 +67,11 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
                              "use the tokenizer that belongs to these weights")
     model.tokenizer = tokenizer
     model.source = str(folder)
-    if compile:
-        from minidecoder.fast.compiled import compile_blocks
-        compile_blocks(model)
     if pack_weights:
         from minidecoder.fast.packed import pack_linear_weights
         pack_linear_weights(model)
+    from minidecoder.fast.options import FastPaths
+    model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights))
     return model
 
 

@@ -17,6 +17,7 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.core.model import Sites
+from minidecoder.methods.loop import Forward, Step
 from tiny_models import random_ids, tiny_checkpoint
 
 ATOL = RTOL = 2e-5
@@ -34,34 +35,41 @@ def plain_and_compiled(name: str):
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_compiled_blocks_equal_plain_blocks(name: str) -> None:
     plain, compiled = plain_and_compiled(name)
-    assert compiled.compiled and not plain.compiled
+    assert compiled.fast_paths.compiled and not plain.fast_paths.compiled
     frames_before = counters["frames"]["ok"]
     ids = random_ids(batch=2, length=12)
     mask = torch.ones_like(ids)
     mask[1, :4] = 0  # left padding: the mask path, not only the all-real one
+    L = plain.num_layers
     with torch.inference_mode():
-        want = plain(ids, attention_mask=mask, output_hidden_states=True)
-        got = compiled(ids, attention_mask=mask, output_hidden_states=True)
+        want = Forward(plain, ids, mask, keep=range(L + 1))
+        got = Forward(compiled, ids, mask, keep=range(L + 1))
+        pairs = [(got.hidden(k), want.hidden(k)) for k in range(L + 1)]
     assert counters["frames"]["ok"] > frames_before, "torch.compile never ran: the test would compare plain to plain"
     if name == "gemma3":
         assert plain.config.sliding_window < ids.shape[1]  # the window really cuts
-    for layer, (g, w) in enumerate(zip(got.hidden_states, want.hidden_states)):
-        assert_close(g, w, atol=ATOL, rtol=RTOL, msg=lambda m: f"hidden_states[{layer}]: {m}")
-    assert_close(got.logits, want.logits, atol=ATOL, rtol=RTOL)
+    real = mask.bool()
+    for layer, (g, w) in enumerate(pairs):
+        assert_close(g[real], w[real], atol=ATOL, rtol=RTOL, msg=lambda m: f"hidden_states[{layer}]: {m}")
     # the embedding route (buckets, prefix cache through KVCache, early exit) as a user calls it
     assert_close(minidecoder.embed(compiled, TEXTS, "prompteol"), minidecoder.embed(plain, TEXTS, "prompteol"),
                  atol=ATOL, rtol=RTOL)
 
 
 def test_calls_with_sites_run_the_plain_code() -> None:
-    """A call that edits a site must run the Python that edits it; a compiled copy would not see it."""
+    """A block call that edits a site must run the Python that edits it; a compiled copy would not see it.
+    The loop sends such calls (CP's steering) to the plain Block.forward."""
     _, compiled = plain_and_compiled("llama")
-    block = compiled.layers[0]
-    x = torch.randn(1, 5, compiled.config.hidden_size)
-    ctx = compiled.context(None, 5, 1)
+    ids = random_ids(batch=1, length=5)
     seen = []
-    sites = Sites(record={"z"}, edit={"z": lambda z: seen.append(z.shape) or torch.zeros_like(z)})
-    out = block(x, ctx, sites)
-    assert seen, "the edit function never ran"
-    assert "z" in sites.store and torch.count_nonzero(sites.store["z"]) == 0
-    assert not torch.equal(out, block(x, ctx)), "the edit did not change the block's output"
+
+    class ZeroHeads(Step):
+        def sites(self, i: int) -> Sites | None:
+            return Sites(edit={"z": lambda z: seen.append(z.shape) or torch.zeros_like(z)}) if i == 0 else None
+
+    L = compiled.num_layers
+    with torch.inference_mode():
+        edited = Forward(compiled, ids, None, ZeroHeads(), keep={L}).hidden(L)
+        untouched = Forward(compiled, ids, None, keep={L}).hidden(L)
+    assert seen == [(1, 5, compiled.config.num_heads, compiled.config.head_dim)], "the edit function never ran"
+    assert not torch.equal(edited, untouched), "the edit did not change the output"

@@ -21,11 +21,14 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.fast import prefix_cache
-from minidecoder.running.embedding import embed
+from minidecoder.fast.options import fast_paths_overridden
+from minidecoder.methods import loop
 from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import encode_prompts, pad
-from minidecoder.methods.runner import hidden_at_layers, last_token
+from minidecoder.methods.layers import resolve_output_layer
+from minidecoder.methods.loop import Forward, last_token
 from minidecoder.methods.text import senteval_sentence
+from minidecoder.running.embedding import embed
 from tiny_models import tiny_checkpoint
 
 TEXTS = [
@@ -38,6 +41,22 @@ TEXTS = [
     "two dogs run",
 ]
 ATOL = RTOL = 2e-5  # fp32: different matmul shapes round differently
+
+
+def hidden_at_layers(model, batch, layers: list[int], reuse_prefix: bool = True) -> dict[int, torch.Tensor]:
+    """hidden_states[layer] for each layer (negatives allowed) from one forward of the shared loop."""
+    wanted = {layer: resolve_output_layer(layer, model.num_layers) for layer in layers}
+    with fast_paths_overridden(model, prefix_cache=reuse_prefix):
+        states = loop.hidden_states(model, batch, wanted.values())
+    return {layer: states[index] for layer, index in wanted.items()}
+
+
+def cacheable(model, batch) -> int:
+    return prefix_cache.cacheable_prefix(model.config, batch.input_ids, batch.attention_mask)
+
+
+def shared(batch) -> int:
+    return prefix_cache.shared_prefix_length(batch.input_ids, batch.attention_mask)
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +74,7 @@ def test_early_exit_runs_no_block_after_the_output_layer_and_no_logits(monkeypat
                for i, block in enumerate(model.layers)]
     monkeypatch.setattr(model, "unembed", lambda h: pytest.fail("logits computed on the embedding path"))
     try:
-        with prefix_cache.disabled():
+        with fast_paths_overridden(model, prefix_cache=False):
             got = embed(model, TEXTS[:3], "prompt", layer=2)
     finally:
         for handle in handles:
@@ -132,10 +151,10 @@ def test_bucketed_batches_equal_one_text_at_a_time(method: str) -> None:
 
 # ---- shared-prefix cache ---------------------------------------------------------------------------------
 def prefix_lengths_used(monkeypatch) -> list[int]:
-    """The cached prefix length of every `hidden_with_prefix` call from now on (the fast path ran)."""
+    """The cached prefix length of every forward from now on that ran a shared prefix once."""
     used: list[int] = []
-    original = prefix_cache.hidden_with_prefix
-    monkeypatch.setattr(prefix_cache, "hidden_with_prefix", lambda *a, **k: used.append(a[3]) or original(*a, **k))
+    original = prefix_cache.split
+    monkeypatch.setattr(prefix_cache, "split", lambda ids, mask, p: used.append(p) or original(ids, mask, p))
     return used
 
 
@@ -160,7 +179,7 @@ def test_prefix_cache_equals_plain_path(name: str, method: str, options: dict, m
     used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, method, batch_size=4, **options)
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
-    with prefix_cache.disabled():
+    with fast_paths_overridden(model, prefix_cache=False):
         plain = embed(model, TEXTS, method, batch_size=4, **options)
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
@@ -182,7 +201,7 @@ def test_tp_prefix_cache_equals_plain_tp(name: str, options: dict, monkeypatch) 
     used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
     assert used and min(used) >= prefix_cache.MIN_PREFIX  # the fast path really ran
-    with prefix_cache.disabled():
+    with fast_paths_overridden(model, prefix_cache=False):
         plain = embed(model, TEXTS, "tp", batch_size=4, start=1, **{"end": 2, "layer": -1, **options})
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
@@ -191,28 +210,27 @@ def test_tp_prefix_stops_before_the_first_placeholder() -> None:
     """The ids every row shares run on through `<PST>` and the opening quote; the cached prefix
     must end before the first copy target, or the copy would land in a state that is never recomputed."""
     from minidecoder.methods import build_method
-    from minidecoder.methods.tp import _prefix_before_copies, tp_copy_plan
     model = tiny("llama")
     method = build_method("tp", prompt="knowledge")
     inputs = method.encode(model, method_template(method), [senteval_sentence(t) for t in TEXTS[:4]])
-    plan = tp_copy_plan(inputs.batch, inputs.positions)
-    shared = prefix_cache.shared_prefix_length(inputs.batch)
-    p = _prefix_before_copies(model, inputs.batch, plan)
-    first = inputs.batch.input_ids.shape[1] - inputs.batch.attention_mask.sum(dim=1)
+    batch = inputs.batch
+    forward = Forward(model, batch.input_ids, batch.attention_mask, method.step(model, inputs), keep={1},
+                      extra_rows={inputs.placeholder_id: inputs.row})
+    first = batch.input_ids.shape[1] - batch.attention_mask.sum(dim=1)
     pst_offsets = [pos - int(first[b]) for b, row in enumerate(inputs.positions) for pos in row]
-    assert shared > min(pst_offsets)  # the shared run does pass the placeholder here ...
-    assert p == min(pst_offsets)  # ... and the cache stops right before it
+    assert shared(batch) > min(pst_offsets)  # the shared run does pass the placeholder here ...
+    assert forward.prefix_length == min(pst_offsets)  # ... and the cache stops right before it
 
 
 def method_template(method) -> str:
-    from minidecoder.methods.tp import tp_templates
+    from minidecoder.methods.tp_inputs import tp_templates
     return tp_templates(method.prompt, method.num_pst)[0]
 
 
 def test_prefix_cache_states_equal_plain_states_at_every_real_position() -> None:
     model = tiny("llama")
     batch = encode_prompts(model.tokenizer, 'Before the text, "{text}" and after it.', TEXTS)
-    p = prefix_cache.prefix_cache_applies(model, batch)
+    p = cacheable(model, batch)
     assert p == len('Before the text, "') + 1  # BOS + the template's characters (char-level tokenizer)
     with torch.inference_mode():
         fast = hidden_at_layers(model, batch, [0, 1, 3, -1])
@@ -226,26 +244,26 @@ def test_prefix_cache_states_equal_plain_states_at_every_real_position() -> None
 def test_shared_prefix_is_read_from_the_ids_so_a_diverging_row_shortens_it() -> None:
     rows = [[1, 5, 6, 7, 8, 9, 10], [1, 5, 6, 7, 8, 20], [1, 5, 6, 30, 31, 32, 33, 34]]
     batch = pad(rows, [[(0, 0)]] * 3, 0, "left")
-    assert prefix_cache.shared_prefix_length(batch) == 3  # row 3 diverges at its 4th token
+    assert shared(batch) == 3  # row 3 diverges at its 4th token
     batch = pad(rows[:2], [[(0, 0)]] * 2, 0, "left")
-    assert prefix_cache.shared_prefix_length(batch) == 5
+    assert shared(batch) == 5
     same = pad([[1, 2, 3, 4, 5]] * 2, [[(0, 0)]] * 2, 0, "left")
-    assert prefix_cache.shared_prefix_length(same) == 4  # one token per row is always left to run
+    assert shared(same) == 4  # one token per row is always left to run
     single = pad([[1, 2, 3, 4, 5, 6]], [[(0, 0)]], 0, "left")
-    assert prefix_cache.shared_prefix_length(single) == 0
+    assert shared(single) == 0
 
 
 def test_a_diverging_boundary_token_falls_back_to_the_shorter_prefix_and_stays_exact() -> None:
     model = tiny("llama")
     template = 'This sentence : "{text}" means in one word:"'
     base = encode_prompts(model.tokenizer, template, ["a cat", "a dog"])
-    p = prefix_cache.prefix_cache_applies(model, base)
+    p = cacheable(model, base)
     # A row whose ids differ one token before the text (as a BPE merge of '"' with the text's first
     # character would make them): the shared run must stop there.
     rows = [base.input_ids[0][base.attention_mask[0]].tolist(), base.input_ids[1][base.attention_mask[1]].tolist()]
     rows.append(rows[0][:p - 1] + [ord("#") - 32 + 4] + rows[0][p:])
     batch = pad(rows, [[(0, 0)]] * 3, 0, "left")
-    assert prefix_cache.prefix_cache_applies(model, batch) == p - 1
+    assert cacheable(model, batch) == p - 1
     with torch.inference_mode():
         fast = hidden_at_layers(model, batch, [-1])[-1]
         plain = hidden_at_layers(model, batch, [-1], reuse_prefix=False)[-1]
@@ -258,13 +276,13 @@ def test_prefix_cache_stays_off_where_it_would_be_wrong(name: str) -> None:
     dynamic RoPE (frequencies depend on the call's longest position): plain loop, same answer."""
     model = tiny(name)
     batch = encode_prompts(model.tokenizer, 'This sentence : "{text}" means in one word:"', TEXTS)
-    assert prefix_cache.prefix_cache_applies(model, batch) == 0
+    assert cacheable(model, batch) == 0
 
 
 def test_prefix_cache_takes_right_padding_and_stays_off_for_single_rows_and_holes() -> None:
     model = tiny("llama")
     right = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3], padding_side="right")
-    assert prefix_cache.prefix_cache_applies(model, right) >= prefix_cache.MIN_PREFIX
+    assert cacheable(model, right) >= prefix_cache.MIN_PREFIX
     with torch.inference_mode():
         fast = hidden_at_layers(model, right, [-1, 1])
         plain = hidden_at_layers(model, right, [-1, 1], reuse_prefix=False)
@@ -272,10 +290,10 @@ def test_prefix_cache_takes_right_padding_and_stays_off_for_single_rows_and_hole
     for layer in (-1, 1):
         assert_close(fast[layer][real], plain[layer][real], atol=ATOL, rtol=RTOL)
     one = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:1])
-    assert prefix_cache.prefix_cache_applies(model, one) == 0
+    assert cacheable(model, one) == 0
     holed = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3])
     holed.attention_mask[0, -2] = 0  # real tokens not one run: positions would not be the plain ones
-    assert prefix_cache.prefix_cache_applies(model, holed) == 0
+    assert cacheable(model, holed) == 0
 
 
 CP_PREFIX_OPTIONS = [
@@ -295,7 +313,7 @@ def test_cp_prefix_cache_equals_plain_cp(name: str, options: dict, monkeypatch) 
     used = prefix_lengths_used(monkeypatch)
     fast = embed(model, TEXTS, "cp", batch_size=4, **options)
     assert len(used) >= 2 and min(used) >= prefix_cache.MIN_PREFIX  # auxiliary and normal pass both cached
-    with prefix_cache.disabled():
+    with fast_paths_overridden(model, prefix_cache=False):
         plain = embed(model, TEXTS, "cp", batch_size=4, **options)
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
@@ -311,31 +329,52 @@ def test_htp_prefix_cache_equals_plain_htp(name: str, options: dict, monkeypatch
     texts = ["A cat sat. It purred loudly.", "Dogs bark.", "One. Two. Three sentences here."]
     fast = embed(model, texts, "htp", batch_size=4, start=1, layer=-1, **options)
     assert used and min(used) >= prefix_cache.MIN_PREFIX
-    with prefix_cache.disabled():
+    with fast_paths_overridden(model, prefix_cache=False):
         plain = embed(model, texts, "htp", batch_size=4, start=1, layer=-1, **options)
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 
 # ---- blocked ReBA ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["llama", "llama_mqa_untied", "gemma2", "gemma3", "mistral_window"])
-@pytest.mark.parametrize("heads_per_step", [1, 3])
-def test_blocked_fused_attention_equals_the_eager_fusion(name: str, heads_per_step: int) -> None:
+def test_blocked_fused_attention_equals_the_eager_fusion(name: str) -> None:
     from minidecoder.methods.reba import encode_repeated, fused_attention
 
     model = tiny(name)
     batch = encode_repeated(model.tokenizer, TEXTS[:4], 2)
     with torch.inference_mode():
         for index in (model.num_layers, 2):
-            A, h = fused_attention(model, batch, index)
-            A2, h2 = fused_attention(model, batch, index, blocked=True, heads_per_step=heads_per_step)
+            with fast_paths_overridden(model, blocked_fusion_from=None):
+                A, h = fused_attention(model, batch, index)
+            with fast_paths_overridden(model, blocked_fusion_from=0):
+                A2, h2 = fused_attention(model, batch, index)
             assert_close(A2, A, atol=1e-6, rtol=1e-5)
             assert_close(h2, h)
 
 
+@pytest.mark.parametrize("heads_per_step", [1, 3])
+def test_head_groups_cover_every_head_once_with_the_eager_pattern(heads_per_step: int) -> None:
+    from minidecoder.core.model import Sites
+    from minidecoder.fast.blocked_fusion import head_group_patterns
+
+    model = tiny("llama_mqa_untied")
+    batch = encode_prompts(model.tokenizer, "{text}", TEXTS[:3])
+    with torch.inference_mode():
+        h = model.embed(batch.input_ids)
+        ctx = model.context(batch.attention_mask, h.shape[1], h.shape[0])
+        sites = Sites(record={"q", "k", "pattern"})
+        model.layers[0](h, ctx, sites)
+        attn = model.layers[0].self_attn
+        groups = list(head_group_patterns(attn, sites.store["q"], sites.store["k"], ctx.masks[attn.layer_type],
+                                          heads_per_step))
+    assert_close(torch.cat(groups, dim=1), sites.store["pattern"], atol=1e-6, rtol=1e-5)
+
+
 def test_reba_method_through_the_blocked_fusion_equals_the_plain_method() -> None:
     model = tiny("llama")
-    plain = embed(model, TEXTS, "reba", batch_size=3, fusion="eager")
-    fast = embed(model, TEXTS, "reba", batch_size=3, fusion="blocked")
+    with fast_paths_overridden(model, blocked_fusion_from=None):
+        plain = embed(model, TEXTS, "reba", batch_size=3)
+    with fast_paths_overridden(model, blocked_fusion_from=0):
+        fast = embed(model, TEXTS, "reba", batch_size=3)
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 
@@ -355,6 +394,6 @@ def test_bfloat16_is_close_to_float32(method: str) -> None:
 def test_bfloat16_prefix_cache_is_close_to_bfloat16_plain_path() -> None:
     model = tiny("llama", "bfloat16")
     fast = embed(model, TEXTS, "knowledge", batch_size=4)
-    with prefix_cache.disabled():
+    with fast_paths_overridden(model, prefix_cache=False):
         plain = embed(model, TEXTS, "knowledge", batch_size=4)
     assert torch.nn.functional.cosine_similarity(fast, plain).min() > 0.995

@@ -21,7 +21,7 @@ from minidecoder.errors import InputError
 from minidecoder.methods import build_method
 from minidecoder.methods import cp as cp_module
 from minidecoder.methods.inputs import encode_prompts
-from minidecoder.methods.runner import hidden_at, last_token
+from minidecoder.methods.loop import hidden_at, last_token
 from tiny_models import build_hf_model, save_hf_model, save_tiny_tokenizer
 
 ATOL = RTOL = 1e-5
@@ -142,9 +142,9 @@ def test_token_ids_match_transformers_tokenizer() -> None:
 
 def test_alpha_one_and_zero_auxiliary_equals_plain_prompt(monkeypatch) -> None:
     _, _, model = checkpoint("qwen2_window")
-    width = model.config.num_heads * model.config.head_dim
+    heads, head_dim = model.config.num_heads, model.config.head_dim
     monkeypatch.setattr(cp_module, "auxiliary_activation",
-                        lambda model, batch, l, site: torch.zeros(batch.input_ids.shape[0], width))
+                        lambda model, batch, l, site: torch.zeros(batch.input_ids.shape[0], heads, head_dim))
     steered = minidecoder.embed(model, TEXTS, "cp", prompt=PROMPT, layer=-1, steer_layer=1, alpha=1.0)
     order = sorted(range(len(TEXTS)), key=lambda i: len(TEXTS[i]))  # embed's length-sorted batch
     batch = encode_prompts(model.tokenizer, PROMPT, [TEXTS[i] for i in order])
@@ -159,8 +159,9 @@ def test_steered_hidden_with_identity_equals_plain_forward_exactly(site) -> None
     batch = encode_prompts(model.tokenizer, PROMPT, TEXTS)
     with torch.inference_mode():
         plain = hidden_at(model, batch, -1)
-        same = cp_module.steered_hidden(model, batch, 2, site, model.num_layers,
-                                        lambda a: cp_module.steer(a, torch.zeros_like(a), "ns", 1.0, 4))
+        identity = cp_module.SteerLastToken(2, site, batch.last_positions(),
+                                            lambda a: cp_module.steer(a, torch.zeros_like(a), "ns", 1.0))
+        same = hidden_at(model, batch, -1, identity)
     assert torch.equal(plain, same)
 
 
@@ -176,12 +177,12 @@ def test_auxiliary_pass_stops_after_the_steer_block() -> None:
     finally:
         for h in handles:
             h.remove()
-    assert calls == [0, 1, 2] and b.shape == (3, model.config.num_heads * model.config.head_dim)
+    assert calls == [0, 1, 2] and b.shape == (3, model.config.num_heads, model.config.head_dim)  # z: (B, H, D)
 
 
 def test_one_auxiliary_pass_serves_every_prompt(monkeypatch) -> None:
     hf, tok, model = checkpoint("llama")
-    prompts_mod = pytest.importorskip("minidecoder.methods.prompts", reason="prompts.py (other helper) not written yet")
+    from minidecoder.methods import prompts as prompts_mod
     calls = []
     original = cp_module.auxiliary_activation
     monkeypatch.setattr(cp_module, "auxiliary_activation", lambda *a: calls.append(1) or original(*a))
@@ -243,10 +244,10 @@ def oracle_cp_tp(hf, tok, text: str, l: int, layer: int, alpha: float, copy_bloc
 def test_cp_with_tp_matches_transformers_hooks(name, tp_aux) -> None:
     pytest.importorskip("minidecoder.methods.tp")
     hf, tok, model = checkpoint(name)
-    options = dict(prompt=PROMPT, aux_prompt=AUX, layer=-1, steer_layer=2, alpha=0.7, tp=True, tp_start=1,
-                   tp_end=3, tp_aux=tp_aux)
+    options = dict(prompt=PROMPT, aux_prompt=AUX, layer=-1, steer_layer=2, alpha=0.7, tp=True, start=1,
+                   end=3, tp_aux=tp_aux)
     ours = minidecoder.embed(model, TEXTS, "cp", **options)
-    row = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(0))  # tp_pst_init gaussian
+    row = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(0))  # pst_init gaussian
     theirs = torch.stack([oracle_cp_tp(hf, tok, t, 2, -1, 0.7, {1, 2}, row, tp_aux) for t in TEXTS])
     assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
     without_tp = minidecoder.embed(model, TEXTS, "cp", **{**options, "tp": False})
@@ -265,7 +266,7 @@ def test_cp_with_tp_matches_transformers_hooks(name, tp_aux) -> None:
     (dict(mode="nr_head", site="ffn"), "nr_head needs site='head'"),
     (dict(prompt="no placeholder"), "unknown CP prompt|no module named"),
     (dict(aux_prompt="nonsense"), "unknown CP auxiliary prompt"),
-    (dict(tp=True, tp_start=2, tp_end=9), "TP range"),
+    (dict(tp=True, start=2, end=9), "TP range"),
     (dict(tp="yes"), "not true or false"),
 ])
 def test_bad_options_are_input_errors(options, match) -> None:

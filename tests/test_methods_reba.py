@@ -197,31 +197,26 @@ def test_real_smollm2_matches_transformers() -> None:
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2"])
-def test_blocked_fusion_option_equals_eager_fusion(name: str, tmp_path) -> None:
-    """fusion=blocked (one head at a time, T^2 memory once) gives the eager fusion's embeddings;
-    fusion=auto picks blocked from BLOCKED_FROM_LENGTH tokens on."""
+def test_blocked_fusion_equals_eager_fusion(name: str, tmp_path, monkeypatch) -> None:
+    """The loop's blocked fusion (patterns a head at a time, T^2 memory once) gives the eager fusion's
+    embeddings, and by default it takes over from FastPaths.blocked_fusion_from tokens on."""
     import minidecoder
-    from minidecoder.methods import reba as reba_module
+    from minidecoder.fast.options import fast_paths_overridden
+    from minidecoder.methods import loop
     from tiny_models import tiny_checkpoint
 
     tiny_checkpoint(name, tmp_path)
     model = minidecoder.load(tmp_path)
     texts = ["A man plays a guitar on the stage.", "Short one.", "Dogs run in the park at noon today."]
-    eager = minidecoder.embed(model, texts, "reba", fusion="eager")
-    blocked = minidecoder.embed(model, texts, "reba", fusion="blocked")
+    with fast_paths_overridden(model, blocked_fusion_from=None):
+        eager = minidecoder.embed(model, texts, "reba")
+    with fast_paths_overridden(model, blocked_fusion_from=0):
+        blocked = minidecoder.embed(model, texts, "reba")
     torch.testing.assert_close(blocked, eager, atol=1e-5, rtol=1e-5)
     calls = []
-    original = reba_module.fused_attention
-
-    def spy(*args, blocked=False, **kwargs):
-        calls.append("blocked" if blocked else "eager")
-        return original(*args, blocked=blocked, **kwargs)
-
-    reba_module.fused_attention = spy
-    try:
-        minidecoder.embed(model, texts, "reba")  # ~80 tokens: below the threshold, eager
-        assert calls == ["eager"]
-        minidecoder.embed(model, ["word " * 140], "reba")  # 2 x 700 characters: blocked
-        assert calls == ["eager", "blocked"]
-    finally:
-        reba_module.fused_attention = original
+    original = loop.head_group_patterns
+    monkeypatch.setattr(loop, "head_group_patterns", lambda *a, **k: calls.append(1) or original(*a, **k))
+    minidecoder.embed(model, texts, "reba")  # ~80 tokens: below the threshold, eager
+    assert calls == []
+    minidecoder.embed(model, ["word " * 140], "reba")  # 2 x 700 characters: blocked, once per block
+    assert len(calls) == model.num_layers

@@ -204,15 +204,16 @@ def test_metaeol_tp_averages_eight_prompts_with_pst() -> None:
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_empty_range_is_the_plain_forward_with_the_placeholder(name: str) -> None:
     from minidecoder.methods.inputs import encode_prompts
-    from minidecoder.methods.runner import last_token
-    from minidecoder.fast import prefix_cache
-    from minidecoder.methods.tp import placeholder_row
+    from minidecoder.fast.options import fast_paths_overridden
+    from minidecoder.methods.loop import last_token
+    from minidecoder.methods.placeholders import placeholder_row
 
     _, folder = checkpoint(name)
     model = minidecoder.load(folder)
     texts = SENTENCES
     with torch.inference_mode():
-        with prefix_cache.disabled():  # bitwise equality is for the plain loop (the cached prefix: test_fast_paths)
+        # bitwise equality is for the plain loop with Decoder.forward's kernel (the fast paths: tests/fast)
+        with fast_paths_overridden(model, prefix_cache=False, explicit_attention=False):
             tp = minidecoder.embed(model, texts, "tp", layer=-2, start=2, end=2)
         pst = model.tokenizer.add_placeholder("<PST>")
         batch = encode_prompts(model.tokenizer, PROMPTEOL_TP.replace("{}", "{text}"), texts)
@@ -236,7 +237,7 @@ def test_padding_and_batch_composition_do_not_change_an_embedding(name: str) -> 
 # ---- templates, tokenization, errors -------------------------------------------------------------
 def test_tp_templates_are_the_prompts_with_pst_before_the_quote() -> None:
     from minidecoder.methods.prompts import TEMPLATES
-    from minidecoder.methods.tp import tp_templates
+    from minidecoder.methods.tp_inputs import tp_templates
 
     assert tp_templates("prompteol", 1) == ['This sentence : <PST> "{text}" means in one word:"']
     assert tp_templates("pretended_cot", 1) == [
@@ -308,7 +309,7 @@ def test_smollm2_tp_prompt_ids_equal_transformers_add_tokens(smollm2: Path) -> N
     from transformers import AutoTokenizer
 
     from minidecoder.methods.inputs import encode_one
-    from minidecoder.methods.tp import tp_templates
+    from minidecoder.methods.tp_inputs import tp_templates
 
     model = minidecoder.load(smollm2)
     model.tokenizer.add_placeholder("<PST>")

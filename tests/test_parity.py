@@ -55,8 +55,6 @@ def test_sdpa_fast_path_equals_eager_path(name: str, monkeypatch: pytest.MonkeyP
     _, folder = checkpoint(name)
     model = minidecoder.load(folder)
     ids = random_ids()
-    # Short inputs on a CPU take the explicit path anyway (EXPLICIT_ATTENTION_MAX_KEYS); 0 forces SDPA.
-    monkeypatch.setitem(model_module.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, 0)
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
@@ -70,21 +68,30 @@ def test_sdpa_fast_path_equals_eager_path(name: str, monkeypatch: pytest.MonkeyP
 
 
 def test_attention_path_follows_the_key_count_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a CPU, at most EXPLICIT_ATTENTION_MAX_KEYS keys take the explicit path, more take SDPA."""
+    """In the method loop on a CPU, at most EXPLICIT_ATTENTION_MAX_KEYS keys take the explicit path, more
+    take SDPA (minidecoder.fast.attention); `Decoder.forward` always takes SDPA."""
+    from minidecoder.fast import attention
+    from minidecoder.methods.loop import Forward
+
     _, folder = checkpoint("llama")
     model = minidecoder.load(folder)
     ids = random_ids()  # SEQ keys
+    L = model.num_layers
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
     outputs = {}
-    for limit, want_calls in ((SEQ, 0), (SEQ - 1, model.num_layers)):
-        monkeypatch.setitem(model_module.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, limit)
+    for limit, want_calls in ((SEQ, 0), (SEQ - 1, L)):
+        monkeypatch.setitem(attention.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, limit)
         calls.clear()
         with torch.no_grad():
-            outputs[limit] = model(ids).logits
+            outputs[limit] = Forward(model, ids, None, keep={L}).hidden(L)
         assert len(calls) == want_calls, f"limit {limit}: {len(calls)} SDPA calls"
     assert_close(outputs[SEQ], outputs[SEQ - 1], atol=5e-5, rtol=1e-5)
+    calls.clear()
+    with torch.no_grad():
+        model(ids)
+    assert len(calls) == L
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

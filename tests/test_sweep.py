@@ -59,11 +59,11 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
-def plain_loop():
-    """The runner may reuse a shared prompt prefix (one extra batch-1 pass, same states up to
+def plain_loop(tiny):
+    """The loop may run a shared prompt prefix once (one extra batch-1 pass, same states up to
     rounding); switch it off so that blocks counted here are exactly rows x blocks of the plain loop."""
-    from minidecoder.fast import prefix_cache
-    with prefix_cache.disabled():
+    from minidecoder.fast.options import fast_paths_overridden
+    with fast_paths_overridden(tiny, prefix_cache=False):
         yield
 
 
@@ -144,3 +144,46 @@ def test_cli_writes_stamped_report_and_plots(tiny, data: Path, tmp_path: Path) -
     assert "blocks computed" in prefix.with_suffix(".md").read_text()
     for axis in ("layer", "end"):
         assert (tmp_path / "out" / f"tp-{axis}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+ALTERATIONS = [  # (method, options, axes, what to alter, how): each breaks the method's own step or pooling
+    ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.placeholders.CopyStep.before",
+     lambda original: lambda self, i, h: original(self, i, h) * 1.5 if i in self.blocks else h),
+    ("cp", {}, {"layer": [4], "steer_layer": [1, 2], "alpha": [0.5]}, "minidecoder.methods.cp.steer",
+     lambda original: lambda a, b, mode, alpha: original(a, b, mode, alpha) + 0.3 * a),
+    ("prompteol", {}, {"layer": [2, 4]}, "minidecoder.methods.prompt_methods.LastTokenPrompt.pool",
+     lambda original: lambda self, h, batch: original(self, h, batch) + h[:, 0]),
+]
+
+
+@pytest.mark.parametrize("name,options,axes,target,alter", ALTERATIONS, ids=[a[0] for a in ALTERATIONS])
+def test_sweep_runs_the_methods_own_step(tiny, data: Path, monkeypatch, name, options, axes, target, alter) -> None:
+    """Altering a method's step (or pooling) changes its embedding and its sweep's alike: the sweep forks
+    the method's own code, it does not restate it."""
+    import importlib
+
+    from minidecoder.evaluation.sweep import embed_grid
+
+    method = build_method(name, **options)
+    (dev,) = load_tasks(["STSBenchmark-dev"], data)
+    sentences = unique_sentences([dev])
+    points = grid_points(axes)
+
+    def vectors() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        swept, _ = embed_grid(tiny, method, points, sentences, batch_size=BATCH, progress=False)
+        alone = [minidecoder.embed(tiny, sentences, method_at(method, p), batch_size=BATCH) for p in points]
+        return swept, alone
+
+    swept, alone = vectors()
+    module_name, _, attribute = target.rpartition(".")
+    try:
+        owner = importlib.import_module(module_name)
+    except ModuleNotFoundError:  # a method of a class: module.Class.method
+        module_name, _, cls = module_name.rpartition(".")
+        owner = getattr(importlib.import_module(module_name), cls)
+    monkeypatch.setattr(owner, attribute, alter(getattr(owner, attribute)))
+    swept_altered, alone_altered = vectors()
+    for k, point in enumerate(points):
+        assert not torch.allclose(alone[k], alone_altered[k]), point  # the alteration changes the embedding ...
+        assert not torch.allclose(swept[k], swept_altered[k]), point  # ... and the sweep's,
+        torch.testing.assert_close(swept_altered[k], alone_altered[k], atol=1e-5, rtol=1e-5)  # to the same vector

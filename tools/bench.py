@@ -82,8 +82,8 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL, "append_eos": False}),
     "md:htp!eos": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
     "md:cp": ("md", "float32", "cp", {"layer": -1, "steer_layer": 4}),
-    "md:reba": ("md", "float32", "reba", {"fusion": "eager"}),
-    "md:reba!blocked": ("md", "float32", "reba", {"fusion": "blocked"}),
+    "md:reba": ("md", "float32", "reba", {}),  # eager fusion (every block's whole pattern)
+    "md:reba!blocked": ("md", "float32", "reba", {}),  # blocked fusion (a head at a time)
     "mem:plain512": ("mem", "float32", "plain", {}),
     "mem:reba512": ("mem", "float32", "reba", {}),
     "mem:reba512!blocked": ("mem", "float32", "reba", {}),
@@ -230,17 +230,16 @@ def effective_flops(model, method: str, options: dict, sentences: list[str]) -> 
 # ---- workers (one configuration per fresh process) ----------------------------------------------------
 def worker_md(name: str, folder: str, limit: int) -> dict:
     import minidecoder
-    from minidecoder.fast import prefix_cache
-    import contextlib
+    from minidecoder.fast.options import fast_paths_overridden
 
     kind, dtype, method, options = CONFIGS[name]
     sentences, gold = sts_sentences(limit)
     model = minidecoder.load(folder, dtype=dtype, progress=False, compile="+compile" in name,
                              pack_weights="+pack" in name)
     rss_loaded = maxrss_mb()
-    # The switch covers the warm-up too: a compiled model must compile the very paths the timing runs.
-    switch = prefix_cache.disabled() if "!nocache" in name else contextlib.nullcontext()
-    with switch:
+    # The switches cover the warm-up too: a compiled model must compile the very paths the timing runs.
+    switches = fast_path_switches(name)
+    with fast_paths_overridden(model, **switches):
         start = time.perf_counter()
         minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up (and compile)
         minidecoder.embed(model, sentences[8:24], method, batch_size=16, **options)  # a second shape
@@ -255,6 +254,16 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
                 effective_flops=effective_flops(model, method, options, sentences),
                 blocks=runs_of(counter.calls), peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)
+
+
+def fast_path_switches(name: str) -> dict:
+    """The FastPaths changes a configuration's name asks for (`!nocache`, `!blocked`, ReBA's eager)."""
+    switches = {}
+    if "!nocache" in name:
+        switches["prefix_cache"] = False
+    if "reba" in name:
+        switches["blocked_fusion_from"] = 0 if "!blocked" in name else None
+    return switches
 
 
 def _hf(folder: str, dtype: str, attn: str = "sdpa"):
@@ -341,8 +350,9 @@ def long_texts(tokenizer, rows: int = 4, tokens: int = 255) -> list[str]:
 def worker_mem(name: str, folder: str, limit: int) -> dict:
     """Peak memory of ReBA-2 at T ~ 512 against a plain forward of the same repeated input."""
     import minidecoder
+    from minidecoder.fast.options import fast_paths_overridden
+    from minidecoder.methods.loop import hidden_at
     from minidecoder.methods.reba import encode_repeated, fused_attention
-    from minidecoder.methods.runner import hidden_at
 
     kind, dtype, what, _ = CONFIGS[name]
     if what == "ref":
@@ -368,12 +378,10 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
         with torch.inference_mode():  # warm-up: weights are memory-mapped, page them in before measuring
             hidden_at(model, encode_repeated(model.tokenizer, texts[:1], 1), -1)
         rss_loaded = maxrss_mb()
-        with torch.inference_mode(), PeakRss() as rss:
+        with torch.inference_mode(), fast_paths_overridden(model, **fast_path_switches(name)), PeakRss() as rss:
             start = time.perf_counter()
             if what == "plain":
                 hidden_at(model, batch, -1)
-            elif name.endswith("!blocked"):
-                fused_attention(model, batch, model.num_layers, blocked=True)
             else:
                 fused_attention(model, batch, model.num_layers)
             seconds = time.perf_counter() - start

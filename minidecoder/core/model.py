@@ -18,6 +18,14 @@ Internals (TransformerLens site names) are reachable through an explicit `Sites`
 the caller for one call: `resid_pre`, `q`, `k`, `v`, `pattern`, `z`, `attn_out`, `resid_mid`,
 `mlp_out`, `resid_post`. A site in `sites.record` is stored in `sites.store[name]`; a function in
 `sites.edit[name]` replaces the value at that site before the forward continues (CP uses `z`).
+`z` is (B, T, H, D), TransformerLens' `hook_z` [batch, pos, head, d_head]: every head's
+softmax(QK^T)V before the heads are concatenated into o_proj.
+
+Two attention kernels compute the same thing: the explicit matmul-softmax-matmul (`_eager`, the one a
+reader audits, and the one that materializes `pattern`) and PyTorch's fused scaled-dot-product
+attention. A call takes the explicit one when it needs the pattern, when Gemma2's soft-capping is on,
+or when the caller's `Context.explicit_attention` asks for it (the method loop does, for short inputs
+on a CPU: minidecoder.fast.attention); otherwise the fused one.
 """
 from __future__ import annotations
 
@@ -32,13 +40,6 @@ from minidecoder.core.config import ModelConfig
 from minidecoder.core.rope import apply_rope, cos_sin, inverse_frequencies
 
 SITES = ("resid_pre", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
-
-# On a CPU, up to this many keys the explicit matmul-softmax-matmul path (`Attention._eager`) beats
-# the fused scaled-dot-product kernel, whose fixed cost dominates at sentence lengths: 0.55-0.85x its
-# time in float32 up to about 80 keys (mixed beyond), 0.35-0.75x in bfloat16 up to about 320
-# (tools/bench_attention.py, docs/benchmarks.md). Other dtypes always take the fused kernel.
-EXPLICIT_ATTENTION_MAX_KEYS = {torch.float32: 80, torch.bfloat16: 256}
-
 
 @dataclass
 class Sites:
@@ -98,6 +99,7 @@ class Context:
     masks: dict[str, torch.Tensor | None]  # layer type -> additive (B, 1, T, S), None = no masking needed
     cache: KVCache | None = None
     positions: torch.Tensor | None = None  # (B, T)
+    explicit_attention: bool = False  # take `Attention._eager` even where the fused kernel could run
 
 
 @dataclass
@@ -174,16 +176,15 @@ class Attention(nn.Module):
             q, k, v = sites.visit("q", q), sites.visit("k", k), sites.visit("v", v)
         mask = ctx.masks[self.layer_type]  # (B, 1, T, S) additive, or None
         need_pattern = sites is not None and ("pattern" in sites.record or "pattern" in sites.edit)
-        short_on_cpu = q.device.type == "cpu" and k.shape[2] <= EXPLICIT_ATTENTION_MAX_KEYS.get(q.dtype, 0)
-        if need_pattern or self.softcap is not None or short_on_cpu:
+        if need_pattern or self.softcap is not None or ctx.explicit_attention:
             z = self._eager(q, k, v, mask, sites)
         else:
             # Fast path (style rule 7): same maths, fused kernel; tested equal to the eager path.
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H)
-        z = z.transpose(1, 2).reshape(B, T, H * D)  # (B, T, H*D): heads concatenated, before o_proj
+        z = z.transpose(1, 2)  # (B, T, H, D): TransformerLens' hook_z layout
         if sites is not None:
             z = sites.visit("z", z)
-        return self.o_proj(z)
+        return self.o_proj(z.reshape(B, T, H * D))  # heads concatenated into the output projection
 
     def _eager(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                sites: Sites | None) -> torch.Tensor:
@@ -262,8 +263,7 @@ class Decoder(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tokenizer = None  # set by minidecoder.load
         self.source: str | None = None  # folder the weights came from
-        self.compiled = False  # True after minidecoder.fast.compiled.compile_blocks
-        self.packed = False  # True after minidecoder.fast.packed.pack_linear_weights
+        self.fast_paths = None  # set by minidecoder.load: which fast paths the method loop may take
         self._inv_freq = {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                           for kind, spec in config.rope.items()}
 
@@ -317,7 +317,8 @@ class Decoder(nn.Module):
         return logits
 
     def context(self, attention_mask: torch.Tensor | None, num_new: int, batch_size: int,
-                cache: KVCache | None = None, position_ids: torch.Tensor | None = None) -> Context:
+                cache: KVCache | None = None, position_ids: torch.Tensor | None = None,
+                explicit_attention: bool = False) -> Context:
         """Masks and RoPE tables for `num_new` new tokens after `cache.length` cached ones.
 
         attention_mask: (B, T_new) or (B, cache + T_new), 1 = real token, 0 = padding (left or right).
@@ -325,6 +326,7 @@ class Decoder(nn.Module):
         gets exactly the positions of its unpadded self. The reference code fed 0..T-1 over the padded
         row; with RoPE a constant shift cancels in q.k, so both give the same scores up to rounding.
         Pass `position_ids` to choose them yourself (parity tests do, to match transformers bit for bit).
+        explicit_attention: every block takes the explicit attention kernel (see the module docstring).
         """
         past = 0 if cache is None else cache.length
         device = self.device
@@ -348,7 +350,8 @@ class Decoder(nn.Module):
         masks = {kind: self._additive_mask(key_mask, num_new, past, self.config.sliding_window
                                            if kind == "sliding_attention" else None)
                  for kind in set(self.config.layer_types)}
-        return Context(cos_sin=tables, masks=masks, cache=cache, positions=position_ids)
+        return Context(cos_sin=tables, masks=masks, cache=cache, positions=position_ids,
+                       explicit_attention=explicit_attention)
 
     # ---- the plain forward -----------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

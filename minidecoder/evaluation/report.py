@@ -2,7 +2,7 @@
 
 The stamp is the caller's metadata (model, dtype, method and every option, tokenizer checksum, ...)
 plus what this module computes: the sha256 of every data file read, the code version
-(`minidecoder.__version__` when defined, and `git describe --always --dirty` when the package runs
+(the installed package's version, and `git describe --always --dirty` when the package runs
 from a git checkout, else "unknown") and the UTC date. A limited run (`limit=N`) says so in both.
 """
 from __future__ import annotations
@@ -26,12 +26,12 @@ def sha256_file(path: Path) -> str:
 
 
 def code_version() -> dict:
-    """{"version": minidecoder.__version__ or "unknown", "git": `git describe --always --dirty` or "unknown"}."""
+    """{"version": the installed package's version or "unknown", "git": `git describe --always --dirty` or
+    "unknown"}."""
+    from importlib.metadata import PackageNotFoundError, version as installed_version
     try:
-        import minidecoder
-
-        version = str(getattr(minidecoder, "__version__", "unknown"))
-    except ImportError:  # pragma: no cover - this module lives inside the package
+        version = installed_version("minidecoder")
+    except PackageNotFoundError:  # run from a checkout that was never installed
         version = "unknown"
     git = "unknown"
     repo = _PACKAGE_DIR.parent

@@ -4,16 +4,15 @@ A grid is the product of a few option axes of one method (`layer`, TP's `end`, C
 `alpha`, or any other option); each point is scored by Spearman x100 on **STS-B dev only** (spec
 `methods.md` section 9: tune on dev, never on a test split). What is shared, per batch:
 
-    output layer   one forward yields every hidden_states index at once (early exit at the deepest);
-                   each is pooled as the method pools it               (`runner.hidden_at_layers`)
-    TP end layer   the copying forward runs once; before each candidate end block e it forks: the
-                   branch continues from that state without copying, the trunk keeps copying
-                       embed ─ 0 ─ [copy] 1 ─ [copy] 2 ─ [copy] 3 ─ ...      (trunk: copies before every block >= start)
-                                             └ e=2 branch: 2 ─ 3 ─ ... L      (no copies from block 2 on)
-                                                       └ e=3 branch: 3 ─ ... L
-    CP steer/alpha the auxiliary prompt runs once through blocks 0..max(l) and its site is read at every
-                   candidate l; the normal prompt runs unsteered once through blocks 0..max(l)-1, and
-                   each (l, alpha) continues from the unsteered state before block l
+    output layer   one forward keeps every hidden_states index asked for (early exit at the deepest);
+                   each is pooled by the method's own `pool`                  (`sweep_layers`)
+    TP end layer   one trunk runs TP's step; at each candidate end it forks (`loop.Forward.fork`) and
+                   the branch continues with TP's step at that end              (`sweep_tp`)
+    CP steer/alpha one auxiliary pass reads b at every candidate block, one unsteered trunk forks before
+                   each steer block, and the branch continues with CP's step     (`sweep_cp`)
+
+No rule restates a method: the steps, poolings and templates are the methods' own (`TP.step`,
+`CP.step`, `ReadsOneLayer.pool`), so a change to a method reaches its sweep (tests/evaluation/test_sweep.py).
 
 Any other axis (e.g. a template) splits the grid into groups that are run one after another; a method
 without a sharing rule (HTP, ReBA, ... for now) runs each point separately (`embed_batch`), which is
@@ -21,7 +20,7 @@ always correct, only not shared.
 
 Every branch performs exactly the operations of a separate run of that point on the same batch (same
 length-sorted batches as `minidecoder.embed`), so the sweep's embeddings equal separate runs' to float
-tolerance (tests/test_sweep.py compares scores to 1e-6). The cost is measured, not claimed: a
+tolerance (tests/evaluation/test_sweep.py compares scores to 1e-6). The cost is measured, not claimed: a
 forward pre-hook on every block counts rows x blocks actually computed; the naive cost is what
 separate runs of every valid point compute (`naive_blocks`, checked against measured separate runs
 in the tests).
@@ -45,10 +44,10 @@ from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
 from minidecoder.evaluation.sts_data import StsTask, load_tasks
 from minidecoder.methods.base import Method
-from minidecoder.methods.inputs import PromptBatch, encode_prompts
+from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.runner import hidden_at_layers, last_token, mean_over_spans
-from minidecoder.core.model import Sites
+from minidecoder.methods.loop import Forward, Steps, hidden_states, last_token
+from minidecoder.methods.reading import ReadsOneLayer
 
 DEV_TASK = "STSBenchmark-dev"
 Point = dict[str, Any]  # option name -> value of one grid point
@@ -101,137 +100,74 @@ def method_at(method: Method, point: Point) -> Method:
 
 
 def _index(method: Method, model) -> int:
-    """The hidden_states index a method reads (CP's `layer=None` means its prompt's reference layer)."""
-    layer = method.output_layer() if hasattr(method, "output_layer") else method.layer
+    """The hidden_states index a method reads (`layer=None`: TP's depth-scaled, CP's prompt's reference)."""
+    from minidecoder.methods.cp import CP
+    from minidecoder.methods.tp import TP
+
+    if isinstance(method, TP):
+        layer = method.output_layer(model)
+    elif isinstance(method, CP):
+        layer = method.output_layer()
+    else:
+        layer = method.layer
     return resolve_output_layer(layer, model.num_layers)
 
 
-# ---- sharing rules ---------------------------------------------------------------------------------
-@dataclass
-class Reading:
-    """How a method that only reads one output layer turns hidden states into its embedding."""
-
-    templates: list[str]  # one forward per template, embeddings averaged over templates
-    prepare: Callable[[list[str]], list[str]]
-    pool: Callable[[torch.Tensor, PromptBatch], torch.Tensor]  # (B, T, E) -> (B, E)
-    average: bool  # stack-and-mean over templates (MetaEOL) rather than a single template
-
-
-def reading_of(method: Method) -> Reading | None:
-    """The `Reading` of the layer-reading methods (pooling, prompts, MetaEOL, Echo), else None.
-
-    Each mirrors that method's `embed_batch` line for line; tests/test_sweep.py checks every one
-    against `embed_batch` itself, so a change in a method that is not mirrored here fails there."""
-    from minidecoder.methods import echo, metaeol, pooling, prompts
-
-    prepare = lambda texts: prompts.prepare_texts(texts, method.senteval_text)  # noqa: E731
-    if type(method) is pooling.MeanPooling:
-        if method.over == "all":
-            return Reading([method.template], prepare, pooling.mean_over_mask, False)
-        return Reading([method.template], prepare,
-                       lambda h, batch: mean_over_spans(h, batch.text_spans, method.occurrence), False)
-    if type(method) is pooling.LastTokenPooling:
-        return Reading([method.template], prepare, last_token, False)
-    if isinstance(method, prompts._LastTokenPrompt) and type(method).embed_batch is prompts._LastTokenPrompt.embed_batch:
-        return Reading([method.prompt_template()], prepare, last_token, False)
-    if type(method) is metaeol.MetaEOL:
-        return Reading([metaeol.METAEOL_TEMPLATES[t] for t in method.tasks], prepare, last_token, True)
-    if type(method) is echo.Echo:
-        if method.pooling == "mean":
-            return Reading([method.template], prepare, lambda h, batch: mean_over_spans(h, batch.text_spans, -1), False)
-
-        def last_of_copy(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
-            ends = torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans], device=h.device)
-            return h[torch.arange(h.shape[0], device=h.device), ends]
-        return Reading([method.template], prepare, last_of_copy, False)
-    return None
-
-
-def sweep_layers(method: Method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """Layer-reading methods: one forward per template gives every requested layer."""
-    reading = reading_of(method)
+# ---- sharing rules: each forks the shared block loop at a method's own hook ------------------------
+def sweep_layers(method: ReadsOneLayer, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
+    """Methods that read one layer: one forward per template keeps every requested layer, each pooled by
+    the method's own `pool` (reading.ReadsOneLayer)."""
     indices = [_index(method_at(method, p), model) for p in points]
-    texts = reading.prepare(texts)
+    texts = method.prepare(texts)
     per_template = []  # per template: {index: (B, E)}
-    for template in reading.templates:
+    for template in method.templates():
         batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
-        states = hidden_at_layers(model, batch, sorted(set(indices)))
-        per_template.append({i: reading.pool(h, batch) for i, h in states.items()})
-    if reading.average:
-        return [torch.stack([pooled[i] for pooled in per_template]).mean(dim=0).float() for i in indices]
-    return [per_template[0][i].float() for i in indices]
+        states = hidden_states(model, batch, set(indices))
+        per_template.append({i: method.pool(h, batch) for i, h in states.items()})
+    return [torch.stack([pooled[i] for pooled in per_template]).mean(dim=0).float() for i in indices]
 
 
-def _run_branch(model, h: torch.Tensor, first: int, wanted: Sequence[int], ctx_for: Callable[[int], Any],
-                before: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
-                sites_for: Callable[[int], Sites | None] | None = None) -> dict[int, torch.Tensor]:
-    """From `h` = the input of block `first`, run blocks first..max(wanted)-1; returns hidden_states[k]
-    for every k in `wanted` (all >= first). `before(i, h)` rewires the stream before block i."""
-    out: dict[int, torch.Tensor] = {}
-    L = model.num_layers
-    deepest = max(wanted)
-    if first in wanted:
-        out[first] = model.norm(h) if first == L else h
-    for i in range(first, deepest):
-        if before is not None:
-            h = before(i, h)
-        h = model.layers[i](h, ctx_for(i), sites_for(i) if sites_for is not None else None)
-        if i + 1 in wanted:
-            out[i + 1] = model.norm(h) if i + 1 == L else h  # only hidden_states[L] is normed
-    return out
+def sweep_tp(method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
+    """TP over output layers x end layers. The trunk runs TP's step with copies before every block from
+    `start` up to the last candidate end; at each candidate end e it forks, and the branch continues
+    with the step of TP at end=e (`TP.step`), which copies no more (except `resume_at`'s):
 
-
-def sweep_tp(method: Method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """TP over output layers x end layers: the trunk copies before every block >= start; at each
-    candidate end e a branch leaves it (before block e) and continues without copies (except the
-    `resume_at` ones), which is exactly the forward of TP with that end (`tp.forward_with_copies`)."""
-    from minidecoder.methods import tp
+        embed ─ 0 ─ [copy] 1 ─ [copy] 2 ─ [copy] 3 ─ ...      trunk: TP at the largest end
+                               └ e=2 branch: 2 ─ 3 ─ ... L      TP at end=2, from the trunk's state
+                                         └ e=3 branch: 3 ─ ... L
+    """
     from minidecoder.methods.prompts import prepare_texts
+    from minidecoder.methods.tp_inputs import tp_templates
 
-    L = model.num_layers
     keys = [(method_at(method, p).end, _index(method_at(method, p), model)) for p in points]
     ends = sorted({e for e, _ in keys})
     wanted = {e: sorted({i for e2, i in keys if e2 == e}) for e in ends}
-    resume = set(range(method.resume_at, L)) if method.resume_at is not None else set()
     texts = prepare_texts(texts, method.senteval_text)
     per_template = []
-    for template in tp.tp_templates(method.prompt, method.num_pst):
+    for template in tp_templates(method.prompt, method.num_pst):
         inputs = method.encode(model, template, texts)
-        batch = inputs.batch
-        ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
-        B, T = ids.shape
-        plan = tp.tp_copy_plan(batch, inputs.positions).to(model.device)
-        h = model.embed(ids, {inputs.placeholder_id: inputs.row})  # (B, T, E)
-        ctx = model.context(mask, T, B)
-        first_ctx = ctx
-        if method.mask_pst_first_layer:  # as TP.hidden / forward_with_copies
-            visible = mask & ~(ids == inputs.placeholder_id)
-            first_ctx = model.context(visible, T, B, position_ids=ctx.positions)
-        ctx_for = lambda i: first_ctx if i == 0 else ctx  # noqa: E731
-        after_end = lambda i, state: plan.apply(state) if i in resume else state  # noqa: E731
+        trunk_step = dataclasses.replace(method, end=ends[-1]).step(model, inputs)
+        trunk = Forward(model, inputs.batch.input_ids, inputs.batch.attention_mask, trunk_step,
+                        keep=set(ends) | {i for v in wanted.values() for i in v},
+                        extra_rows={inputs.placeholder_id: inputs.row})
         states: dict[tuple[int, int], torch.Tensor] = {}
-        for i in range(0, ends[-1] + 1):
-            if i in wanted:  # fork: the branch with end = i starts from the trunk's state before block i
-                for index, state in _run_branch(model, h, i, wanted[i], ctx_for, after_end).items():
-                    states[(i, index)] = last_token(state, batch)
-            if i == ends[-1]:
-                break
-            if i >= method.start:
-                h = plan.apply(h)  # spec 4.2 on the trunk: copy before every block from `start` on
-            h = model.layers[i](h, ctx_for(i))
+        for e in ends:
+            trunk.run_to(e)
+            branch = trunk.fork(dataclasses.replace(method, end=e).step(model, inputs))
+            for index in wanted[e]:
+                states[(e, index)] = last_token(branch.hidden(index), inputs.batch)
         per_template.append(states)
     return [torch.stack([states[key] for states in per_template]).mean(dim=0).float() for key in keys]
 
 
-def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """CP over output layers x steer layers x alphas: one auxiliary pass for every steer layer, one
-    unsteered trunk of the normal prompt, one branch per (steer layer, alpha) from the trunk's state
-    before the steered block (`cp.steered_hidden` from there on)."""
-    from minidecoder.methods import cp
-    from minidecoder.methods.text import senteval_sentence
+def sweep_cp(method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
+    """CP over output layers x steer layers x alphas: one auxiliary pass reads b at every candidate
+    block l (CP's `ReadLastToken`), one unsteered trunk of each normal prompt forks before each l, and
+    the branch continues with CP's own step at (l, alpha) (`CP.step`)."""
+    from minidecoder.methods.cp import ReadLastToken
+    from minidecoder.methods.cp_prompts import resolve_aux_prompt, resolve_prompts
+    from minidecoder.methods.prompts import prepare_texts
 
-    H = model.config.num_heads
-    site = cp.SITE_NAMES[method.site]
     uses_alpha = method.mode in ("ns", "nr_scaled")  # nr / nr_head ignore alpha: one branch serves all
     keys = []
     for p in points:
@@ -240,50 +176,24 @@ def sweep_cp(method: Method, model, texts: list[str], points: list[Point]) -> li
     steers = sorted({l for l, _, _ in keys})
     branches = sorted({(l, a) for l, a, _ in keys}, key=lambda x: (x[0], x[1] if x[1] is not None else 0.0))
     wanted = {br: sorted({i for l, a, i in keys if (l, a) == br}) for br in branches}
-    prepare = getattr(method, "senteval_text", getattr(method, "senteval_prep", True))  # renamed in cp.py
-    sentences = [senteval_sentence(t) for t in texts] if prepare else list(texts)
+    sentences = prepare_texts(texts, method.senteval_text)
 
-    def start(batch: PromptBatch):
-        ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
-        h = model.embed(ids)  # (B, T, E)
-        ctx = model.context(mask, ids.shape[1], ids.shape[0])
-        last = batch.last_positions(h.device)
-        return h, ctx, last, torch.arange(h.shape[0], device=h.device)
-
-    # auxiliary prompt: blocks 0..max(l), the site read at every candidate l (cp.auxiliary_activation)
-    aux = encode_prompts(model.tokenizer, cp.resolve_aux_prompt(method.aux_prompt), sentences)
-    h, ctx, last, rows = start(aux)
-    b: dict[int, torch.Tensor] = {}
-    for i in range(steers[-1] + 1):
-        sites = Sites(record={site}) if i in steers else None
-        h = model.layers[i](h, ctx, sites)
-        if sites is not None:
-            b[i] = sites.store[site][rows, last]  # (B, D)
+    aux = encode_prompts(model.tokenizer, resolve_aux_prompt(method.aux_prompt), sentences)
+    reads = {l: ReadLastToken(l, method.site, aux.last_positions()) for l in steers}
+    Forward(model, aux.input_ids, aux.attention_mask, Steps(*reads.values()), keep={steers[-1] + 1}).run_to(steers[-1] + 1)
+    b = {l: read.value() for l, read in reads.items()}
     per_template = []
-    for template in cp.resolve_prompts(method.prompt):
+    for template in resolve_prompts(method.prompt):
         batch = encode_prompts(model.tokenizer, template, sentences)
-        h, ctx, last, rows = start(batch)
-        before_steer: dict[int, torch.Tensor] = {}
-        for i in range(steers[-1] + 1):  # the unsteered trunk
-            if i in steers:
-                before_steer[i] = h
-            if i == steers[-1]:
-                break
-            h = model.layers[i](h, ctx)
+        trunk = Forward(model, batch.input_ids, batch.attention_mask,
+                        keep=set(steers) | {i for v in wanted.values() for i in v})
         states = {}
         for l, alpha in branches:
-            b_l = b[l]
-            replace = lambda a, b_l=b_l, alpha=alpha: cp.steer(a, b_l, method.mode, alpha if alpha is not None  # noqa: E731
-                                                               else method.alpha, H)
-
-            def edit(value: torch.Tensor, replace=replace) -> torch.Tensor:  # as cp.steered_hidden's edit
-                value = value.clone()
-                value[rows, last] = replace(value[rows, last]).to(value.dtype)
-                return value
-            out = _run_branch(model, before_steer[l], l, wanted[(l, alpha)], lambda i: ctx,
-                              sites_for=lambda i, edit=edit, l=l: Sites(edit={site: edit}) if i == l else None)
-            for index, state in out.items():
-                states[(l, alpha, index)] = last_token(state, batch).float()
+            trunk.run_to(l)
+            point = method_at(method, {"steer_layer": l, **({"alpha": alpha} if alpha is not None else {})})
+            branch = trunk.fork(point.step(batch, b[l]))
+            for index in wanted[(l, alpha)]:
+                states[(l, alpha, index)] = last_token(branch.hidden(index), batch).float()
         per_template.append(states)
     return [torch.stack([states[key] for states in per_template]).mean(dim=0) for key in keys]
 
@@ -295,13 +205,14 @@ def sweep_separately(method: Method, model, texts: list[str], points: list[Point
 
 def sharing_rule(method: Method) -> tuple[str, frozenset[str], Sweeper]:
     """(rule name, the axes it shares, the sweeper) for a method."""
-    from minidecoder.methods.base import METHODS
+    from minidecoder.methods.cp import CP
+    from minidecoder.methods.tp import TP
 
-    if reading_of(method) is not None:
+    if isinstance(method, ReadsOneLayer):
         return "one forward, every output layer", frozenset({"layer"}), sweep_layers
-    if "tp" in METHODS and type(method) is METHODS["tp"]:
+    if type(method) is TP:
         return "TP: one trunk, forks at each end layer", frozenset({"layer", "end"}), sweep_tp
-    if "cp" in METHODS and type(method) is METHODS["cp"] and not getattr(method, "tp", False):
+    if type(method) is CP and not method.tp:
         return "CP: one auxiliary pass, one trunk, a branch per (steer, alpha)", \
             frozenset({"layer", "steer_layer", "alpha"}), sweep_cp
     return "separate runs (no sharing rule for this method)", frozenset(), sweep_separately
@@ -311,20 +222,21 @@ def naive_blocks(method: Method, model) -> int:
     """Blocks (per text) that a separate run of `method` computes: what the sweep is compared with.
     Layer-reading and TP: the output index per template; CP adds its auxiliary pass (l + 1 blocks);
     ReBA runs every block. Other methods: their output index (per template where they have several)."""
-    from minidecoder.methods.base import METHODS
+    from minidecoder.methods.cp import CP
+    from minidecoder.methods.cp_prompts import resolve_prompts
+    from minidecoder.methods.reba import ReBA
+    from minidecoder.methods.tp import TP
+    from minidecoder.methods.tp_inputs import tp_templates
 
-    L = model.num_layers
-    if reading_of(method) is not None:
-        return _index(method, model) * len(reading_of(method).templates)
-    if "tp" in METHODS and type(method) is METHODS["tp"]:
-        from minidecoder.methods.tp import tp_templates
+    if isinstance(method, ReadsOneLayer):
+        return _index(method, model) * len(method.templates())
+    if type(method) is TP:
         return _index(method, model) * len(tp_templates(method.prompt, method.num_pst))
-    if "cp" in METHODS and type(method) is METHODS["cp"]:
-        from minidecoder.methods.cp import resolve_prompts
+    if type(method) is CP:
         return method.steer_layer + 1 + _index(method, model) * len(resolve_prompts(method.prompt))
-    if method.name == "reba":
-        return L
-    return _index(method, model) if hasattr(method, "layer") else L
+    if type(method) is ReBA:
+        return model.num_layers
+    return _index(method, model) if hasattr(method, "layer") else model.num_layers
 
 
 # ---- the driver ------------------------------------------------------------------------------------

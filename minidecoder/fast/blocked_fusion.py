@@ -2,8 +2,10 @@
 
 ReBA (arXiv 2502.20726, spec `methods.md` section 7) needs, for every block and every head, the
 post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
-`minidecoder.methods.reba.fused_attention` either records each block's whole (B, H, T, T) pattern
-through the eager path, or (blocked=True) folds it with `fold_heads` below, for less memory:
+ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold_pattern`; the
+method loop either hands it each block's whole (B, H, T, T) pattern from the eager path, or, from
+`FastPaths.blocked_fusion_from` tokens on, the patterns of a few heads at a time from
+`head_group_patterns` below, for less memory:
 
     block i runs on its fast path (scaled-dot-product attention, no pattern materialized),
     recording only its queries and keys (B, H, T, D) through `Sites`;
@@ -19,18 +21,18 @@ share of a block's at sentence lengths.
 
 The numerics mirror `Attention._eager` (scores in the activation dtype, softcap before the mask,
 softmax in float32 then cast back), so A equals the eager fusion up to float rounding
-(tests/test_fast_paths.py). The ReBA method uses it through its `fusion` option (blocked, or auto
-from 256 tokens on).
+(tests/fast/test_blocked_fusion.py).
 """
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 
 
-
-def fold_heads(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
-                heads_per_step: int) -> None:
-    """A = max(A, (P + P^T)/2 of every head of one block), `heads_per_step` heads at a time, in place."""
+def head_group_patterns(attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None,
+                        heads_per_step: int = 1) -> Iterator[torch.Tensor]:
+    """The post-softmax patterns of one block's heads, `heads_per_step` at a time: (B, s, T, S) each."""
     H, Hkv = q.shape[1], k.shape[1]
     groups = H // Hkv  # GQA/MQA: query head j reads key head j // groups
     for first in range(0, H, heads_per_step):
@@ -42,8 +44,4 @@ def fold_heads(A: torch.Tensor, attn, q: torch.Tensor, k: torch.Tensor, mask: to
             scores = torch.tanh(scores / attn.softcap) * attn.softcap
         if mask is not None:
             scores = scores + mask
-        P = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).float()  # (B, s, T, T)
-        del scores
-        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
-        del P
-        torch.maximum(A, S.amax(dim=1), out=A)  # max over this group's heads, then into the running max
+        yield torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, s, T, S)

@@ -8,8 +8,9 @@ at load time, and each projection then calls oneDNN's linear kernel on the packe
     packed:  W_packed = reorder(W)       once, at load
              y = mkldnn_linear(x, W_packed, b)           (the same kernel, no packing per call)
 
-The products are the same; only the per-call copy goes. On the 2-core EPYC this repository is
-measured on (docs/benchmarks.md) that saves 10-13% of an embedding run in float32 and in bfloat16
+The products are the same; only the per-call copy goes. At load, each block's `nn.Linear` is
+replaced by a `PackedLinear` holding the same Parameters (state-dict names and `Sites` unchanged).
+On the 2-core EPYC this repository was measured on (docs/benchmarks.md) that saves 10-13% of an embedding run in float32 and in bfloat16
 (`python tools/bench.py --methods md:prompteol,md:prompteol+pack,...`). It is the weight prepacking
 inductor's `freezing` mode does, without compiling anything, and it combines with `compile=True`:
 the packed product is a custom operator (`minidecoder::packed_linear`) that inductor calls as it is,
@@ -20,23 +21,20 @@ again). A packed copy is used only while its weight is the tensor it was made fr
 storage, same version counter); a weight that was cast, moved or edited in place runs the plain
 `F.linear`, so a stale copy can cost speed but never change a number. It needs a CPU build of torch
 with oneDNN (mkldnn). Everything that reads internals (`Sites`) works unchanged: the sites are on the
-projections' outputs. Tested equal to the plain path in tests/test_packed.py.
+projections' outputs. Tested equal to the plain path in tests/fast/test_packed.py.
 """
 from __future__ import annotations
-
-import types
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from minidecoder.errors import MinidecoderError
-from minidecoder.core.model import Decoder
 
 
 @torch.library.custom_op("minidecoder::packed_linear", mutates_args=())
 def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """F.linear(x, weight, bias) through the packed copy `pack_linear_weights` attached to `weight`."""
+    """F.linear(x, weight, bias) through the packed copy `PackedLinear` attached to `weight`."""
     packed, data_ptr, version = getattr(weight, "onednn_packed", (None, None, None))
     if packed is None or weight.data_ptr() != data_ptr or weight._version != version:
         return F.linear(x, weight, bias)  # no copy, or the weight changed since: the plain product
@@ -49,11 +47,27 @@ def _packed_linear_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return x.new_empty(*x.shape[:-1], weight.shape[0])  # what torch.compile traces: shape and dtype only
 
 
-def _packed_forward(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return packed_linear(x, linear.weight, linear.bias)
+class PackedLinear(nn.Linear):
+    """An `nn.Linear` holding the same `weight` and `bias` Parameters (state-dict names unchanged) whose
+    product goes through the weight's packed copy."""
+
+    @classmethod
+    def replacing(cls, linear: nn.Linear) -> "PackedLinear":
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.in_features, new.out_features = linear.in_features, linear.out_features
+        new.weight, new.bias = linear.weight, linear.bias  # the same Parameters, not copies
+        with torch.no_grad():
+            # The second argument is a batch-size hint for the layout; None keeps it valid for any.
+            packed = torch.ops.mkldnn._reorder_linear_weight(new.weight.detach(), None)
+        new.weight.onednn_packed = (packed, new.weight.data_ptr(), new.weight._version)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return packed_linear(x, self.weight, self.bias)
 
 
-def check_packable(model: Decoder) -> None:
+def check_packable(model) -> None:
     """Raise a clear error where packing cannot apply (not a CPU, no oneDNN, another dtype)."""
     if model.device.type != "cpu":
         raise MinidecoderError(f"pack_weights is a CPU fast path (oneDNN) but the model is on {model.device}",
@@ -70,16 +84,11 @@ def check_packable(model: Decoder) -> None:
                                "load with dtype='float32' or 'bfloat16', or leave pack_weights off")
 
 
-def pack_linear_weights(model: Decoder) -> Decoder:
-    """Attach a packed copy to every block's linear weight and route the layer through it."""
+def pack_linear_weights(model) -> None:
+    """Replace every block's `nn.Linear` by a `PackedLinear` over the same parameters."""
     check_packable(model)
-    for module in model.layers.modules():
-        if isinstance(module, nn.Linear):
-            weight = module.weight
-            with torch.no_grad():
-                # The second argument is a batch-size hint for the layout; None keeps it valid for any.
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            weight.onednn_packed = (packed, weight.data_ptr(), weight._version)
-            module.forward = types.MethodType(_packed_forward, module)
-    model.packed = True
-    return model
+    for block in model.layers:
+        for parent in list(block.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is nn.Linear:
+                    setattr(parent, name, PackedLinear.replacing(child))

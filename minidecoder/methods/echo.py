@@ -33,18 +33,18 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.inputs import encode_prompts
-from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.prompts import check_bool, check_template, prepare_texts
-from minidecoder.methods.runner import hidden_at, mean_over_spans
+from minidecoder.methods.base import option, register
+from minidecoder.methods.inputs import PromptBatch
+from minidecoder.methods.prompts import check_bool, check_template
+from minidecoder.methods.reading import ReadsOneLayer
+from minidecoder.methods.loop import mean_over_spans
 
 ECHO_TEMPLATE = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
 
 
 @register
 @dataclasses.dataclass
-class Echo(Method):
+class Echo(ReadsOneLayer):
     name = "echo"
     summary = ("Echo embeddings (Springer et al. 2024): the text twice in a rewrite prompt, mean over the "
                "second copy's tokens at the final layer")
@@ -61,15 +61,12 @@ class Echo(Method):
         if self.pooling not in ("mean", "last"):
             raise InputError(f"pooling={self.pooling!r} is not 'mean' or 'last'", "pass pooling=mean or pooling=last")
 
-    def check(self, model) -> None:
-        resolve_output_layer(self.layer, model.num_layers)
+    def templates(self) -> list[str]:
+        return [self.template]
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        texts = prepare_texts(texts, self.senteval_text)
-        batch = encode_prompts(model.tokenizer, self.template, texts, padding_side="left")
-        h = hidden_at(model, batch, self.layer)  # (B, T, E)
+    def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.pooling == "mean":
             # EchoPooling 'mean': sum(h * embed_mask) / sum(embed_mask), embed_mask = the second copy
-            return mean_over_spans(h, batch.text_spans, occurrence=-1).float()
+            return mean_over_spans(h, batch.text_spans, occurrence=-1)
         ends = torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans], device=h.device)  # last token of copy 2
-        return h[torch.arange(h.shape[0], device=h.device), ends].float()  # (B, E)
+        return h[torch.arange(h.shape[0], device=h.device), ends]  # (B, E)

@@ -49,30 +49,41 @@ released code has no Gemma2 model file (its Gemma file is Gemma v1), so HTP on G
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.inputs import PromptBatch, pad
+from minidecoder.methods.htp_inputs import BPST, PST, HTPBatch, encode_htp
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
+from minidecoder.methods.loop import Step, hidden_at
+from minidecoder.methods.placeholders import CopyStep, check_placeholder_init
 from minidecoder.methods.prompts import check_bool, check_template, require_text
-from minidecoder.methods.sentences import SPLITTER, split_sentences
-from minidecoder.methods.tp import PLACEHOLDER_INITS, CopyPlan, forward_with_copies, placeholder_row
+from minidecoder.methods.sentences import SPLITTER
 
-PST, BPST = "<PST>", "<B-PST>"
 SOURCES = ("last_text_token", "after_text")
 
 
-@dataclass
-class HTPBatch:
-    batch: PromptBatch
-    plan: CopyPlan
-    pool: torch.Tensor  # (B, T) bool: the text tokens the mean runs over (placeholders excluded)
-    blocks: list[int]  # M per row
+# ---- the paper's loop -----------------------------------------------------------------------------
+def htp_step(inputs: HTPBatch, blocks: set[int]) -> CopyStep:
+    """HTP's intervention in the block loop (spec 5.3; reference `MistralModel.forward`, plan
+    `tp_sentence_begin`):
+
+        for i in blocks:                              # [start, end)
+            h_i[<PST>_m]   = h_i[end of text-block m]  # local summary, before block m + 1
+            h_i[<B-PST>_m] = h_i[end of text-block m]  # the same row, global block at the front
+    (the pairs are built in `htp_inputs.encode_htp`)."""
+    return CopyStep(inputs.plan, blocks)
 
 
+def htp_embedding(model, inputs: HTPBatch, step: Step, layer: int) -> torch.Tensor:
+    """(B, E): mean of hidden_states[layer] over the text tokens, placeholders excluded (spec 5.4)."""
+    h = hidden_at(model, inputs.batch, layer, step, extra_rows=inputs.rows).float()  # (B, T, E), summed in fp32
+    pool = inputs.pool.to(h.device).unsqueeze(-1).float()  # (B, T, 1)
+    return (h * pool).sum(dim=1) / pool.sum(dim=1)  # reference Pooling 'mean'
+
+
+# ---- the method: options, validation --------------------------------------------------------------
 @register
 @dataclasses.dataclass
 class HTP(Method):
@@ -116,9 +127,7 @@ class HTP(Method):
                              "set at most one of them")
         if self.last_block_source not in SOURCES:
             raise InputError(f"last_block_source {self.last_block_source!r}", f"use one of {', '.join(SOURCES)}")
-        if not isinstance(self.pst_init, str) or not (self.pst_init in PLACEHOLDER_INITS[:-1]
-                                                      or self.pst_init.startswith("token:")):
-            raise InputError(f"unknown pst_init {self.pst_init!r}", f"use one of {', '.join(PLACEHOLDER_INITS)}")
+        check_placeholder_init(self.pst_init)
         if self.padding_side not in ("left", "right"):
             raise InputError(f"padding_side {self.padding_side!r}", "use 'left' or 'right'")
         check_template(self.template)
@@ -136,80 +145,15 @@ class HTP(Method):
             raise InputError(f"HTP range [{self.start}, {self.end}) reaches past the output layer {self.layer} "
                              f"(blocks 0..{output_index - 1} run)", "lower `end` or raise `layer`")
 
-    # ---- inputs -----------------------------------------------------------------------------------
-    def _text_ids(self, tokenizer, text: str, pst: int) -> list[int]:
-        """The text piece's ids with a local <PST> before every block (spec 5.1-5.2)."""
-        if self.every_n_tokens is not None:
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            n = self.every_n_tokens
-            return [t for first in range(0, len(ids), n) for t in [pst, *ids[first:first + n]]]
-        sentences = split_sentences(text)  # never empty here: require_text ran first
-        K = self.sentences_per_block
-        blocks = [" ".join(sentences[i:i + K]) for i in range(0, len(sentences), K)]
-        return tokenizer.encode(" ".join(f"{PST} {block}" for block in blocks), add_special_tokens=False)
-
-    def encode(self, model, texts: list[str]) -> HTPBatch:
-        tokenizer = model.tokenizer
-        pst, bpst = tokenizer.add_placeholder(PST), tokenizer.add_placeholder(BPST)
-        prefix, suffix = self.template.split("{text}")
-        prefix_ids = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
-        suffix_ids = tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
-        head = [tokenizer.bos_id] if tokenizer.add_bos else []
-        tail = [tokenizer.eos_id] if self.append_eos and tokenizer.eos_id is not None else []
-        rows, spans, pairs, blocks = [], [], [], []
-        for row, text in enumerate(texts):
-            if PST in text or BPST in text:
-                raise InputError(f"text {row} contains a placeholder string ({PST} or {BPST})",
-                                 "remove it from the text; HTP places the placeholders itself")
-            text_ids = self._text_ids(tokenizer, text, pst)
-            local = [i for i, t in enumerate(text_ids) if t == pst]
-            M = len(local)
-            ends = [p - 1 for p in local[1:]] + [len(text_ids) - 1]  # last token of each text-block
-            if self.last_block_source == "after_text":
-                ends[-1] = len(text_ids)  # reference: `eos_positions.append(text_end_idx)`, one past the text
-            if self.global_only:  # drop the local PSTs after their blocks are known (tp_sentence_omit_pst)
-                kept = [i for i in range(len(text_ids)) if i not in set(local)]
-                new_index = {old: new for new, old in enumerate(kept)}
-                ends = [new_index.get(e, len(kept)) for e in ends]
-                text_ids, local = [text_ids[i] for i in kept], []
-            globals_ = [] if self.local_only else [bpst] * M
-            offset = len(head) + len(prefix_ids) + len(globals_)  # where the text piece starts
-            ids = head + prefix_ids + globals_ + text_ids + suffix_ids + tail
-            sources = [offset + e for e in ends]
-            if sources[-1] >= len(ids):
-                raise InputError("last_block_source='after_text' needs a token after the text, and this template "
-                                 "has none", "set append_eos=True or a template with text after {text}")
-            for m, source in enumerate(sources):
-                if not self.global_only:
-                    pairs.append((row, offset + local[m], source))  # <PST>_m <- end of block m
-                if not self.local_only:
-                    pairs.append((row, offset - len(globals_) + m, source))  # <B-PST>_m <- the same row
-            rows.append(ids)
-            spans.append([(offset - len(globals_), offset + len(text_ids))])
-            blocks.append(M)
-        batch = pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, self.padding_side)
-        width = batch.input_ids.shape[1]
-        shift = [width - len(r) if self.padding_side == "left" else 0 for r in rows]
-        plan = CopyPlan.from_pairs([(b, t + shift[b], s + shift[b]) for b, t, s in pairs])
-        pool = torch.zeros_like(batch.attention_mask)
-        for b, ((first, last),) in enumerate(batch.text_spans):
-            pool[b, first:last] = True
-        pool &= (batch.input_ids != pst) & (batch.input_ids != bpst)  # spec 5.4: placeholders excluded
-        return HTPBatch(batch, plan, pool, blocks)
-
-    # ---- forward --------------------------------------------------------------------------------
-    def hidden(self, model, inputs: HTPBatch) -> torch.Tensor:
-        """hidden_states[layer] (B, T, E) with the HTP copies before blocks [start, end)."""
-        tokenizer = model.tokenizer
-        rows = {tokenizer.token_to_id(PST): placeholder_row(model, self.pst_init, self.seed, index=0),
-                tokenizer.token_to_id(BPST): placeholder_row(model, self.pst_init, self.seed, index=1)}
-        return forward_with_copies(model, inputs.batch, inputs.plan, set(range(self.start, self.end)), self.layer,
-                                   rows, reuse_prefix=True)
-
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
         self.check(model)
         require_text(texts)
         inputs = self.encode(model, texts)
-        h = self.hidden(model, inputs).float()  # (B, T, E); summed in float32 whatever the model dtype
-        pool = inputs.pool.to(h.device).unsqueeze(-1).float()  # (B, T, 1)
-        return (h * pool).sum(dim=1) / pool.sum(dim=1)  # (B, E): reference Pooling 'mean'
+        return htp_embedding(model, inputs, self.step(inputs), self.layer).float()
+
+    def step(self, inputs: HTPBatch) -> CopyStep:
+        """The step of this configuration on one encoded batch (what `embed_batch` and the sweep run)."""
+        return htp_step(inputs, set(range(self.start, self.end)))
+
+    def encode(self, model, texts: list[str]) -> HTPBatch:
+        return encode_htp(self, model, texts)

@@ -32,11 +32,6 @@ def resolve_output_layer(layer: int, num_layers: int) -> int:
     return index
 
 
-def blocks_needed(output_index: int) -> int:
-    """How many blocks must run to produce hidden_states[output_index] (early exit)."""
-    return output_index
-
-
 def check_block_index(index: int, num_layers: int, what: str) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
         raise InputError(f"{what} {index!r} is not a block of this model (0-based blocks 0..{num_layers - 1})",

@@ -9,7 +9,7 @@ Code: Yibin-Lei/MetaEOL, `evaluation.py` (`task_prompts` for `--prompt_method me
 batcher steps (`senteval_text=True`, as in `prompts.py`).
 
 Numerics: the reference put all 8 x B prompts of a batch into one left-padded forward; minidecoder
-runs one forward per prompt (`prompts.average_over_templates`, also used by CP's CK), so rows are
+runs one forward per prompt (`reading.ReadsOneLayer`; CP's CK does the same), so rows are
 padded only against the same prompt. Padding does not change an embedding beyond float tolerance
 (tests/test_methods_invariants.py), so the two agree to that tolerance.
 """
@@ -20,9 +20,11 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.prompts import average_over_templates, check_bool, last_token_embedding, prepare_texts
+from minidecoder.methods.base import option, register
+from minidecoder.methods.inputs import PromptBatch
+from minidecoder.methods.loop import last_token
+from minidecoder.methods.prompts import check_bool
+from minidecoder.methods.reading import ReadsOneLayer
 
 # The eight prompts, verbatim from Yibin-Lei/MetaEOL `evaluation.py` with `*sent 0*` written `{text}`
 # (spec section 3). Order kept: `tasks` indexes this list.
@@ -48,7 +50,7 @@ METAEOL_TEMPLATES: list[str] = [
 
 @register
 @dataclasses.dataclass
-class MetaEOL(Method):
+class MetaEOL(ReadsOneLayer):
     name = "metaeol"
     summary = "MetaEOL (Lei et al. 2024): mean of the last-token embeddings of 8 meta-task prompts (8 forwards)"
     layer: int = option(-1, "output layer (hidden_states index); the reference reads -1, the final normed output")
@@ -66,12 +68,8 @@ class MetaEOL(Method):
             raise InputError(f"tasks={self.tasks!r} is not a non-empty list of distinct prompt indices 0..{n - 1}",
                              f"e.g. tasks=[0,1,2,3,4,5,6,7] (all, the default) or tasks=[4]")
 
-    def check(self, model) -> None:
-        resolve_output_layer(self.layer, model.num_layers)
+    def templates(self) -> list[str]:
+        return [METAEOL_TEMPLATES[t] for t in self.tasks]  # averaged: e = (1/K) sum_k h_last(prompt_k(text))
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        texts = prepare_texts(texts, self.senteval_text)
-        templates = [METAEOL_TEMPLATES[t] for t in self.tasks]
-        # MetaEOL: e = (1/K) sum_k h_last(prompt_k(text)), K = 8 in the paper
-        return average_over_templates(lambda template: last_token_embedding(model, template, texts, self.layer),
-                                      templates).float()  # (B, E)
+    def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+        return last_token(h, batch)  # reference: hidden_states[-1][:, -1, :]

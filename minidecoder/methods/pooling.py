@@ -22,11 +22,11 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.inputs import PromptBatch, encode_prompts
-from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.prompts import check_bool, check_template, prepare_texts
-from minidecoder.methods.runner import hidden_at, last_token, mean_over_spans
+from minidecoder.methods.base import option, register
+from minidecoder.methods.inputs import PromptBatch
+from minidecoder.methods.prompts import check_bool, check_template
+from minidecoder.methods.reading import ReadsOneLayer
+from minidecoder.methods.loop import last_token, mean_over_spans
 from minidecoder.methods.text import template_fields
 
 _LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
@@ -51,7 +51,7 @@ def check_occurrence(template: str, occurrence: int) -> int:
 
 @register
 @dataclasses.dataclass
-class MeanPooling(Method):
+class MeanPooling(ReadsOneLayer):
     name = "mean"
     summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
@@ -69,21 +69,18 @@ class MeanPooling(Method):
         if self.over not in ("text", "all"):
             raise InputError(f"over={self.over!r} is not 'text' or 'all'", "pass over=text or over=all")
 
-    def check(self, model) -> None:
-        resolve_output_layer(self.layer, model.num_layers)
+    def templates(self) -> list[str]:
+        return [self.template]
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        texts = prepare_texts(texts, self.senteval_text)
-        batch = encode_prompts(model.tokenizer, self.template, texts, padding_side="left")
-        h = hidden_at(model, batch, self.layer)  # (B, T, E)
+    def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.over == "all":
-            return mean_over_mask(h, batch).float()
-        return mean_over_spans(h, batch.text_spans, self.occurrence).float()
+            return mean_over_mask(h, batch)
+        return mean_over_spans(h, batch.text_spans, self.occurrence)
 
 
 @register
 @dataclasses.dataclass
-class LastTokenPooling(Method):
+class LastTokenPooling(ReadsOneLayer):
     name = "last"
     summary = "last-token pooling: hidden state of the last real token at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
@@ -94,10 +91,8 @@ class LastTokenPooling(Method):
         check_template(self.template)
         check_bool(self.senteval_text, "senteval_text")
 
-    def check(self, model) -> None:
-        resolve_output_layer(self.layer, model.num_layers)
+    def templates(self) -> list[str]:
+        return [self.template]
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        texts = prepare_texts(texts, self.senteval_text)
-        batch = encode_prompts(model.tokenizer, self.template, texts, padding_side="left")
-        return last_token(hidden_at(model, batch, self.layer), batch).float()  # (B, E)
+    def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+        return last_token(h, batch)

@@ -9,9 +9,10 @@ Paper: arXiv 2502.20726 (spec `methods.md` section 7). Reference code: cqdyf099/
                                   A = max(A, S)  elementwise  (A starts at 0; one (B, T, T) fp32 tensor)
     e_i = sum_{k >= i} A[i, k] h_k                            h: hidden_states[layer] (default -1)
 
-Only one (B, T, T) running maximum is kept: each block's pattern is recorded through `Sites`,
-folded into A and dropped (memory: A is B*T*T*4 bytes, 64 MiB per row at T = 4096, plus one
-block's (B, H, T, T) pattern while that block runs). Padded keys and queries are zeroed in A, so a
+Only one (B, T, T) running maximum is kept (A is B*T*T*4 bytes, 64 MiB per row at T = 4096): the
+loop hands each block's patterns to the step's `fold_pattern`, which folds them into A and drops them
+(for long inputs the loop hands them over a head at a time, minidecoder.fast.blocked_fusion; a max
+does not depend on the grouping). Padded keys and queries are zeroed in A, so a
 padded row equals its unpadded self up to float rounding.
 
 Pooling (see `weight_vector`), rows R and weights w_k, embedding = sum_k w_k h_k:
@@ -33,10 +34,9 @@ from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.core.model import Sites
+from minidecoder.methods.loop import Forward, Step
 
 WEIGHTS = ("pooled", "normalized", "raw")
-BLOCKED_FROM_LENGTH = 256  # fusion="auto": below this the eager patterns are small and the eager path is faster
 ROWS = ("backward", "full")
 
 
@@ -61,43 +61,37 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
     return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left")
 
 
-def fused_attention(model, batch: PromptBatch, output_index: int, blocked: bool = False,
-                    heads_per_step: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+class FoldAttention(Step):
+    """ReBA's fusion (spec 7.2): for every block and every head, S = (P + P^T) / 2 and
+    A = max(A, S), elementwise; A starts at 0 and is one (B, T, T) float32 matrix."""
+
+    folds_patterns = True
+
+    def __init__(self, batch_size: int, length: int, device: torch.device) -> None:
+        self.A = torch.zeros(batch_size, length, length, dtype=torch.float32, device=device)  # (B, T, T)
+
+    def fold_pattern(self, i: int, pattern: torch.Tensor) -> None:  # pattern P: (B, heads, T, T)
+        P = pattern.float()
+        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+        torch.maximum(self.A, S.amax(dim=1), out=self.A)  # max over heads, then over blocks
+
+    def first_touched(self, batch_size: int) -> None:
+        return None  # every column's attention is read: no shared prefix
+
+
+def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded
-    rows and columns zeroed; h = hidden_states[output_index] (B, T, E).
-
-    Every block runs (the reference fuses all of the model's attention maps whatever layer it reads).
-    blocked=False: each block runs its eager path and its whole (B, H, T, T) pattern is folded.
-    blocked=True: each block stays on its fused-kernel path and only records q/k; the pattern is
-    recomputed `heads_per_step` heads at a time (minidecoder.fast.blocked_fusion.fold_heads), so peak
-    memory grows with T^2 once. Both give the same A up to float rounding (tests/test_fast_paths.py)."""
-    from minidecoder.fast.blocked_fusion import fold_heads
-
-    ids, mask = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
-    h = model.embed(ids)  # (B, T, E)
-    B, T, _ = h.shape
-    ctx = model.context(mask, T, B)
-    A = torch.zeros(B, T, T, dtype=torch.float32, device=h.device)
-    hidden = h if output_index == 0 else None
-    for i, block in enumerate(model.layers):
-        sites = Sites(record={"q", "k"} if blocked else {"pattern"})  # "pattern" switches the block to eager
-        h = block(h, ctx, sites)
-        if blocked:
-            attn = block.self_attn
-            fold_heads(A, attn, sites.store["q"], sites.store["k"], ctx.masks[attn.layer_type], heads_per_step)
-        else:
-            P = sites.store.pop("pattern").float()  # (B, H, T, T); dropped after folding
-            S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
-            A = torch.maximum(A, S.amax(dim=1))  # (B, T, T): max over heads, then over blocks
-            del P, S
-        del sites
-        if i + 1 == output_index:
-            hidden = h
-    if output_index == model.num_layers:
-        hidden = model.norm(h)  # only the last hidden state is normed (transformers' convention)
-    # Queries on padding see a uniform pattern (model.py), which P^T would carry into real rows.
+    rows and columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs (the
+    reference fuses all of the model's attention maps whatever layer it reads)."""
+    B, T = batch.input_ids.shape
+    fold = FoldAttention(B, T, model.device)
+    forward = Forward(model, batch.input_ids, batch.attention_mask, fold, keep={output_index, model.num_layers})
+    h = forward.hidden(output_index)
+    forward.run_to(model.num_layers)
+    # Queries on padding see a uniform pattern (core/model.py), which P^T would carry into real rows.
+    mask = batch.attention_mask.to(fold.A.device)
     valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
-    return A.masked_fill(~valid, 0.0), hidden
+    return fold.A.masked_fill(~valid, 0.0), h
 
 
 def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
@@ -138,7 +132,7 @@ def _rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torc
 
 @register
 @dataclass
-class reba(Method):
+class ReBA(Method):
     """ReBA (arXiv 2502.20726): repetition + fused symmetric attention + backward aggregation."""
 
     name = "reba"
@@ -156,9 +150,6 @@ class reba(Method):
                           "each e_i normalized per row; raw = the paper's unnormalized sum")
     first_half_split: bool = option(False, "reference quirk: mean over rows 0..T//2-1 of the whole sequence (BOS "
                                     "included, the first copy's last token left out) instead of the first copy")
-    fusion: str = option("auto", "how A is computed: eager = each block's whole (B, H, T, T) pattern; blocked = "
-                         "one head at a time from q/k on the fast path (peak memory grows with T^2 once; "
-                         "minidecoder.fast.blocked_fusion); auto = blocked from 256 tokens on")
 
     def __post_init__(self) -> None:
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
@@ -167,8 +158,6 @@ class reba(Method):
                                      ("weights", self.weights, WEIGHTS)):
             if value not in allowed:
                 raise InputError(f"ReBA {name} {value!r} is unknown", f"use one of {', '.join(allowed)}")
-        if self.fusion not in ("auto", "eager", "blocked"):
-            raise InputError(f"ReBA fusion {self.fusion!r} is unknown", "use auto, eager or blocked")
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
@@ -176,9 +165,7 @@ class reba(Method):
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
         index = resolve_output_layer(self.layer, model.num_layers)
         batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
-        T = batch.input_ids.shape[1]
-        blocked = self.fusion == "blocked" or (self.fusion == "auto" and T >= BLOCKED_FROM_LENGTH)
-        A, h = fused_attention(model, batch, index, blocked=blocked)  # same A either way, up to rounding
+        A, h = fused_attention(model, batch, index)
         rows = _rows_mask(batch, self.pooling, self.first_half_split).to(A.device)
         backward = self.pooling == "mean" or self.last_row == "backward"
         return aggregate(A, h, rows, self.weights, backward)

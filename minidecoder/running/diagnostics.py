@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.core.model import SITES, Sites
+from minidecoder.fast.options import FastPaths
+from minidecoder.methods.loop import Forward, Step
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,20 @@ class NonFinite:
                 f"({self.count} values, dtype {str(self.dtype).replace('torch.', '')})")
 
 
+class RecordEverySite(Step):
+    """Record every TransformerLens site of every block (the tracer's step in the shared loop)."""
+
+    def __init__(self) -> None:
+        self.last: Sites | None = None
+
+    def sites(self, i: int) -> Sites:
+        self.last = Sites(record=set(SITES))
+        return self.last
+
+    def first_touched(self, batch_size: int) -> None:
+        return None  # every position is checked: no shared prefix
+
+
 def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | None = None) -> NonFinite | None:
     """Rerun `model` on `batch_or_ids` (a (B, T) id tensor, a list of id lists, or a PromptBatch) and
     return the first site with NaN/inf at a real position, or None if every activation is finite."""
@@ -47,20 +63,20 @@ def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | No
     ids = ids.to(model.device)
     mask = None if mask is None else mask.to(device=model.device, dtype=torch.bool)
     real = mask if mask is not None else torch.ones(ids.shape, dtype=torch.bool, device=ids.device)  # (B, T)
+    L = model.num_layers
     with torch.inference_mode():
-        h = model.embed(ids)  # (B, T, E)
-        found = _check(h, real, "embed", None, 0, model.dtype)
+        step = RecordEverySite()
+        forward = Forward(model, ids, mask, step, keep=range(L + 1), fast=FastPaths(prefix_cache=False))
+        found = _check(forward.hidden(0), real, "embed", None, 0, model.dtype)
         if found:
             return found
-        ctx = model.context(mask, ids.shape[1], ids.shape[0])
-        for i, block in enumerate(model.layers):
-            sites = Sites(record=set(SITES))
-            h = block(h, ctx, sites)
+        for i in range(L):
+            forward.run_to(i + 1)
             for name in SITES:  # forward order
-                found = _check(sites.store[name], real, name, i, i + 1, model.dtype)
+                found = _check(step.last.store[name], real, name, i, i + 1, model.dtype)
                 if found:
                     return found
-        return _check(model.norm(h), real, "final_norm", None, model.num_layers, model.dtype)
+        return _check(forward.hidden(L), real, "final_norm", None, L, model.dtype)
 
 
 def _inputs(batch_or_ids, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -75,7 +91,7 @@ def _inputs(batch_or_ids, attention_mask: torch.Tensor | None) -> tuple[torch.Te
 
 def _check(value: torch.Tensor, real: torch.Tensor, site: str, block: int | None, hidden_index: int,
            dtype: torch.dtype) -> NonFinite | None:
-    if site in ("q", "k", "v", "pattern"):  # (B, H, T, ...): the query/key axis is 2
+    if site in ("q", "k", "v", "pattern"):  # (B, H, T, ...): the query/key axis is 2 (z is (B, T, H, D))
         value = value.transpose(1, 2)  # (B, T, H, ...)
         if value.shape[1] != real.shape[1]:  # keys of a cache: not ours to judge
             return None
