@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from minidecoder.core.config import ModelConfig, load_config, parse_config
+from minidecoder.core.config import ModelConfig, load_config
 from minidecoder.errors import MinidecoderError
 from minidecoder.core.model import Decoder, DecoderOutput, KVCache, Sites
 
@@ -32,22 +32,12 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         CPU only, float32 or bfloat16; 10-13% faster embedding runs here, a second copy of the block weights
         in memory. Combines with compile.
     """
-    import json
-
-    from minidecoder.errors import ConfigError
     from minidecoder.core.loading import load_weights, resolve_dtype
-    from minidecoder.sources.resolve import resolve_source
     from minidecoder.core.tokenizer import Tokenizer
+    from minidecoder.sources.resolve import resolve_source
 
     folder = resolve_source(source, progress=progress)
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        load_config(folder)  # raises the clear "no config.json" error
-    try:
-        raw = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{config_path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
-    config = parse_config(raw, ignore_keys=tuple(ignore_config_keys))
+    config = load_config(folder, ignore_keys=tuple(ignore_config_keys))
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):

@@ -9,13 +9,17 @@ import shutil  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The tiny checkpoints of tiny_models.checkpoint live in one folder for the session; remove it."""
+    from tiny_models import remove_session_root
+    remove_session_root()
+
+
 @pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory) -> Path:
+def tiny_llama() -> Path:
     """One tiny llama checkpoint (tiny_models.py, 4 blocks) shared by tests that only read it."""
-    from tiny_models import tiny_checkpoint
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_checkpoint("llama", folder)
-    return folder
+    from tiny_models import checkpoint
+    return checkpoint("llama")[1]
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ No timings here; the speed is measured by tools/bench.py (`md:prompteol+compile`
 """
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,15 +16,14 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.core.model import Sites
 from minidecoder.methods.loop import Forward, Step
-from tiny_models import random_ids, tiny_checkpoint
+from tiny_models import checkpoint, random_ids
 
 ATOL = RTOL = 2e-5
 TEXTS = ["a man is playing a flute", "ok", "The quick brown fox jumps over the lazy dog near the river bank."]
 
 
 def plain_and_compiled(name: str):
-    folder = Path(tempfile.mkdtemp(prefix=f"compiled-{name}-"))
-    tiny_checkpoint(name, folder)
+    folder = checkpoint(name)[1]
     plain = minidecoder.load(folder, progress=False)
     compiled = minidecoder.load(folder, progress=False, compile=True)
     return plain, compiled

@@ -12,8 +12,6 @@ Tiny random models (tests/tiny_models.py), float32, CPU; no timings are asserted
 from __future__ import annotations
 
 import functools
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +27,7 @@ from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Forward, last_token
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import embed
-from tiny_models import tiny_checkpoint
+import tiny_models
 
 TEXTS = [
     "a man is playing a flute",
@@ -59,11 +57,9 @@ def shared(batch) -> int:
     return prefix_cache.shared_prefix_length(batch.input_ids, batch.attention_mask)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny(name: str, dtype: str = "float32"):
-    folder = Path(tempfile.mkdtemp(prefix=f"fast-{name}-"))
-    tiny_checkpoint(name, folder)
-    return minidecoder.load(folder, dtype=dtype, progress=False)
+    return minidecoder.load(tiny_models.checkpoint(name)[1], dtype=dtype, progress=False)
 
 
 # ---- early exit -------------------------------------------------------------------------------------

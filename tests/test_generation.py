@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import minidecoder
-from test_parity import checkpoint
+from tiny_models import checkpoint
 from tiny_models import random_ids
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 import minidecoder
-from test_parity import checkpoint
+from tiny_models import checkpoint
 
 _spec = importlib.util.spec_from_file_location("layer_diff", Path(__file__).parents[1] / "tools" / "layer_diff.py")
 layer_diff = importlib.util.module_from_spec(_spec)

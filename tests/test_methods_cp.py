@@ -9,7 +9,6 @@ sentence alone (no padding); minidecoder runs them as one left-padded batch.
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from minidecoder.methods import build_method
 from minidecoder.methods import cp as cp_module
 from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.loop import hidden_at, last_token
-from tiny_models import build_hf_model, save_hf_model, save_tiny_tokenizer
+import tiny_models
 
 ATOL = RTOL = 1e-5
 PROMPT = 'This sentence : "{text}" means in one word:"'
@@ -34,12 +33,9 @@ AUX_WINDOWED = 'Irrelevant: "{text}"'
 TEXTS = ["a man plays a flute.", "hi.", "the cat sat on the mat and purred."]  # already SentEval-prepared
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def checkpoint(name: str):
-    hf = build_hf_model(name)
-    folder = Path(tempfile.mkdtemp(prefix=f"cp-{name}-"))
-    save_hf_model(hf, folder)
-    save_tiny_tokenizer(folder)
+    hf, folder = tiny_models.checkpoint(name)
     return hf, hf_tokenizer(folder), minidecoder.load(folder, progress=False)
 
 

@@ -17,10 +17,10 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.methods.base import build_method
-from test_methods_tp import checkpoint, hf_tokenizer
+from test_methods_tp import hf_tokenizer
+from tiny_models import FAMILIES, checkpoint
 
 ATOL = RTOL = 1e-5
-FAMILIES = ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"]
 # (text, its sentences as the reference writes them)
 DOCS = [
     ("A cat sat. It purred!", ["A cat sat.", "It purred!"]),

@@ -11,7 +11,6 @@ through `minidecoder.embed` (length-sorted, left-padded batch, mask-derived posi
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,10 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.errors import InputError, MinidecoderError
-from tiny_models import tiny_checkpoint
+import tiny_models
+from tiny_models import FAMILIES
 
 ATOL = RTOL = 1e-5  # fp32, relative to the largest entry (see `close`)
-FAMILIES = ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"]  # one per family, windows on
 
 # Edge cases of the SentEval steps: no final '.', a final '?', a final '"', inner quotes; lengths vary
 # so that the batch is really padded.
@@ -102,11 +101,8 @@ class Reference:
         return torch.stack(rows)
 
 
-@functools.lru_cache(maxsize=None)
 def folder_of(name: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-methods-{name}-"))
-    tiny_checkpoint(name, folder)
-    return folder
+    return tiny_models.checkpoint(name)[1]
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,6 @@ pattern.
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +19,16 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.methods.reba import encode_repeated, fused_attention, reba_word_embedding
-from tiny_models import build_hf_model, save_hf_model, save_tiny_tokenizer
+import tiny_models
+from tiny_models import FAMILIES
 
 ATOL = RTOL = 1e-5
 TEXTS = ["a man plays a flute.", "hi there", "the cat sat on the mat and purred."]
-FAMILIES = ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def checkpoint(name: str):
-    hf = build_hf_model(name)
-    folder = Path(tempfile.mkdtemp(prefix=f"reba-{name}-"))
-    save_hf_model(hf, folder)
-    save_tiny_tokenizer(folder)
+    hf, folder = tiny_models.checkpoint(name)
     from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: see tests/test_methods_cp.py
     tok = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), bos_token="<s>", eos_token="</s>",
                                   pad_token="<pad>", unk_token="<unk>")

@@ -9,8 +9,6 @@ to rounding; padding invariance is tested separately.
 """
 from __future__ import annotations
 
-import functools
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,22 +18,12 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.methods.base import build_method
-from tiny_models import build_hf_model, save_hf_model, save_tiny_tokenizer
+from tiny_models import FAMILIES, checkpoint
 
 ATOL = RTOL = 1e-5
-FAMILIES = ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"]
 SENTENCES = ["a cat sat on the mat.", "dogs run.", "the quick brown fox jumps over it."]
 PROMPTEOL_TP = 'This sentence : <PST> "{}" means in one word:"'
 SHORT_TP = '<PST>"{text}"'
-
-
-@functools.lru_cache(maxsize=None)
-def checkpoint(name: str) -> tuple[object, Path]:
-    model = build_hf_model(name)
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-tp-{name}-"))
-    save_hf_model(model, folder)
-    save_tiny_tokenizer(folder)
-    return model, folder
 
 
 def hf_tokenizer(folder: Path):

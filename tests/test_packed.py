@@ -8,7 +8,6 @@ product instead of using a stale copy, and the errors. No timings here: tools/be
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,14 @@ import minidecoder
 from minidecoder.errors import MinidecoderError
 from minidecoder.fast.packed import pack_linear_weights
 from minidecoder.methods.loop import Forward
-from tiny_models import random_ids, tiny_checkpoint
+import tiny_models
+from tiny_models import random_ids
 
 TEXTS = ["a man is playing a flute", "ok", "The quick brown fox jumps over the lazy dog near the river bank."]
 # float32: MKL (plain F.linear) and oneDNN (packed) sum in different orders; bfloat16: both are oneDNN.
 TOLERANCE = {"float32": 2e-5, "bfloat16": 1e-2}
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
-
-
-def checkpoint(name: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"packed-{name}-"))
-    tiny_checkpoint(name, folder)
-    return folder
 
 
 def forward(model, ids: torch.Tensor, mask: torch.Tensor):
@@ -48,7 +42,7 @@ needs_bf16_cpu = pytest.mark.skipif(not BF16_PACKING, reason="this CPU has no on
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=needs_bf16_cpu)])
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_packed_weights_equal_plain_weights(name: str, dtype: str) -> None:
-    folder = checkpoint(name)
+    folder = tiny_models.checkpoint(name)[1]
     plain = minidecoder.load(folder, dtype=dtype, progress=False)
     packed = minidecoder.load(folder, dtype=dtype, progress=False, pack_weights=True)
     assert packed.fast_paths.packed and not plain.fast_paths.packed

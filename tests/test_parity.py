@@ -6,9 +6,7 @@ bfloat16, sharded checkpoints, both config layouts, the multimodal Gemma3 wrappe
 """
 from __future__ import annotations
 
-import functools
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,19 +16,9 @@ from torch.testing import assert_close
 
 import minidecoder
 import minidecoder.core.model as model_module
-from tiny_models import SEQ, VARIANTS, build_hf_model, random_ids, save_hf_model, save_tiny_tokenizer
+from tiny_models import SEQ, VARIANTS, checkpoint, random_ids, save_hf_model, save_tiny_tokenizer
 
 ATOL = RTOL = 1e-5  # fp32; the observed difference is 0 for every variant
-
-
-@functools.lru_cache(maxsize=None)
-def checkpoint(name: str) -> tuple[object, Path]:
-    """(transformers model, saved folder) for a variant, built once per test session."""
-    model = build_hf_model(name)
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-{name}-"))
-    save_hf_model(model, folder)
-    save_tiny_tokenizer(folder)
-    return model, folder
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

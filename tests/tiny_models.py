@@ -5,6 +5,9 @@ longer than their original context.
 """
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -110,3 +113,31 @@ def tiny_checkpoint(name: str, folder: Path, seed: int = 0):
     save_hf_model(model, folder)
     save_tiny_tokenizer(folder)
     return model
+
+
+# One variant per family, each with its quirk on (windows shorter than the inputs): the methods' tests
+# run on these.
+FAMILIES = ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"]
+
+_SESSION_ROOT: list[Path] = []  # the one folder every cached checkpoint lives in; removed at exit
+
+
+def session_root() -> Path:
+    if not _SESSION_ROOT:
+        _SESSION_ROOT.append(Path(tempfile.mkdtemp(prefix="minidecoder-tests-")))
+    return _SESSION_ROOT[0]
+
+
+def remove_session_root() -> None:
+    """Called by conftest.py at the end of the session."""
+    while _SESSION_ROOT:
+        shutil.rmtree(_SESSION_ROOT.pop(), ignore_errors=True)
+
+
+@functools.cache
+def checkpoint(name: str) -> tuple[object, Path]:
+    """(transformers model, saved folder) of variant `name`, built once per test session and shared by
+    every test file that only reads it."""
+    folder = session_root() / name
+    folder.mkdir()
+    return tiny_checkpoint(name, folder), folder

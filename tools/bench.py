@@ -465,8 +465,8 @@ def report(header: dict, results: dict, peaks: dict) -> str:
              f"{header['threads']} threads, torch {header['torch']}, load avg before {header['loadavg_before'][0]:.1f} "
              f"after {header['loadavg_after'][0]:.1f}",
              f"# matmul 2048^2 GFLOP/s (start, end of run): {header['matmul_gflops']}", ""]
-    lines.append(f"| configuration | sent/s | s (runs) | STS-B x100 | useful GFLOP/s | % matmul peak | "
-                 f"% effective | peak RSS +MB | maxrss MB | blocks run |")
+    lines.append("| configuration | sent/s | s (runs) | STS-B x100 | useful GFLOP/s | % matmul peak | "
+                 "% effective | peak RSS +MB | maxrss MB | blocks run |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         if "error" in r:

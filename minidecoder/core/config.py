@@ -20,8 +20,9 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text", "
 ACTIVATIONS = {"silu", "gelu_pytorch_tanh", "gelu_tanh"}
 ROPE_TYPES = {"default", "linear", "dynamic", "llama3", "yarn"}
 
-# Keys with no effect on an inference forward pass: ids, bookkeeping, training-only settings.
-_INERT_KEYS = {
+# Every key this parser understands: those it reads below, and those with no effect on an inference
+# forward pass (ids, bookkeeping, training-only settings). Any other key is an error naming it.
+_UNDERSTOOD_KEYS = {
     "architectures", "transformers_version", "model_type", "_name_or_path", "name_or_path",
     "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "initializer_range",
     "attention_dropout", "torch_dtype", "dtype", "cache_implementation", "pretraining_tp",
@@ -109,7 +110,8 @@ class ModelConfig:
         return self.num_heads // self.num_kv_heads
 
 
-def load_config(folder: str | Path) -> ModelConfig:
+def load_config(folder: str | Path, ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
+    """The folder's config.json as a ModelConfig (`parse_config`); every problem is a ConfigError."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ConfigError(
@@ -123,7 +125,7 @@ def load_config(folder: str | Path) -> ModelConfig:
         raise ConfigError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} does not hold a JSON object", "re-download or re-convert the checkpoint")
-    return parse_config(raw, ignore_keys=())
+    return parse_config(raw, ignore_keys=ignore_keys)
 
 
 def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
@@ -185,7 +187,7 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
             f"minidecoder supports {', '.join(SUPPORTED_MODEL_TYPES)}",
         )
     if model_type == "gemma3":  # multimodal wrapper: only its text part is a decoder
-        unknown = set(raw) - _INERT_KEYS - _GEMMA3_OUTER_KEYS - set(ignore_keys)
+        unknown = set(raw) - _UNDERSTOOD_KEYS - _GEMMA3_OUTER_KEYS - set(ignore_keys)
         if unknown:
             raise ConfigError(f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
                               "pass ignore_config_keys=[...] to load() if you know they do not change numerics")
@@ -201,7 +203,7 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
         # v4 checkpoints: `language_model.model.*`; v5: `model.language_model.*`.
         return _replace(config, weight_prefixes=("language_model.", "model.language_model."))
 
-    unknown = set(raw) - _INERT_KEYS - set(ignore_keys)
+    unknown = set(raw) - _UNDERSTOOD_KEYS - set(ignore_keys)
     if unknown:
         raise ConfigError(
             f"config.json has keys minidecoder does not understand: {sorted(unknown)}",

@@ -54,7 +54,7 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.htp_inputs import BPST, PST, HTPBatch, encode_htp
+from minidecoder.methods.htp_inputs import HTPBatch, encode_htp
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Step, hidden_at
 from minidecoder.methods.placeholders import CopyStep, check_placeholder_init

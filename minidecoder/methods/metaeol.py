@@ -66,7 +66,7 @@ class MetaEOL(ReadsOneLayer):
                 or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n for t in self.tasks)
                 or len(set(self.tasks)) != len(self.tasks)):
             raise InputError(f"tasks={self.tasks!r} is not a non-empty list of distinct prompt indices 0..{n - 1}",
-                             f"e.g. tasks=[0,1,2,3,4,5,6,7] (all, the default) or tasks=[4]")
+                             "e.g. tasks=[0,1,2,3,4,5,6,7] (all, the default) or tasks=[4]")
 
     def templates(self) -> list[str]:
         return [METAEOL_TEMPLATES[t] for t in self.tasks]  # averaged: e = (1/K) sum_k h_last(prompt_k(text))
