@@ -542,8 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         report["figures"] = figures(report, out)
         write_report(report, json_path)
         print(f"   {row['label']}: Avg. {record['avg']:.2f} (dev {record['dev']:.2f}, {record['chosen']}) "
-              f"in {time.perf_counter() - row_start:.0f} s; {len(report['rows_done'])} of {len(keys)} rows done",
-              file=sys.stderr)
+              f"in {time.perf_counter() - row_start:.0f} s; {len(report['rows_done'])} of {len(keys)} rows done; "
+              f"to recompute this row alone: {record['command']}", file=sys.stderr)
     if report["rows"]:
         stats.derive(report, json_path.parent)  # e.g. after a change of the claims' list: cheap, cached
     status(report)
