@@ -1,8 +1,15 @@
-"""tools/reproduce.py without a model: the grid of rows and the generated comparison with the papers."""
+"""tools/reproduce.py: the grid of rows, the generated ranking, and (on a tiny model) a table built
+over several sittings: finished rows kept, never recomputed, the file valid after every row."""
 from __future__ import annotations
 
+import copy
 import importlib.util
+import json
 from pathlib import Path
+
+import pytest
+
+from test_sts_data import needs_data
 
 SPEC = importlib.util.spec_from_file_location("reproduce", Path(__file__).parent.parent / "tools" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(SPEC)
@@ -22,14 +29,114 @@ def test_rows_cover_table_one() -> None:
     assert by_key["prompteol"]["axes"]["layer"] == list(range(1, 31))
 
 
-def test_comparison_states_what_the_numbers_show() -> None:
+def test_ranking_states_what_the_numbers_show() -> None:
     def row(key: str, label: str, avg: float, time: float = 1.0) -> dict:
         return {"key": key, "label": label, "avg": avg, "time": time}
     rows = {r["key"]: r for r in [row("prompteol", "PromptEOL", 60.0), row("prompteol+tp", "PromptEOL + TP", 58.0, 1.1),
                                   row("prompteol+cp", "PromptEOL + CP (NS)", 62.5), row("mean", "Mean pooling", 40.0)]}
-    text = "\n".join(reproduce.comparison(rows))
-    assert "TP does not improve PromptEOL here: Avg. 60.00 -> 58.00 (-2.00); paper (Llama-2-7B): +7.16." in text
-    assert "CP improves PromptEOL here: Avg. 60.00 -> 62.50 (+2.50); paper (Llama-2-7B): +5.24." in text
+    text = "\n".join(reproduce.ranking_lines(rows))
     assert "Ranking by Avg. here: PromptEOL + CP (NS) > PromptEOL > PromptEOL + TP > Mean pooling." in text
     assert "PromptEOL + TP 1.10x (paper 1.04x)" in text
     assert "rankings over these 4 rows: 0.40." in text  # ranks differ by -1, -1, +2, 0: 1 - 6*6/(4*15)
+
+
+# ---- a table over several sittings, on the tiny model ------------------------------------------------
+
+ROWS = "mean,prompteol,prompteol+tp"
+
+
+def run(folder: Path, out: Path, *extra: str) -> None:
+    assert reproduce.main(["--model", str(folder), "--limit", "2", "--dev-limit", "8", "--output-dir", str(out),
+                           "--no-progress", "--rows", ROWS, *extra]) == 0
+
+
+def counting(monkeypatch, fail_on: str | None = None) -> list[str]:
+    """Record the rows run_row computes; raise KeyboardInterrupt (a kill) when it reaches `fail_on`."""
+    calls: list[str] = []
+    real = reproduce.run_row
+
+    def wrapper(model, row, *args, **kwargs):
+        if row["key"] == fail_on:
+            raise KeyboardInterrupt
+        calls.append(row["key"])
+        return real(model, row, *args, **kwargs)
+    monkeypatch.setattr(reproduce, "run_row", wrapper)
+    return calls
+
+
+def without_sittings(report: dict) -> dict:
+    """The file minus what depends on the sitting (timings, dates, code version, argv)."""
+    report = copy.deepcopy(report)
+    report.pop("sittings")
+    for row in report["rows"]:
+        for key in reproduce.SITTING_KEYS:
+            row.pop(key)
+    return report
+
+
+@needs_data
+def test_resumed_table_equals_uninterrupted(tiny_llama: Path, tmp_path: Path, monkeypatch) -> None:
+    name = tiny_llama.name  # the files are named after the model folder
+    calls = counting(monkeypatch)
+    run(tiny_llama, tmp_path / "straight")
+    assert calls == ROWS.split(",")
+    straight = json.loads((tmp_path / "straight" / f"{name}.json").read_text())
+    assert straight["rows_done"] == ROWS.split(",")
+
+    # sitting 1 is killed when it reaches the second row
+    monkeypatch.undo()
+    calls = counting(monkeypatch, fail_on="prompteol")
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_llama, tmp_path / "resumed")
+    partial = json.loads((tmp_path / "resumed" / f"{name}.json").read_text())  # valid JSON after the kill
+    assert calls == ["mean"] and partial["rows_done"] == ["mean"] and not partial["complete"]
+    assert "prompteol" in partial["rows_pending"]
+    md = (tmp_path / "resumed" / f"{name}.md").read_text()
+    assert "Rows done: 1 of 16" in md and "`prompteol`" in md
+
+    # sitting 2: the same command computes only the missing rows and keeps the finished one as it was
+    monkeypatch.undo()
+    calls = counting(monkeypatch)
+    run(tiny_llama, tmp_path / "resumed")
+    assert calls == ["prompteol", "prompteol+tp"]
+    resumed = json.loads((tmp_path / "resumed" / f"{name}.json").read_text())
+    assert resumed["rows"][0]["run"] == partial["rows"][0]["run"]  # kept, not recomputed
+    assert without_sittings(resumed) == without_sittings(straight)
+    for key in ROWS.split(","):
+        assert (tmp_path / "resumed" / f"{name}-pairs" / f"{key}.npy").read_bytes() == \
+            (tmp_path / "straight" / f"{name}-pairs" / f"{key}.npy").read_bytes()
+    assert [c["method"] for c in resumed["claims"]] == ["prompteol+tp"]
+
+    # sitting 3: nothing left to do, nothing recomputed; --redo recomputes the rows named, to the same numbers
+    monkeypatch.undo()
+    calls = counting(monkeypatch)
+    run(tiny_llama, tmp_path / "resumed")
+    assert calls == []
+    reproduce.main(["--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--output-dir",
+                    str(tmp_path / "resumed"), "--no-progress", "--rows", "mean", "--redo"])
+    assert calls == ["mean"]
+    assert without_sittings(json.loads((tmp_path / "resumed" / f"{name}.json").read_text())) == without_sittings(straight)
+    assert straight["rows"][0]["command"].endswith("--limit 2 --dev-limit 8 --rows mean --redo")
+
+
+@needs_data
+def test_other_settings_are_refused_not_mixed(tiny_llama: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    counting(monkeypatch)
+    assert reproduce.main(["--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--output-dir",
+                           str(tmp_path), "--no-progress", "--rows", "mean"]) == 0
+    with pytest.raises(SystemExit):
+        reproduce.main(["--model", str(tiny_llama), "--limit", "3", "--dev-limit", "8", "--output-dir",
+                        str(tmp_path), "--no-progress", "--rows", "mean"])
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_a_kill_during_a_write_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "table.json"
+    reproduce.atomic_write(path, b'{"rows": []}\n')
+
+    def killed(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(reproduce.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.atomic_write(path, b'{"rows": [1, 2, 3]}\n')
+    assert json.loads(path.read_text()) == {"rows": []}

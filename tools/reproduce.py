@@ -1,15 +1,29 @@
-"""Reproduce the papers' Table 1 rows on a small real model: one command per model.
+"""Reproduce the papers' Table 1 rows on a small real model, with bootstrap intervals; resumable by row.
 
     python tools/reproduce.py --model smollm2-135m-instruct                 # the full table (hours on a CPU)
+    python tools/reproduce.py --model smollm2-135m-instruct --rows prompteol,prompteol+tp   # some rows now
     python tools/reproduce.py --model smollm2-135m-instruct --limit 3 --dev-limit 40   # a quick, stamped look
 
 For each row (mean pooling, PromptEOL, Pretended CoT, Knowledge, MetaEOL, Echo; the four prompts with
 TP and with CP; HTP; ReBA-2) the hyper-parameters are chosen on STS-B **dev** by the shared sweep
 (`minidecoder.evaluation.sweep`), then the chosen configuration is scored once on the seven test sets
 (STS12-16 "all", STS-B test, SICK-R test; Avg. = their mean) and timed; "Time" is the row's test
-encoding time over PromptEOL's, measured in the same run (the papers' Time column). Writes
-results/<model>.json and results/<model>.md (plus PNG figures when matplotlib is installed); every
-number in them comes from this run.
+encoding time over PromptEOL's (the papers' Time column).
+
+Resumable: results/<model>.json is rewritten atomically after every row and says which rows are done;
+a finished row is never recomputed (`--redo` with `--rows` recomputes the rows named), so a table can
+be built over several sittings with the same command, or a few rows at a time with `--rows`. A file
+made with other settings (model checksum, dtype, limits, grids, data checksums, ...) is refused, never
+mixed. Each row records the command that recomputes it alone.
+
+Statistics: every cell has a 95% percentile bootstrap interval over pairs (pairs resampled within each
+subset, 1,000 resamples, seed 0: `minidecoder.evaluation.bootstrap`), and every comparison the papers
+make (TP or CP vs its prompt, HTP, ReBA and Echo vs mean pooling, MetaEOL vs PromptEOL) a paired
+interval of the difference, in Avg. and per dataset, with a verdict generated from the interval
+(`minidecoder.evaluation.claims`). The paired intervals need both rows' per-pair similarities, which
+are kept beside the JSON in results/<model>-pairs/<row>.npy as uint16 order codes (the cosines'
+ranks within each task: lossless for every Spearman, 37.7 KB per row on the full sets). Sentence
+embeddings are never written.
 
 Grids (dev only): output layer 1..L for the layer-reading methods; TP start 1, end in --tp-ends,
 layer in L//2..L; CP (NS) steer layer in --cp-steers, alpha in --cp-alphas, layer in L//2..L; HTP and
@@ -17,13 +31,16 @@ ReBA-2 layer in {L-1, L} (run point by point: no sharing rule). MetaEOL+TP and M
 end/steer/alpha chosen for PromptEOL+TP / +CP (the eight MetaEOL prompts end like PromptEOL's; a
 sweep of eight prompts costs eight times as much) and choose only their output layer on dev.
 `--limit N` keeps the first N pairs of every test subset and `--dev-limit N` the first N dev pairs;
-the results file says so in its header.
+the results file says so in its first lines.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import hashlib
+import io
 import json
-import math
+import os
 import shlex
 import sys
 import time
@@ -36,23 +53,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import minidecoder  # noqa: E402
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
+from minidecoder.evaluation.claims import CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, sentence  # noqa: E402
 from minidecoder.evaluation.harness import StsScorer, encode_sentences, unique_sentences  # noqa: E402
-from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
+from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
 from minidecoder.evaluation.sts_data import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 
+FORMAT = "minidecoder-reproduce/2"
 SHORT = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
          "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
-
-# Llama-2-7B, fp32, STS Avg. of seven (spec methods.md section 10), for the comparison only.
-PAPER_AVG = {"mean": 47.06, "prompteol": 70.03, "prompteol+tp": 77.19, "prompteol+cp": 75.27,
-             "pretended_cot": 76.86, "pretended_cot+tp": 77.54, "pretended_cot+cp": 77.45,
-             "knowledge": 77.14, "knowledge+tp": 77.54, "knowledge+cp": 77.56,
-             "metaeol": 75.96, "metaeol+tp": 77.91, "echo": 66.05}
-PAPER_TIME = {"prompteol+tp": 1.04, "pretended_cot": 1.18, "metaeol": 8.17, "echo": 1.67}
 PROMPTS = [("prompteol", "PromptEOL"), ("pretended_cot", "Pretended CoT"), ("knowledge", "Knowledge"),
            ("metaeol", "MetaEOL")]
+# What a row keeps that depends on the sitting (when, on which code, how fast) rather than on the
+# settings: rows' "run" and the file's "sittings". Everything else is a function of the settings.
+SITTING_KEYS = ("run",)
 
 
 def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[float]) -> list[dict]:
@@ -77,12 +93,17 @@ def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[
     return rows
 
 
-def run_row(model, row: dict, chosen: dict, dev, test_tasks, test_sentences, scorer, args) -> dict:
+# ---- one row --------------------------------------------------------------------------------------
+
+def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentences, scorer, args) -> tuple[dict, np.ndarray]:
+    """Sweep on dev, score the chosen point on test. Returns the row's record (without intervals) and
+    its per-pair order codes, tasks concatenated in `test_tasks` order. donor: the finished row whose
+    non-layer choices a `reuse` row takes."""
     method = build_method(row["method"], **row["options"])
     axes = dict(row["axes"])
+    fixed = {}
     if row.get("reuse"):  # take the donor's non-layer choices, sweep the layer only
-        donor = chosen[row["reuse"]]["options"]
-        fixed = {k: v for k, v in donor.items() if k != "layer"}
+        fixed = {k: v for k, v in donor["chosen"].items() if k != "layer"}
         method = method_at(method, fixed)
         axes = {"layer": axes["layer"]}
     print(f"\n== {row['label']}: sweep {axes and {k: (v if len(v) < 6 else f'{v[0]}..{v[-1]} ({len(v)})') for k, v in axes.items()}}",
@@ -90,42 +111,159 @@ def run_row(model, row: dict, chosen: dict, dev, test_tasks, test_sentences, sco
     sweep = sweep_sts(model, method, axes, limit=args.dev_limit, batch_size=args.batch_size,
                       progress=not args.no_progress, dev=dev)
     best = method_at(method, sweep.best["options"])
-    chosen[row["key"]] = {"options": sweep.best["options"]}
     encode = lambda texts: minidecoder.embed(model, texts, best, batch_size=args.batch_size)  # noqa: E731
     start = time.perf_counter()
     vectors = encode_sentences(encode, test_sentences, chunk_size=args.batch_size * 8, progress=not args.no_progress)
     seconds = time.perf_counter() - start
     results = scorer(vectors)
-    return {
+    codes = np.concatenate([order_codes(c) for c in scorer.cosines(vectors)])
+    cost = {k: v for k, v in sweep.cost.items() if k != "seconds"}
+    record = {
         "key": row["key"], "label": row["label"], "method": best.describe(),
-        "chosen": {**({k: v for k, v in chosen[row["reuse"]]["options"].items() if k != "layer"} if row.get("reuse") else {}),
-                   **sweep.best["options"]},
+        "chosen": {**fixed, **sweep.best["options"]},
         "reused_from": row.get("reuse"),
         "dev": sweep.best["score"],
         "scores": {name: results["tasks"][name]["score"] for name in ALL_SEVEN if name in results["tasks"]},
-        "avg": results["avg"], "test_seconds": seconds,
-        "sweep": {"axes": sweep.axes, "rule": sweep.rule, "cost": sweep.cost,
+        "avg": results["avg"],
+        "sweep": {"axes": sweep.axes, "rule": sweep.rule, "cost": cost,
                   "points": [{"options": p["options"], "score": p["score"]} for p in sweep.points if p["score"] is not None]},
+        "run": {"test_seconds": seconds, "sweep_seconds": sweep.cost["seconds"],
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "code": code_version()["git"], "torch_threads": torch.get_num_threads()},
+    }
+    return record, codes
+
+
+# ---- the file: settings, atomic writes, pairs, intervals -------------------------------------------
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a temporary file beside `path`, then rename it over `path`: a kill at any moment leaves
+    either the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def model_sha256(folder: Path) -> str:
+    """One digest over the model folder's config and weight files (sha256sum-style lines, sorted)."""
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
+    return hashlib.sha256("".join(f"{sha256_file(p)}  {p.name}\n" for p in files).encode()).hexdigest()
+
+
+def canonical_args(args) -> list[str]:
+    """The options that define the table (what --output-dir, --data, --rows leave unchanged)."""
+    defaults = {"tp_ends": "2,4,6,8", "cp_steers": "3,5,7", "cp_alphas": "0.5,1", "batch_size": 32,
+                "device": "cpu", "dtype": "float32"}
+    out = ["--model", args.model]
+    for name in ("limit", "dev_limit"):
+        if getattr(args, name) is not None:
+            out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for name, default in defaults.items():
+        if getattr(args, name) != default:
+            out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    out += ["--compile"] * bool(args.compile) + ["--pack-weights"] * bool(args.pack_weights)
+    return out
+
+
+def table_command(args) -> str:
+    return shlex.join(["python", "tools/reproduce.py", *canonical_args(args)])
+
+
+def row_command(args, key: str) -> str:
+    return shlex.join(["python", "tools/reproduce.py", *canonical_args(args), "--rows", key, "--redo"])
+
+
+def load_codes(out_dir: Path, row: dict) -> np.ndarray:
+    path = out_dir / row["pairs"]["file"]
+    if not path.is_file() or sha256_file(path) != row["pairs"]["sha256"]:
+        raise SystemExit(f"reproduce: error: {path} is missing or does not match the sha256 in the results JSON; "
+                         f"recompute the row with: {row['command']}")
+    return np.load(path, allow_pickle=False)
+
+
+class Statistics:
+    """Bootstrap replicates of finished rows, computed once per row and sitting."""
+
+    def __init__(self, test_tasks) -> None:
+        self.boot = Bootstrap(layout_of(test_tasks), resamples=RESAMPLES, seed=SEED, level=LEVEL)
+        self.bounds = np.cumsum([0] + [t.pairs for t in self.boot.layout])
+        self._replicates: dict[tuple[str, str], np.ndarray] = {}
+
+    def replicates(self, out_dir: Path, row: dict) -> np.ndarray:
+        cache = (row["key"], row["pairs"]["sha256"])
+        if cache not in self._replicates:
+            codes = load_codes(out_dir, row)
+            split = {t.name: codes[a:b] for t, a, b in zip(self.boot.layout, self.bounds[:-1], self.bounds[1:])}
+            self._replicates[cache] = self.boot.replicates({row["key"]: split})[row["key"]]
+        return self._replicates[cache]
+
+    def derive(self, report: dict, out_dir: Path) -> None:
+        """Every finished row's intervals and every claim whose two rows are finished, in place."""
+        rows = {r["key"]: r for r in report["rows"]}
+        reps = {key: self.replicates(out_dir, row) for key, row in rows.items()}
+        for key, row in rows.items():
+            row["interval"] = {name: list(lohi) for name, lohi in self.boot.interval(reps[key]).items()}
+        claims = []
+        for claim in CLAIMS:
+            if claim.method in rows and claim.base in rows:
+                m, b = rows[claim.method], rows[claim.base]
+                point = {n: m["scores"][n] - b["scores"][n] for n in m["scores"]} | {"avg": m["avg"] - b["avg"]}
+                claims.append(judge(claim, point, self.boot.interval(reps[claim.method] - reps[claim.base])))
+        report["claims"] = claims
+
+
+def settings_of(args, model, dev, test_tasks, test_sentences) -> dict:
+    files = [name for task in [dev, *test_tasks] for name in task.files]
+    stamp = build_stamp({}, {"data_dir": str(dev.data_dir), "data_files": files})
+    return {
+        "model": args.model, "model_sha256": model_sha256(Path(model.source)),
+        "tokenizer_sha256": model.tokenizer.checksum, "num_layers": model.num_layers,
+        "dtype": args.dtype, "compiled": args.compile, "packed_weights": args.pack_weights, "device": args.device,
+        "batch_size": args.batch_size, "limit": args.limit, "dev_limit": args.dev_limit,
+        "grids": {"tp_ends": args.tp_ends, "cp_steers": args.cp_steers, "cp_alphas": args.cp_alphas},
+        "test_sentences": len(test_sentences), "dev_sentences": len(unique_sentences([dev])),
+        "test_pairs": {t.name: t.pairs for t in test_tasks}, "dev_pairs": dev.pairs,
+        "data_sha256_combined": stamp["data_sha256_combined"], "data_sha256": stamp["data_sha256"],
+        "bootstrap": {"resamples": RESAMPLES, "seed": SEED, "level": LEVEL, "interval": "percentile",
+                      "unit": "pairs, resampled within each subset; task scores recomputed as the harness forms them"},
+        "pairs_encoding": "per row, <model>-pairs/<row>.npy: uint16 order codes (min rank - 1 of each pair's cosine "
+                          "within its task), tasks concatenated in test_pairs order, pairs in file order",
     }
 
 
-def comparison(rows: dict[str, dict]) -> list[str]:
-    """What the numbers show about the papers' claims (spec section 10), stated from this run."""
+def pairs_dir(model: str) -> str:
+    return f"{Path(model).name}-pairs"
+
+
+def status(report: dict) -> None:
+    done = {r["key"] for r in report["rows"]}
+    report["rows_done"] = [k for k in report["rows_planned"] if k in done]
+    report["rows_pending"] = [k for k in report["rows_planned"] if k not in done]
+    report["complete"] = not report["rows_pending"]
+
+
+def write_report(report: dict, json_path: Path) -> None:
+    """JSON first, then the Markdown beside it (both atomic). The pairs files are written before the
+    JSON that names them, so a JSON never names a pairs file that is not there."""
+    atomic_write(json_path, (json.dumps(_json_safe(report), indent=1, allow_nan=False, default=str) + "\n").encode())
+    atomic_write(json_path.with_suffix(".md"), markdown(report).encode())
+
+
+# ---- Markdown -------------------------------------------------------------------------------------
+
+def ranking_lines(rows: dict[str, dict]) -> list[str]:
+    """The ranking by Avg. against the papers' and the Time column against theirs (point estimates)."""
     lines = []
-
-    def avg(key: str) -> float | None:
-        return rows[key]["avg"] if key in rows else None
-
-    for plug, name in (("tp", "TP"), ("cp", "CP")):
-        for prompt, label in PROMPTS:
-            base, plus = avg(prompt), avg(f"{prompt}+{plug}")
-            if base is None or plus is None:
-                continue
-            paper_base, paper_plus = PAPER_AVG.get(prompt), PAPER_AVG.get(f"{prompt}+{plug}")
-            paper = (f"paper (Llama-2-7B): {paper_plus - paper_base:+.2f}" if paper_base and paper_plus
-                     else "no paper number")
-            verdict = "improves" if plus > base else "does not improve"
-            lines.append(f"- {name} {verdict} {label} here: Avg. {base:.2f} -> {plus:.2f} ({plus - base:+.2f}); {paper}.")
     common = [k for k in PAPER_AVG if k in rows and rows[k]["avg"] is not None]
     if len(common) >= 3:
         ours = sorted(common, key=lambda k: -rows[k]["avg"])
@@ -147,87 +285,146 @@ def comparison(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
+def with_time(rows: list[dict]) -> dict[str, dict]:
+    """Rows by key, each with "time" = its test seconds / PromptEOL's (None without PromptEOL)."""
+    by_key = {r["key"]: dict(r) for r in rows}
+    reference = by_key.get("prompteol", {}).get("run", {}).get("test_seconds")
+    for row in by_key.values():
+        row["time"] = row["run"]["test_seconds"] / reference if reference else None
+    return by_key
+
+
+def _cell(record: dict) -> str:
+    word = {"holds": "holds", "reversed": "**reversed**"}.get(record["verdict"], "n.s.")
+    return f"{record['diff']:+.2f} [{record['lo']:+.2f}, {record['hi']:+.2f}] {word}"
+
+
 def markdown(report: dict) -> str:
-    stamp, rows = report["stamp"], report["rows"]
-    limited = stamp["limit"] is not None or stamp["dev_limit"] is not None
-    head = [f"# Table 1 on {stamp['model']} (generated by tools/reproduce.py; no number typed by hand)", ""]
-    if limited:
-        head += [f"**Limited run:** test sets cut to the first {stamp['limit'] or 'all'} pairs of every subset "
-                 f"({stamp['test_sentences']} distinct sentences), STS-B dev to the first {stamp['dev_limit'] or 'all'} "
-                 f"pairs ({stamp['dev_sentences']} sentences). These numbers are a small-sample look, noisy, and "
-                 "not comparable to published results; the full command is the same without the limits.", ""]
-        if stamp["limit"] is not None and stamp["limit"] < 10:
-            head += [f"With {stamp['limit']} pairs, STS-B and SICK-R (one split each) are a Spearman over "
-                     f"{stamp['limit']} pairs, which can only take a few values (+-100 for two pairs); STS12-16 "
-                     f"pool {stamp['limit']} pairs from each of their 3-6 subsets. Read the Avg. accordingly.", ""]
-    if stamp.get("rows_not_run"):
-        head += [f"**Rows not run** (left out with --rows): {', '.join(stamp['rows_not_run'])}.", ""]
-    head += [f"Command: `{stamp['command']}`", "",
+    settings, rows = report["settings"], report["rows"]
+    by_key = with_time(rows)
+    full = settings["limit"] is None and settings["dev_limit"] is None
+    model = settings["model"]
+    if full:
+        head = [f"# Table 1 on {model}: full test sets (generated by tools/reproduce.py; no number typed by hand)", "",
+                f"Full test sets: every pair of STS12-16, STS-B test and SICK-R ({settings['test_sentences']:,} distinct "
+                f"sentences); hyper-parameters chosen on the full STS-B dev ({settings['dev_pairs']:,} pairs).", ""]
+    else:
+        head = [f"# Table 1 on {model}: limited run (generated by tools/reproduce.py; no number typed by hand)", "",
+                f"**Limited run:** test sets cut to the first {settings['limit'] or 'all'} pairs of every subset "
+                f"({settings['test_sentences']:,} distinct sentences), STS-B dev to the first "
+                f"{settings['dev_limit'] or 'all'} pairs ({settings['dev_sentences']:,} sentences): a small-sample look, "
+                "not comparable to published results; the full command is the same without the limits.", ""]
+    if report["complete"]:
+        head += [f"**Every row done** ({len(report['rows_done'])} of {len(report['rows_planned'])}).", ""]
+    else:
+        pending = ", ".join(f"`{k}`" for k in report["rows_pending"])
+        head += [f"**Rows done: {len(report['rows_done'])} of {len(report['rows_planned'])}.** Not yet run: {pending}. "
+                 "The command below computes them; finished rows are kept.", ""]
+    head += [f"Command (the whole table, resumable by row): `{report['command']}`. Each row's own command "
+             "(it recomputes that row alone) is in the table \"How each row was made\".", "",
              "Spearman x100 of cosine vs gold; STS12-16 \"all\", STS-B and SICK-R test; Avg. of the seven. "
              "Hyper-parameters chosen on STS-B dev (`chosen`: `layer` is a hidden_states index, "
-             f"L = {stamp['num_layers']} = the final normed output). Time: test encoding time relative to "
-             "PromptEOL in this run.", ""]
+             f"L = {settings['num_layers']} = the final normed output). Time: test encoding time relative to "
+             "PromptEOL's (rows run in different sittings were timed on different occasions: see each row's date).", ""]
     names = [SHORT[n] for n in ALL_SEVEN]
     table = ["| Method | " + " | ".join(names) + " | Avg. | Time | dev | chosen |",
              "|---|" + "---:|" * (len(names) + 3) + "---|"]
+    intervals = ["| Method | " + " | ".join(names) + " | Avg. |", "|---|" + "---:|" * (len(names) + 1)]
     for row in rows:
         cells = [f"{row['scores'].get(n, float('nan')):.2f}" for n in ALL_SEVEN]
         chosen = ", ".join(f"{k}={v}" for k, v in row["chosen"].items())
         if row.get("reused_from"):
             chosen += f" (non-layer from {row['reused_from']})"
+        t = by_key[row["key"]]["time"]
         table.append(f"| {row['label']} | " + " | ".join(cells) + f" | **{row['avg']:.2f}** | "
-                     f"{row['time']:.2f}x | {row['dev']:.2f} | {chosen} |")
-    cost = ["| Row | sharing rule | rows x blocks computed | separate runs | ratio | dev sweep s | test s |",
-            "|---|---|---:|---:|---:|---:|---:|"]
+                     f"{f'{t:.2f}x' if t else 'n/a'} | {row['dev']:.2f} | {chosen} |")
+        ci = row.get("interval", {})
+        intervals.append(f"| {row['label']} | " + " | ".join(
+            f"[{ci[n][0]:.1f}, {ci[n][1]:.1f}]" if n in ci else "" for n in [*ALL_SEVEN, "avg"]) + " |")
+    boot = settings["bootstrap"]
+    claims = ["Each claim is the papers' (" + SOURCE + "; a far larger model, so agreement is not expected); "
+              f"the interval is a paired bootstrap of (method - base) over the same resamples of pairs "
+              f"({boot['resamples']:,} resamples within each subset, seed {boot['seed']}, {boot['level']:.0%} percentile). "
+              "The verdict is generated from the interval: **holds** when it lies above 0, **reversed** when below, "
+              "**not distinguishable from zero at 95%** when it contains 0.", ""]
+    labels = {r["key"]: r["label"] for r in rows}
+    for record in report.get("claims", []):
+        claims.append(sentence(record, labels[record["method"]], labels[record["base"]]))
+    missing = [c.text for c in CLAIMS if c.method not in labels or c.base not in labels]
+    if missing:
+        claims += ["", f"Not judged yet (a row is not done): {'; '.join(missing)}."]
+    per_dataset = []
+    if report.get("claims"):
+        per_dataset = ["", "Per dataset (difference [95% interval], verdict; n.s. = not distinguishable from zero):", "",
+                       "| Claim | " + " | ".join(names) + " | Avg. |", "|---|" + "---|" * (len(names) + 1)]
+        for record in report["claims"]:
+            per_dataset.append(f"| {labels[record['method']]} vs {labels[record['base']]} | " + " | ".join(
+                _cell(record["scores"][n]) if n in record["scores"] else "" for n in [*ALL_SEVEN, "avg"]) + " |")
+    how = ["| Row | sharing rule | rows x blocks computed | separate runs | ratio | dev sweep s | test s | date | command |",
+           "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for row in rows:
-        c = row["sweep"]["cost"]
-        cost.append(f"| {row['label']} | {row['sweep']['rule']} | {c['blocks_computed']:,} | {c['blocks_naive']:,} | "
-                    f"{c['ratio']:.3f} | {c['seconds']:.0f} | {row['test_seconds']:.0f} |")
-    figures = [f"![{Path(p).name}]({Path(p).name})" for p in report.get("figures", [])]
-    stamp_rows = ["| key | value |", "|---|---|"]
-    for key, value in stamp.items():
+        c, run = row["sweep"]["cost"], row["run"]
+        how.append(f"| {row['label']} | {row['sweep']['rule']} | {c['blocks_computed']:,} | {c['blocks_naive']:,} | "
+                   f"{c['ratio']:.3f} | {run['sweep_seconds']:.0f} | {run['test_seconds']:.0f} | {run['date'][:10]} | "
+                   f"`{row['command']}` |")
+    figures = [f"![{name}]({name})" for name in report.get("figures", [])]
+    run_rows = ["| key | value |", "|---|---|"]
+    for key, value in settings.items():
         if key == "data_sha256":
-            stamp_rows.append(f"| {key} | {len(value)} files, see the JSON |")
+            run_rows.append(f"| {key} | {len(value)} files, see the JSON |")
             continue
         shown = json.dumps(_json_safe(value), default=str) if isinstance(value, (dict, list)) else str(value)
-        stamp_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
-    return "\n".join(head + table + ["", "## What the numbers show against the papers' claims", "",
-                                     "Generated from the table above; the papers' numbers are Llama-2-7B (spec "
-                                     "section 10), a far larger model, so agreement is not expected.", ""]
-                     + report["comparison"] + ["", "## Sweep cost (STS-B dev)", ""] + cost
-                     + (["", "## Figures", ""] + figures if figures else []) + ["", "## Run", ""] + stamp_rows) + "\n"
+        run_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
+    sittings = ["| date | code | rows run | wall s | command |", "|---|---|---|---:|---|"]
+    for s in report.get("sittings", []):
+        sittings.append(f"| {s['date']} | `{s['code']}` | {', '.join(s['rows_run']) or '-'} | {s['wall_seconds']:.0f} | "
+                        f"`{s['argv']}` |")
+    return "\n".join(
+        head + ["## Scores", ""] + table + ["", "## 95% bootstrap intervals of each score", ""] + intervals
+        + ["", "## The papers' claims, with paired 95% intervals", ""] + claims + per_dataset
+        + ["", "## Ranking and time (point estimates)", ""] + (ranking_lines(by_key) or ["(fewer than three rows)"])
+        + ["", "## How each row was made (sweep on STS-B dev, then test)", ""] + how
+        + (["", "## Figures (STS-B dev; the ringed point is the one chosen)", ""] + figures if figures else [])
+        + ["", "## Settings", ""] + run_rows + ["", "## Sittings", ""] + sittings) + "\n"
 
 
-def figures(report: dict, out: Path, model: str) -> list[str]:
+def figures(report: dict, out: Path) -> list[str]:
+    """The sweep figures, each chosen point ringed; returns the PNG names (beside the JSON)."""
     try:
         from minidecoder.evaluation.plots import plot_curves
         import matplotlib  # noqa: F401
     except ImportError:
         print("matplotlib is not installed: no figures (pip install 'minidecoder[plots]')", file=sys.stderr)
         return []
+    model = report["settings"]["model"]
     rows = {r["key"]: r for r in report["rows"]}
     written = []
-    curves = {}
+    curves, marks = {}, {}
     for key in ("mean", "prompteol", "pretended_cot", "knowledge", "metaeol", "echo"):
         if key in rows:
             pts = sorted((p["options"]["layer"], p["score"]) for p in rows[key]["sweep"]["points"])
             curves[rows[key]["label"]] = ([x for x, _ in pts], [y for _, y in pts])
+            marks[rows[key]["label"]] = (rows[key]["chosen"]["layer"], rows[key]["dev"])
     if curves:
         written.append(plot_curves(curves, out.with_name(out.name + "-layers.png"), "output layer (hidden_states index)",
-                                   f"{model}: STS-B dev against output layer"))
-    curves = {}
+                                   f"{model}: STS-B dev against output layer", marks=marks))
+    curves, marks = {}, {}
     for key in ("prompteol+tp", "pretended_cot+tp", "knowledge+tp"):
         if key in rows:
             layer = rows[key]["chosen"]["layer"]
             pts = sorted((p["options"]["end"], p["score"]) for p in rows[key]["sweep"]["points"]
                          if p["options"]["layer"] == layer)
-            curves[f"{rows[key]['label']} (layer {layer})"] = ([x for x, _ in pts], [y for _, y in pts])
+            label = f"{rows[key]['label']} (layer {layer})"
+            curves[label] = ([x for x, _ in pts], [y for _, y in pts])
+            marks[label] = (rows[key]["chosen"]["end"], rows[key]["dev"])
     if curves:
         written.append(plot_curves(curves, out.with_name(out.name + "-tp-end.png"),
                                    "TP end layer (start 1; copies before blocks 1..end-1)",
-                                   f"{model}: STS-B dev against TP end layer"))
-    return [str(p) for p in written]
+                                   f"{model}: STS-B dev against TP end layer", marks=marks))
+    return [Path(p).name for p in written]
 
+
+# ---- main -----------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
@@ -235,8 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="registry name or checkpoint folder")
     parser.add_argument("--limit", type=int, default=None, help="first N pairs of every test subset")
     parser.add_argument("--dev-limit", type=int, default=None, help="first N STS-B dev pairs for the sweeps")
-    parser.add_argument("--rows", default=None, help="comma-separated row keys to run (default: all; PromptEOL "
-                                                     "always runs, it is the time reference)")
+    parser.add_argument("--rows", default=None, help="comma-separated row keys to run now (default: every row not "
+                                                     "done yet); finished rows are skipped unless --redo")
+    parser.add_argument("--redo", action="store_true", help="recompute the rows named by --rows even if done")
+    parser.add_argument("--replace", action="store_true", help="discard an existing results file made with other "
+                        "settings (or by an earlier version of this script) instead of refusing")
     parser.add_argument("--tp-ends", default="2,4,6,8", help="TP end layers to sweep (start is 1)")
     parser.add_argument("--cp-steers", default="3,5,7", help="CP steer layers to sweep")
     parser.add_argument("--cp-alphas", default="0.5,1", help="CP alphas to sweep")
@@ -253,68 +453,106 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=str(REPO / "results"))
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--render", default=None, metavar="JSON",
-                        help="only rewrite the Markdown next to a results JSON of an earlier run (no model, no numbers changed)")
+                        help="only rewrite the Markdown and figures beside a results JSON (no model, no numbers changed)")
     args = parser.parse_args(argv)
     if args.render:
         path = Path(args.render)
-        path.with_suffix(".md").write_text(markdown(json.loads(path.read_text())))
+        report = json.loads(path.read_text())
+        if report.get("format") != FORMAT:
+            parser.error(f"{path} is not a {FORMAT} file; rerun the table to regenerate it")
+        report["figures"] = figures(report, path.with_suffix(""))
+        write_report(report, path)
         print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
         return 0
+    if args.redo and not args.rows:
+        parser.error("--redo recomputes the rows named by --rows; name them (e.g. --rows prompteol+tp --redo)")
 
+    out = Path(args.output_dir) / Path(args.model).name
+    json_path = out.with_name(out.name + ".json")
+    previous = json.loads(json_path.read_text()) if json_path.is_file() else None
+    if previous is not None and previous.get("format") != FORMAT and not args.replace:
+        parser.error(f"{json_path} was written by an earlier version of reproduce.py (no per-row resume data); "
+                     "move it away, or pass --replace to start this table afresh in its place")
+
+    sitting_start = time.perf_counter()
     model = minidecoder.load(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
                              pack_weights=args.pack_weights)
     L = model.num_layers
     ints = lambda text: [int(v) for v in text.split(",") if v.strip()]  # noqa: E731
     spec = rows_spec(L, ints(args.tp_ends), ints(args.cp_steers), [float(v) for v in args.cp_alphas.split(",")])
-    all_labels = [r["label"] for r in spec]
-    if args.rows:
-        wanted = set(args.rows.split(",")) | {"prompteol"}
-        unknown = wanted - {r["key"] for r in spec}
-        if unknown:
-            parser.error(f"unknown row(s) {sorted(unknown)}; rows are {', '.join(r['key'] for r in spec)}")
-        wanted |= {r["reuse"] for r in spec if r["key"] in wanted and r.get("reuse")}
-        spec = [r for r in spec if r["key"] in wanted]
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.dev_limit)
     test_tasks = load_tasks(list(ALL_SEVEN), args.data, args.limit)
     test_sentences = unique_sentences(test_tasks)
-    scorer = StsScorer(test_tasks, test_sentences)
-    print(f"{args.model}: {L} blocks; {len(test_sentences)} test sentences, {len(unique_sentences([dev]))} dev sentences",
+    settings = settings_of(args, model, dev, test_tasks, test_sentences)
+
+    if previous is not None and previous.get("format") == FORMAT and previous["settings"] != settings and not args.replace:
+        differ = sorted(k for k in set(settings) | set(previous["settings"])
+                        if settings.get(k) != previous["settings"].get(k))
+        shown = "; ".join(f"{k}: file {json.dumps(previous['settings'].get(k))[:80]}, now {json.dumps(settings.get(k))[:80]}"
+                          for k in differ)
+        parser.error(f"{json_path} holds rows made with other settings ({shown}); a table never mixes settings: "
+                     "rerun with the file's settings, or pass --output-dir elsewhere, or --replace to start afresh")
+    report = previous if previous is not None and previous.get("format") == FORMAT and not args.replace else {
+        "format": FORMAT, "settings": settings, "command": table_command(args),
+        "rows_planned": [r["key"] for r in spec], "rows": [], "claims": [], "figures": [], "sittings": []}
+    status(report)
+
+    keys = [r["key"] for r in spec]
+    wanted = keys if not args.rows else [k.strip() for k in args.rows.split(",") if k.strip()]
+    unknown = sorted(set(wanted) - set(keys))
+    if unknown:
+        parser.error(f"unknown row(s) {unknown}; rows are {', '.join(keys)}")
+    done = {r["key"]: r for r in report["rows"]}
+    todo = [k for k in keys if k in wanted and (k not in done or args.redo)]
+    for row in spec:  # a reuse row needs its donor: run it first when it is neither done nor asked for
+        if row["key"] in todo and row.get("reuse") and row["reuse"] not in done and row["reuse"] not in todo:
+            todo.insert(todo.index(row["key"]), row["reuse"])
+    skipped = [k for k in keys if k in wanted and k not in todo]
+    print(f"{args.model}: {L} blocks; {len(test_sentences)} test sentences, {settings['dev_sentences']} dev sentences; "
+          f"rows to run: {', '.join(todo) or 'none'}" + (f"; already done (kept): {', '.join(skipped)}" if skipped else ""),
           file=sys.stderr)
-    # warm-up (untimed): the first forward pays one-off costs that would inflate PromptEOL, the time reference
-    minidecoder.embed(model, test_sentences[:8], "prompteol", batch_size=args.batch_size)
-    minidecoder.embed(model, test_sentences[8:8 + args.batch_size], "prompteol", batch_size=args.batch_size)
-    chosen: dict[str, dict] = {}
-    rows = []
-    started = time.perf_counter()
-    for row in spec:
+
+    stats = Statistics(test_tasks)
+    sitting = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code_version()["git"],
+               "argv": shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])]),
+               "rows_run": [], "wall_seconds": 0.0, "data_dir": str(dev.data_dir), "model_source": str(model.source)}
+    scorer = StsScorer(test_tasks, test_sentences)
+    if todo:
+        report["sittings"].append(sitting)
+        # warm-up (untimed): the first forward pays one-off costs that would inflate PromptEOL, the time reference
+        minidecoder.embed(model, test_sentences[:8], "prompteol", batch_size=args.batch_size)
+        minidecoder.embed(model, test_sentences[8:8 + args.batch_size], "prompteol", batch_size=args.batch_size)
+    order = {k: i for i, k in enumerate(keys)}
+    spec_by_key = {r["key"]: r for r in spec}
+    for key in todo:
+        row = spec_by_key[key]
         row_start = time.perf_counter()
-        rows.append(run_row(model, row, chosen, dev, test_tasks, test_sentences, scorer, args))
-        print(f"   {row['label']}: Avg. {rows[-1]['avg']:.2f} (dev {rows[-1]['dev']:.2f}, {rows[-1]['chosen']}) "
-              f"in {time.perf_counter() - row_start:.0f} s", file=sys.stderr)
-    reference = next(r for r in rows if r["key"] == "prompteol")["test_seconds"]
-    for row in rows:
-        row["time"] = row["test_seconds"] / reference
-    by_key = {r["key"]: r for r in rows}
-    command = shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])])
-    metadata = {"model": args.model, "model_source": str(model.source), "num_layers": L, "dtype": args.dtype,
-                "compiled": args.compile, "packed_weights": args.pack_weights,
-                "device": args.device, "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
-                "dev_limit": args.dev_limit, "test_sentences": len(test_sentences),
-                "dev_sentences": len(unique_sentences([dev])), "tokenizer_sha256": model.tokenizer.checksum,
-                "grids": {"tp_ends": args.tp_ends, "cp_steers": args.cp_steers, "cp_alphas": args.cp_alphas},
-                "wall_seconds": round(time.perf_counter() - started, 1), "command": command,
-                "rows_not_run": [label for label in all_labels if label not in {r["label"] for r in rows}]}
-    files = [name for task in [dev, *test_tasks] for name in task.files]
-    stamp = build_stamp(metadata, {"data_dir": str(dev.data_dir), "data_files": files, "limit": args.limit})
-    report = {"stamp": stamp, "rows": rows, "comparison": comparison(by_key)}
-    out = Path(args.output_dir) / Path(args.model).name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    report["figures"] = figures(report, out, args.model)
-    json_path, md_path = out.with_name(out.name + ".json"), out.with_name(out.name + ".md")
-    json_path.write_text(json.dumps(_json_safe(report), indent=1, allow_nan=False, default=str) + "\n")
-    md_path.write_text(markdown(report))
+        donor = {r["key"]: r for r in report["rows"]}.get(row.get("reuse"))
+        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args)
+        relative = f"{pairs_dir(args.model)}/{key}.npy"
+        data = npy_bytes(codes)
+        atomic_write(json_path.parent / relative, data)
+        record["pairs"] = {"file": relative, "sha256": hashlib.sha256(data).hexdigest()}
+        record["command"] = row_command(args, key)
+        report["rows"] = sorted([r for r in report["rows"] if r["key"] != key] + [record], key=lambda r: order[r["key"]])
+        stats.derive(report, json_path.parent)
+        status(report)
+        sitting["rows_run"].append(key)
+        sitting["wall_seconds"] = round(time.perf_counter() - sitting_start, 1)
+        report["figures"] = figures(report, out)
+        write_report(report, json_path)
+        print(f"   {row['label']}: Avg. {record['avg']:.2f} (dev {record['dev']:.2f}, {record['chosen']}) "
+              f"in {time.perf_counter() - row_start:.0f} s; {len(report['rows_done'])} of {len(keys)} rows done; "
+              f"to recompute this row alone: {record['command']}", file=sys.stderr)
+    if report["rows"]:
+        stats.derive(report, json_path.parent)  # e.g. after a change of the claims' list: cheap, cached
+    status(report)
+    sitting["wall_seconds"] = round(time.perf_counter() - sitting_start, 1)
+    report["figures"] = figures(report, out)
+    write_report(report, json_path)
     print(markdown(report))
-    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')}; {len(report['rows_done'])} of {len(keys)} rows done",
+          file=sys.stderr)
     return 0
 
 

@@ -34,14 +34,20 @@ def _pyplot():
 
 
 def plot_curves(curves: dict[str, Curve], path: str | Path, xlabel: str, title: str,
-                ylabel: str = "STS-B dev Spearman x100") -> Path:
-    """One line per label; points whose score is None are left out. Returns the PNG path."""
+                ylabel: str = "STS-B dev Spearman x100", marks: dict[str, tuple[Any, float]] | None = None) -> Path:
+    """One line per label; points whose score is None are left out. `marks` (label -> (x, score)):
+    a point to ring on that label's line in its colour, e.g. the point chosen on dev. Returns the PNG path."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for label, (xs, ys) in curves.items():
         kept = [(x, y) for x, y in zip(xs, ys) if y is not None]
         if kept:
-            ax.plot([x for x, _ in kept], [y for _, y in kept], marker="o", markersize=3, linewidth=1.4, label=label)
+            (line,) = ax.plot([x for x, _ in kept], [y for _, y in kept], marker="o", markersize=3, linewidth=1.4,
+                              label=label)
+            if marks and label in marks:
+                x, y = marks[label]
+                ax.plot([x], [y], marker="o", markersize=10, markerfacecolor="none", markeredgewidth=1.8,
+                        color=line.get_color(), linestyle="none")
     if all(isinstance(x, int) for xs, _ in curves.values() for x in xs):
         from matplotlib.ticker import MaxNLocator
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -49,7 +55,10 @@ def plot_curves(curves: dict[str, Curve], path: str | Path, xlabel: str, title: 
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    if len(curves) > 1:
+    if marks:
+        ax.plot([], [], marker="o", markersize=10, markerfacecolor="none", markeredgewidth=1.8, color="0.3",
+                linestyle="none", label="chosen on dev")
+    if len(curves) > 1 or marks:
         ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
     fig.tight_layout()
     path = Path(path)

@@ -1,0 +1,151 @@
+"""Bootstrap intervals over STS pairs: one row's score, and the paired difference of two rows.
+
+A resample draws pairs with replacement **within each subset** (so every subset keeps its size and
+STS12-16 keep their mix of subsets), then recomputes the task score exactly as the harness forms it
+(`harness.StsScorer.__call__`): a Spearman x100 of similarity against gold over the concatenation of
+the year's subsets ("all", STS12-16), or over the single split (STS-B test, SICK-R test); Avg. is the
+mean of the task scores of the same resample. Two rows compared on the same resamples (the indices
+depend only on the seed and the data, never on the row) give a paired interval of their difference.
+Percentile intervals; 1,000 resamples and seed 0 unless told otherwise.
+
+Every statistic here is a Spearman, a function of the order of the similarities within one task, so a
+row can be stored as the within-task ranks of its cosines (`order_codes`: integers, lossless for
+every Spearman over any subset or resample of that task) instead of the cosines themselves.
+
+numpy only. Efron & Tibshirani, *An Introduction to the Bootstrap* (1993), ch. 13 (percentile interval).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidecoder.evaluation.sts_data import StsTask
+
+RESAMPLES = 1000
+SEED = 0
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """What a resample of one task needs: its gold in the harness's pair order, and subset bounds."""
+
+    name: str
+    setting: str  # "all" (STS12-16) or the split's name
+    gold: np.ndarray  # (P,) float64, subsets concatenated in the task's order (the harness's order)
+    bounds: tuple[int, ...]  # subset s holds pairs bounds[s]:bounds[s+1]
+
+    @property
+    def pairs(self) -> int:
+        return int(self.bounds[-1])
+
+
+def layout_of(tasks: Sequence[StsTask]) -> list[TaskLayout]:
+    """The layout of each task, pairs in the order `StsScorer.cosines` returns them."""
+    out = []
+    for task in tasks:
+        gold, bounds = [], [0]
+        for subset in task.subsets.values():
+            gold += subset.gold
+            bounds.append(len(gold))
+        out.append(TaskLayout(task.name, task.setting, np.asarray(gold, np.float64), tuple(bounds)))
+    return out
+
+
+def rank_rows(x: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based, ties share their mean rank) of every row of a (B, n) array, float64;
+    row by row what `spearman.rankdata` returns."""
+    x = np.asarray(x, dtype=np.float64)
+    B, n = x.shape
+    order = np.argsort(x, axis=1, kind="stable")  # (B, n)
+    s = np.take_along_axis(x, order, axis=1)  # (B, n)
+    position = np.broadcast_to(np.arange(n), (B, n))
+    new_run = np.ones((B, n), dtype=bool)
+    new_run[:, 1:] = s[:, 1:] != s[:, :-1]
+    last_of_run = np.ones((B, n), dtype=bool)
+    last_of_run[:, :-1] = new_run[:, 1:]
+    first = np.maximum.accumulate(np.where(new_run, position, 0), axis=1)  # run start for each sorted slot
+    last = np.flip(np.minimum.accumulate(np.flip(np.where(last_of_run, position, n - 1), axis=1), axis=1), axis=1)
+    ranks = np.empty((B, n))
+    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=1)
+    return ranks
+
+
+def pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson of two (B, n) arrays; NaN where a row is constant (as `spearman.pearson`)."""
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    denominator = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (a * b).sum(axis=1) / denominator
+    return np.clip(np.where(denominator == 0.0, np.nan, r), -1.0, 1.0)
+
+
+def order_codes(similarities: np.ndarray) -> np.ndarray:
+    """The similarities' order as small integers: the 'min' rank minus one (ties share a code), uint16
+    when the task has fewer than 65,536 pairs. Any Spearman computed from the codes equals the one from
+    the similarities, for every subset and resample, since ranking is invariant to a strictly
+    increasing map that keeps ties."""
+    x = np.asarray(similarities, dtype=np.float64)
+    s = np.sort(x)
+    codes = np.searchsorted(s, x, side="left")  # number of values strictly below each
+    return codes.astype(np.uint16 if x.size < 65536 else np.uint32)
+
+
+class Bootstrap:
+    """Resamples fixed by (data, resamples, seed); scores any number of rows on the same resamples.
+
+        boot = Bootstrap(layout_of(test_tasks))
+        reps = boot.replicates({"a": sims_a, "b": sims_b})  # sims: {task name: (P,) similarities}
+        boot.interval(reps["a"])                              # {task: (lo, hi), ..., "avg": (lo, hi)}
+        boot.interval(reps["a"] - reps["b"])                  # the paired difference's interval
+    """
+
+    def __init__(self, layout: Sequence[TaskLayout], resamples: int = RESAMPLES, seed: int = SEED,
+                 level: float = LEVEL) -> None:
+        self.layout = list(layout)
+        self.resamples, self.seed, self.level = resamples, seed, level
+
+    def indices(self, k: int) -> np.ndarray:
+        """(B, P) pair indices of task k's resamples: each subset's pairs drawn with replacement from
+        that subset only. Depends on (seed, k, subset sizes) alone, so every row sees the same draws."""
+        task = self.layout[k]
+        rng = np.random.default_rng([self.seed, k])
+        parts = [a + rng.integers(0, b - a, size=(self.resamples, b - a))
+                 for a, b in zip(task.bounds[:-1], task.bounds[1:])]
+        return np.concatenate(parts, axis=1)
+
+    def replicates(self, rows: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Per row, a (T + 1, B) array: the score x100 of every task (layout order) on each resample,
+        and last the Avg. of those T task scores. rows: {row: {task name: (P,) similarities or codes}}."""
+        T, B = len(self.layout), self.resamples
+        out = {row: np.empty((T + 1, B)) for row in rows}
+        for k, task in enumerate(self.layout):
+            index = self.indices(k)  # (B, P)
+            gold = rank_rows(task.gold[index])  # (B, P), shared by every row
+            for row, sims in rows.items():
+                values = np.asarray(sims[task.name], dtype=np.float64)
+                if values.shape != (task.pairs,):
+                    raise ValueError(f"{row}/{task.name}: {values.shape} similarities for {task.pairs} pairs")
+                out[row][k] = 100.0 * pearson_rows(rank_rows(values[index]), gold)
+        for reps in out.values():
+            reps[T] = reps[:T].mean(axis=0)
+        return out
+
+    @property
+    def names(self) -> list[str]:
+        """Row labels of a replicates array: the task names, then "avg"."""
+        return [task.name for task in self.layout] + ["avg"]
+
+    def interval(self, replicates: np.ndarray) -> dict[str, tuple[float, float]]:
+        """Percentile interval at `level` of each line of a (T + 1, B) replicates array (a row's
+        scores, or the difference of two rows' replicates for a paired interval)."""
+        tail = 100.0 * (1.0 - self.level) / 2.0
+        out = {}
+        for name, values in zip(self.names, replicates):
+            finite = values[np.isfinite(values)]  # a resample whose similarities are all equal has no Spearman
+            lo, hi = (np.percentile(finite, [tail, 100.0 - tail]) if finite.size else (np.nan, np.nan))
+            out[name] = (float(lo), float(hi))
+        return out
