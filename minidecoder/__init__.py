@@ -3,6 +3,7 @@
     model = minidecoder.load()                        # default model, fetched and converted offline
     out = model(input_ids, output_hidden_states=True) # logits + transformers-style hidden states
     emb = minidecoder.embed(model, ["a sentence"], "prompteol")
+    encoder = minidecoder.SentenceEncoder(model, "prompteol")  # sentence-transformers' encode()
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import torch
 from minidecoder.core.config import ModelConfig, load_config, parse_config
 from minidecoder.errors import MinidecoderError
 from minidecoder.core.model import Decoder, DecoderOutput, KVCache, Sites
+from minidecoder.running.encoder import SentenceEncoder
 
 __version__ = "0.1.0"
-__all__ = ["load", "embed", "generate", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
+__all__ = ["load", "embed", "generate", "SentenceEncoder", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
            "__version__"]
 
 
