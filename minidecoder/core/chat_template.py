@@ -45,6 +45,8 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
         return _compile(template).render(messages=[dict(m) for m in messages], tools=kwargs.pop("tools", None),
                                          documents=kwargs.pop("documents", None),
                                          add_generation_prompt=add_generation_prompt, **{**special_tokens, **kwargs})
+    except jinja2.exceptions.SecurityError:
+        raise  # the sandbox stopped the template: that is the template's fault, not the messages'
     except jinja2.TemplateError as error:  # raise_exception() in the template, or a syntax error
         raise InputError(f"the chat template refused these messages: {error}",
                          "check the roles and their order (many templates want user/assistant alternating)") from None
@@ -54,6 +56,7 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
 def _compile(template: str):
     try:
         import jinja2
+        import jinja2.ext
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:  # pragma: no cover - jinja2 is a dependency
         raise TokenizerError("chat templates need jinja2", "pip install 'jinja2>=3.1.6'") from None
