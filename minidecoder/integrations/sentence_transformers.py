@@ -52,7 +52,7 @@ class MinidecoderModule(InputModule):
     def options(self) -> dict:
         return {key: value for key, value in self.encoder.method.describe().items() if key != "method"}
 
-    def get_sentence_embedding_dimension(self) -> int:
+    def get_embedding_dimension(self) -> int:
         return self.encoder.embedding_dim
 
     def preprocess(self, inputs: list[str], prompt: str | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -62,8 +62,10 @@ class SentenceEncoder:
         """Width E of every vector (`get_sentence_embedding_dimension()` in sentence-transformers)."""
         return self.model.config.hidden_size
 
-    def get_sentence_embedding_dimension(self) -> int:
+    def get_embedding_dimension(self) -> int:
         return self.embedding_dim
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # the name before sentence-transformers 6
 
     @property
     def name(self) -> str:
