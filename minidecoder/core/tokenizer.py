@@ -199,6 +199,29 @@ class Tokenizer:
         return self.bos_token is not None and json.dumps(self.bos_token) in text
 
 
+class MissingTokenizer:
+    """Stands in for the tokenizer of a folder that has no tokenizer files: the model still runs on ids
+    (`model(ids)`, `minidecoder.generate(model, ids)`), and anything that needs text raises one clear error."""
+
+    eos_id = None  # generation stops at config.json's eos_token_id alone
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def present(folder: str | Path) -> bool:
+        return (Path(folder) / "tokenizer.json").is_file() or (Path(folder) / "tokenizer.model").is_file()
+
+    def __getattr__(self, name: str):
+        raise TokenizerError(f"{self.folder} has no tokenizer.json or tokenizer.model, so this model works on token ids "
+                             f"only (tokenizer.{name} was asked for)",
+                             "copy the checkpoint's tokenizer files into the folder, or pass token ids yourself: "
+                             "model(ids), minidecoder.generate(model, ids)")
+
+    def __repr__(self) -> str:
+        return f"MissingTokenizer({self.folder})"
+
+
 def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
     """'a<P>b' -> [('a', '<P>'), ('b', None)], matching the longest token first at each position."""
     out, start, i = [], 0, 0
