@@ -3,6 +3,7 @@
     model = minidecoder.load()                        # default model, fetched and converted offline
     out = model(input_ids, output_hidden_states=True) # logits + transformers-style hidden states
     emb = minidecoder.embed(model, ["a sentence"], "prompteol")
+    encoder = minidecoder.SentenceEncoder(model, "prompteol")  # sentence-transformers' encode()
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import torch
 from minidecoder.core.config import ModelConfig, load_config
 from minidecoder.errors import MinidecoderError
 from minidecoder.core.model import Decoder, DecoderOutput, KVCache, Sites
+from minidecoder.running.encoder import SentenceEncoder
 
 __version__ = "0.1.0"
-__all__ = ["load", "embed", "generate", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
+__all__ = ["load", "embed", "generate", "SentenceEncoder", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
            "__version__"]
 
 
@@ -23,6 +25,9 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
          ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False,
          pack_weights: bool = False) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
+
+    A folder needs config.json and safetensors; without tokenizer files (tokenizer.json or tokenizer.model)
+    it loads with a warning for use with token ids only, and any call that needs text says so.
 
     dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
@@ -33,7 +38,7 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         in memory. Combines with compile.
     """
     from minidecoder.core.loading import load_weights, resolve_dtype
-    from minidecoder.core.tokenizer import Tokenizer
+    from minidecoder.core.tokenizer import MissingTokenizer, Tokenizer
     from minidecoder.sources.resolve import resolve_source
 
     folder = resolve_source(source, progress=progress)
@@ -49,8 +54,16 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     if device.type == "cuda" and not torch.cuda.is_available():
         raise MinidecoderError("device 'cuda' requested but no CUDA GPU is available", "use device='cpu'")
     model = load_weights(config, folder, resolve_dtype(dtype), device)
-    tokenizer = Tokenizer(folder)
-    if tokenizer.vocab_size > config.vocab_size or tokenizer.max_id >= config.vocab_size:
+    if not MissingTokenizer.present(folder):
+        import warnings
+        # config.json + safetensors are a complete model; without tokenizer files it runs on ids only
+        warnings.warn(f"{folder} has no tokenizer.json or tokenizer.model: loaded for use with token ids only "
+                      "(model(ids), minidecoder.generate(model, ids)); text-level calls will say so", stacklevel=2)
+        tokenizer = MissingTokenizer(folder)
+    else:
+        tokenizer = Tokenizer(folder)
+    if isinstance(tokenizer, Tokenizer) and (tokenizer.vocab_size > config.vocab_size
+                                             or tokenizer.max_id >= config.vocab_size):
         from minidecoder.errors import TokenizerError
         raise TokenizerError(f"the tokenizer in {folder} has {tokenizer.vocab_size} ids (the largest {tokenizer.max_id}) "
                              f"but the model's embedding has {config.vocab_size} rows",

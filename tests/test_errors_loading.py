@@ -164,10 +164,28 @@ def test_config_values_of_the_wrong_type_or_range(folder: Path, key: str, value,
 
 
 # ---- the tokenizer -------------------------------------------------------------------------------------
-def test_tokenizer_missing(folder: Path) -> None:
+def test_tokenizer_missing_loads_for_ids_only(folder: Path, capsys) -> None:
+    """config.json + safetensors are enough for id-level use; text-level calls name the missing files."""
+    import torch
+
+    import minidecoder.cli as cli
+
+    complete = minidecoder.load(folder)
+    ids = torch.tensor([complete.tokenizer.encode("ids only")])
     (folder / "tokenizer.json").unlink()
-    error = load_error(folder, TokenizerError)
-    assert "no tokenizer.json or tokenizer.model" in error.problem
+    with pytest.warns(UserWarning, match="token ids only"):
+        model = minidecoder.load(folder)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, complete(ids).logits, rtol=0, atol=0)
+    assert minidecoder.generate(model, ids[0].tolist(), 4) == minidecoder.generate(complete, ids[0].tolist(), 4)
+    for call in (lambda: model.tokenizer.encode("text"), lambda: minidecoder.embed(model, ["text"], "mean"),
+                 lambda: minidecoder.SentenceEncoder(model, "mean").encode("text")):
+        with pytest.raises(TokenizerError, match="no tokenizer.json or tokenizer.model") as caught:
+            call()
+        assert "copy the checkpoint's tokenizer files" in caught.value.fix
+    with pytest.warns(UserWarning):
+        assert cli.main(["generate", "text", "--model", str(folder)]) == 2
+    assert "no tokenizer.json or tokenizer.model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("how", ["more tokens", "an id past the end"])

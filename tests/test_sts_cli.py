@@ -167,3 +167,15 @@ def test_stamp_combined_digest_is_sha256sum_of_sha256sum(tmp_path: Path) -> None
     markdown = to_markdown({"tasks": {}, "avg": None, "avg_over": [], "limit": None}, stamp)
     assert "2 files, see the JSON" in markdown
     assert summary_table({"tasks": {}, "avg": None, "limit": 5}).count("Limited run") == 1
+
+
+@pytest.mark.parametrize("given, written", [
+    ("r.json", ("r.json", "r.md")), ("r.md", ("r.json", "r.md")), ("r", ("r.json", "r.md")),
+    ("run.v2", ("run.v2.json", "run.v2.md")),  # any other dot is part of the prefix
+])
+def test_output_names_are_taken_as_given(tmp_path: Path, given: str, written: tuple[str, str]) -> None:
+    results = {"tasks": {}, "avg": None, "avg_over": [], "avg_is_published_avg": False, "limit": None,
+               "data_dir": None, "data_files": []}
+    paths = write_report(tmp_path / given, results, {"model": "m", "method": "mean"})
+    assert [p.name for p in paths] == list(written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written)  # and nothing named r.json.json

@@ -173,3 +173,38 @@ def test_wrong_shape_is_a_bug_report() -> None:
 def test_longest_sentences_first(tmp_path) -> None:
     tasks = _tiny_tasks(tmp_path, [("a", "bbb", 1.0), ("cc", "a", 2.0)])
     assert unique_sentences(tasks) == ["bbb", "cc", "a"]
+
+
+def test_self_pairs_are_exactly_one_and_tied_unlike_senteval(tmp_path) -> None:
+    """The harness's chosen rule, pinned: a sentence paired with itself scores exactly 1.0, so all such
+    pairs tie, whatever rounding noise the embedding carries. SentEval embeds the two sides in separate
+    batches and takes float32 cosines, so its self-pairs sit at 1 - (rounding noise) and are ordered
+    among themselves, and against near-1 pairs, by that noise: two noise draws give two Spearmans."""
+    pairs = [("s1", "s1", 5.0), ("s2", "s2", 3.0), ("s3", "s3", 4.0), ("s4", "s4", 1.0),
+             ("s1", "n1", 4.5), ("s2", "n2", 2.0), ("s3", "n3", 0.5)]
+    tasks = _tiny_tasks(tmp_path, pairs)
+    sentences = unique_sentences(tasks)
+    rng = np.random.default_rng(0)
+    base = {s: rng.standard_normal(8) for s in sentences}
+    for i, near in enumerate(("n1", "n2", "n3")):  # near-duplicates: cosines within 1e-3 of 1
+        base[near] = base[f"s{i + 1}"] + 1e-2 * rng.standard_normal(8)
+    vectors = torch.tensor(np.stack([base[s] for s in sentences]), dtype=torch.float32)  # (N, 8)
+    scorer = StsScorer(tasks, sentences)
+    (cosine,) = scorer.cosines(vectors)
+    assert list(cosine[:4]) == [1.0, 1.0, 1.0, 1.0]  # exact, hence one tied rank
+    harness = scorer(vectors)["tasks"]["STSBenchmark-dev"]["score"]
+    gold = [g for _, _, g in pairs]
+
+    def senteval_like(seed: int) -> float:  # the two sides as two separately computed float32 vectors
+        noise = np.random.default_rng(seed)
+        a = np.stack([base[s1] for s1, _, _ in pairs]).astype(np.float32)
+        b = np.stack([base[s2] * (1 + 1e-6 * noise.standard_normal(8)) for _, s2, _ in pairs]).astype(np.float32)
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        return 100 * scipy.stats.spearmanr(cos, gold).statistic
+
+    draws = {round(senteval_like(seed), 6) for seed in range(20)}
+    assert max(draws) - min(draws) > 5  # SentEval's score depends on the noise, by points here ...
+    tied = [1.0 if s1 == s2 else float(np.dot(base[s1], base[s2]) / np.linalg.norm(base[s1]) / np.linalg.norm(base[s2]))
+            for s1, s2, _ in pairs]  # ... while the harness scores the self-pairs as one tie at exactly 1
+    assert harness == pytest.approx(100 * scipy.stats.spearmanr(tied, gold).statistic, abs=1e-9)
+    assert scorer(vectors * (1 + 1e-6 * torch.randn_like(vectors)))["tasks"]["STSBenchmark-dev"]["score"] == harness

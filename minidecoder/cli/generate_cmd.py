@@ -1,23 +1,43 @@
-"""`minidecoder generate PROMPT`: a greedy continuation (KV cache)."""
+"""`minidecoder generate PROMPT` (or `--chat MESSAGE [--system TEXT]`): a greedy continuation (KV cache).
+
+`--chat` wraps the message in the checkpoint's own chat template (tokenizer_config.json
+`chat_template`, copied from the GGUF by the converter) with the assistant turn opened, as
+transformers' `apply_chat_template(..., add_generation_prompt=True)` does, and prints only the reply.
+"""
 from __future__ import annotations
 
 import argparse
 
 from minidecoder import generate
 from minidecoder.cli.common import add_model_options, load_model
+from minidecoder.errors import InputError
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("generate", help="greedy continuation of a prompt",
-                                   description=__doc__.splitlines()[0])
-    parser.add_argument("prompt")
+    parser = subparsers.add_parser("generate", help="greedy continuation of a prompt, or a chat reply (--chat)",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("prompt", nargs="?", help="raw text to continue (leave out with --chat)")
+    parser.add_argument("--chat", metavar="MESSAGE", help="a user message, sent through the model's chat template")
+    parser.add_argument("--system", metavar="TEXT", help="a system message before --chat's message")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     add_model_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.prompt is None) == (args.chat is None):
+        raise InputError("give either a PROMPT to continue or --chat MESSAGE, not both or neither",
+                         'e.g. minidecoder generate "The capital of France is" or minidecoder generate --chat "Hi!"')
+    if args.system is not None and args.chat is None:
+        raise InputError("--system needs --chat", 'e.g. --system "Be brief." --chat "What is RoPE?"')
     model = load_model(args)
-    new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)
-    print(args.prompt + model.tokenizer.decode(new, skip_special_tokens=True))
+    if args.chat is None:
+        new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)
+        print(args.prompt + model.tokenizer.decode(new, skip_special_tokens=True))
+        return 0
+    messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) \
+        + [{"role": "user", "content": args.chat}]
+    ids = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    new = generate(model, ids, max_new_tokens=args.max_new_tokens)
+    print(model.tokenizer.decode(new, skip_special_tokens=True).strip())
     return 0

@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N dev pairs")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
-    parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (default: ./sweep-MODEL-METHOD-DATE)")
+    parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sweep-MODEL-METHOD-DATE)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX-<axis>.png (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(parser)
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     written = [json_path, md_path]
     if args.plot:
         from minidecoder.evaluation.plots import plot_sweep
-        written += plot_sweep(result.to_dict(), prefix, metadata["model"])
+        written += plot_sweep(result.to_dict(), json_path.with_suffix(""), metadata["model"])  # r.json -> r-<axis>.png
     best = result.best
     print(f"best on STS-B dev: {best['options']} -> {best['score']:.2f}" if best else "no finite dev score")
     cost = result.cost

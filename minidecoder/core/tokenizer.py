@@ -41,6 +41,7 @@ class Tokenizer:
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))
         self.pad_token = _token_text(config.get("pad_token"))
+        self.unk_token = _token_text(config.get("unk_token"))
         self.bos_id = self._special_id(self.bos_token, "bos")
         self.eos_id = self._special_id(self.eos_token, "eos")
         self.pad_id = self._special_id(self.pad_token, None)
@@ -56,6 +57,8 @@ class Tokenizer:
             # The policy above is the single source of truth: the post-processor adds nothing.
             self._fast.post_processor = None
         self.checksum = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()
+        from minidecoder.core.chat_template import find_chat_template
+        self.chat_template: str | None = find_chat_template(folder, config)
 
     # ---- inspection ----------------------------------------------------------------------------
     @property
@@ -75,6 +78,25 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer({self.folder.name}, backend={'tokenizers' if self._fast else 'sentencepiece'}, "
                 f"add_bos={self.add_bos} ({self.bos_token!r}), add_eos={self.add_eos} ({self.eos_token!r}))")
+
+    # ---- chat --------------------------------------------------------------------------------
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = False, tokenize: bool = True,
+                            chat_template: str | None = None, **kwargs) -> list[int] | str:
+        """The checkpoint's chat template applied to `messages`: token ids (or the text with
+        `tokenize=False`), equal to transformers' `apply_chat_template(..., return_dict=False)`.
+        The template writes its own special tokens, so none are added here (as in transformers)."""
+        from minidecoder.core.chat_template import render_chat
+
+        template = chat_template or self.chat_template
+        if template is None:
+            raise TokenizerError(f"the tokenizer in {self.folder} has no chat template",
+                                 "use an instruct checkpoint (its tokenizer_config.json has `chat_template`), "
+                                 "pass chat_template=..., or write the prompt yourself")
+        special = {name: value for name, value in (("bos_token", self.bos_token), ("eos_token", self.eos_token),
+                                                   ("unk_token", self.unk_token), ("pad_token", self.pad_token))
+                   if value is not None}
+        text = render_chat(template, messages, add_generation_prompt, special, **kwargs)
+        return self.encode(text, add_special_tokens=False) if tokenize else text
 
     # ---- encoding ------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -175,6 +197,29 @@ class Tokenizer:
         processor = json.loads(self._fast.to_str()).get("post_processor") or {}
         text = json.dumps(processor)
         return self.bos_token is not None and json.dumps(self.bos_token) in text
+
+
+class MissingTokenizer:
+    """Stands in for the tokenizer of a folder that has no tokenizer files: the model still runs on ids
+    (`model(ids)`, `minidecoder.generate(model, ids)`), and anything that needs text raises one clear error."""
+
+    eos_id = None  # generation stops at config.json's eos_token_id alone
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def present(folder: str | Path) -> bool:
+        return (Path(folder) / "tokenizer.json").is_file() or (Path(folder) / "tokenizer.model").is_file()
+
+    def __getattr__(self, name: str):
+        raise TokenizerError(f"{self.folder} has no tokenizer.json or tokenizer.model, so this model works on token ids "
+                             f"only (tokenizer.{name} was asked for)",
+                             "copy the checkpoint's tokenizer files into the folder, or pass token ids yourself: "
+                             "model(ids), minidecoder.generate(model, ids)")
+
+    def __repr__(self) -> str:
+        return f"MissingTokenizer({self.folder})"
 
 
 def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:

@@ -137,13 +137,20 @@ def to_markdown(results: dict, stamp: dict) -> str:
     )
 
 
-def write_report(prefix: str | Path, results: dict, metadata: dict) -> tuple[Path, Path]:
-    """Write PREFIX.json and PREFIX.md; returns their paths. The stamp is built here."""
+def report_paths(prefix: str | Path) -> tuple[Path, Path]:
+    """(PREFIX.json, PREFIX.md). A prefix already ending in .json or .md is taken as the name of that file
+    (`--output r.json` writes r.json and r.md, not r.json.json)."""
     prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+    if prefix.suffix.lower() in (".json", ".md"):
+        prefix = prefix.with_suffix("")
+    return prefix.with_name(prefix.name + ".json"), prefix.with_name(prefix.name + ".md")
+
+
+def write_report(prefix: str | Path, results: dict, metadata: dict) -> tuple[Path, Path]:
+    """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here."""
+    json_path, md_path = report_paths(prefix)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
-    json_path = prefix.with_name(prefix.name + ".json")
-    md_path = prefix.with_name(prefix.name + ".md")
     json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False, default=str) + "\n")
     md_path.write_text(to_markdown(results, stamp))
     return json_path, md_path

@@ -84,15 +84,12 @@ def _ratio_text(cost: dict) -> str:
 def write_sweep_report(prefix, result: SweepResult, metadata: dict):
     """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.build_stamp`)."""
     import json
-    from pathlib import Path
 
-    from minidecoder.evaluation.report import _json_safe, build_stamp
+    from minidecoder.evaluation.report import _json_safe, build_stamp, report_paths
 
-    prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = report_paths(prefix)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, {"data_dir": result.data_dir, "data_files": result.data_files, "limit": result.limit})
-    json_path = prefix.with_name(prefix.name + ".json")
-    md_path = prefix.with_name(prefix.name + ".md")
     json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
                                     allow_nan=False, default=str) + "\n")
     md_path.write_text(sweep_markdown(result, stamp))

@@ -29,7 +29,9 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     elif options:
         raise InputError("options were given together with a method object", "set them on the method object")
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise InputError("texts must be a list of strings", "pass e.g. ['first sentence', 'second sentence']")
+        raise InputError("texts must be a list of strings",
+                         "pass e.g. ['first sentence', 'second sentence']; for sentence-transformers' conventions "
+                         "(one string in, one vector out; numpy; normalize_embeddings) use minidecoder.SentenceEncoder")
     for row, text in enumerate(texts):  # named here, before sorting, so the row number is the caller's
         if not text.strip():
             raise InputError(f"text {row} is empty or whitespace-only ({text!r})",

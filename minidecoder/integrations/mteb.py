@@ -1,0 +1,87 @@
+"""A minidecoder method as an MTEB encoder (mteb 2.x): `mteb.evaluate(MtebEncoder(...), tasks)`.
+
+    import mteb
+    from minidecoder.integrations.mteb import MtebEncoder
+    results = mteb.evaluate(MtebEncoder("smollm2-135m-instruct", "tp"), mteb.get_tasks(tasks=["STSBenchmark"]))
+
+Install with `pip install -e ".[mteb]"`. Imported only when used: `import minidecoder` never loads mteb.
+
+The metadata MTEB reads is filled from the model, not guessed: `similarity_fn_name` is
+`ScoringFunction.COSINE` (every minidecoder method is scored by cosine, as in the papers; MTEB's
+evaluators read it from here), `embed_dim` the hidden size, `n_parameters` and `memory_usage_mb` counted
+from the loaded weights, `max_tokens` the context, `training_datasets` empty (the methods are
+training-free), and the method with every option in `experiment_kwargs`, so that MTEB's result cache
+keeps two methods (or two option values) on the same model apart. MTEB's task instructions are not
+used: each method applies its own paper's prompt (`use_instructions=False`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from mteb.models import ModelMeta
+from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ScoringFunction
+
+from minidecoder.running.encoder import SentenceEncoder
+
+
+class MtebEncoder(AbsEncoder):
+    """MTEB's encoder protocol around a `SentenceEncoder`; arguments as `SentenceEncoder`'s, or pass one
+    (`MtebEncoder(encoder)`)."""
+
+    def __init__(self, model: Any = None, method: Any = "prompteol", *, batch_size: int = 32, **kwargs: Any) -> None:
+        self.encoder = model if isinstance(model, SentenceEncoder) else SentenceEncoder(model, method, **kwargs)
+        self.model = self.encoder  # AbsEncoder's convention: `model` is the wrapped model
+        self.batch_size = batch_size
+        self.mteb_model_meta = model_meta(self.encoder)
+
+    def encode(self, inputs, *, task_metadata=None, hf_split: str = "", hf_subset: str = "", prompt_type=None,
+               **kwargs: Any) -> np.ndarray:
+        """(N, E) float32 for every text of MTEB's DataLoader, in its order."""
+        texts = [text for batch in inputs for text in batch["text"]]
+        return self.encoder.encode(texts, batch_size=kwargs.get("batch_size", self.batch_size),
+                                   show_progress_bar=kwargs.get("show_progress_bar", False))
+
+
+def model_meta(encoder: SentenceEncoder) -> ModelMeta:
+    """The ModelMeta MTEB needs for `encoder`'s model and method."""
+    model = encoder.model
+    n_parameters = sum(p.numel() for p in model.parameters())
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    options = {key: value for key, value in encoder.method.describe().items() if key != "method"}
+    context = model.tokenizer.model_max_length or model.config.max_position_embeddings
+    return ModelMeta(
+        loader=None,  # an instance is passed to mteb.evaluate; there is nothing for MTEB to load by name
+        name=f"minidecoder/{encoder.name.replace('/', '-')}",  # MTEB wants "organization/model_name"
+        revision=model.tokenizer.checksum[:12],  # the checkpoint's identity as far as minidecoder knows it
+        release_date=None,
+        languages=None,  # whatever the checkpoint was trained on; minidecoder does not know
+        n_parameters=n_parameters,
+        memory_usage_mb=round(n_bytes / 2**20, 2),
+        max_tokens=context,
+        embed_dim=encoder.embedding_dim,
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=["PyTorch", "safetensors"],
+        similarity_fn_name=ScoringFunction.COSINE,
+        use_instructions=False,
+        training_datasets=set(),  # training-free: no dataset was trained on
+        experiment_kwargs={"method": encoder.method.name, **{k: _plain(v) for k, v in options.items()}},
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Method options as the JSON-like values MTEB can name an experiment by."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return repr(value)

@@ -1,0 +1,153 @@
+"""Chat templates: the converter keeps a GGUF's `tokenizer.chat_template`, and
+`Tokenizer.apply_chat_template` gives the token ids transformers' `apply_chat_template` gives, on a
+tiny checkpoint with a template of its own, on a tiny GGUF converted here, and on the shipped models'
+own templates (SmolLM2 in the default run; Qwen2.5-Coder and Gemma-3 under `-m slow`).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minidecoder.core.tokenizer import Tokenizer
+from minidecoder.errors import InputError, TokenizerError
+from real_models import REAL_MODELS, real_files
+
+CHATS = [
+    [{"role": "user", "content": "What is 2+2?"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Héllo, what is 2+2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+]
+
+# A template of the tiny model's own that uses what real templates use: a namespace carried across
+# the loop, loop.first / loop.last, the special-token variables, `tojson`, whitespace control
+# (trim_blocks / lstrip_blocks make the indented block lines vanish) and raise_exception.
+TINY_TEMPLATE = """{{ bos_token }}{% set ns = namespace(turns=0) %}
+{% for message in messages %}
+    {% if message['role'] not in ['system', 'user', 'assistant'] %}
+        {{ raise_exception('unknown role ' + message['role']) }}
+    {% endif %}
+    {% if message['role'] == 'user' %}{% set ns.turns = ns.turns + 1 %}{% endif %}
+[{{ message['role'] | upper }} {{ ns.turns }}{% if loop.first %} first{% endif %}] {{ message['content'] | trim }}
+{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}[ASSISTANT] {% endif %}{{ {'n': ns.turns, 'note': 'é'} | tojson }}"""
+
+
+def _transformers_ids(folder: Path, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    from transformers import PreTrainedTokenizerFast
+
+    reference = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return list(reference.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                              return_dict=False))
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_folder(tmp_path_factory) -> Path:
+    from tiny_models import save_tiny_tokenizer
+
+    folder = save_tiny_tokenizer(tmp_path_factory.mktemp("tiny-chat"))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TINY_TEMPLATE}))
+    return folder
+
+
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+@pytest.mark.parametrize("chat", range(len(CHATS)))
+def test_tiny_template_ids_equal_transformers(tiny_chat_folder: Path, chat: int, add_generation_prompt: bool):
+    ours = Tokenizer(tiny_chat_folder).apply_chat_template(CHATS[chat], add_generation_prompt=add_generation_prompt)
+    assert ours == _transformers_ids(tiny_chat_folder, CHATS[chat], add_generation_prompt)
+    text = Tokenizer(tiny_chat_folder).apply_chat_template(CHATS[chat], add_generation_prompt, tokenize=False)
+    assert text.startswith("<s>[USER 1 first]") or text.startswith("<s>[SYSTEM 0 first]")
+    assert text.endswith("[ASSISTANT] " + json.dumps({"n": chat + 1, "note": "é"}, ensure_ascii=False)) \
+        == add_generation_prompt
+
+
+def test_template_errors_are_input_errors(tiny_chat_folder: Path):
+    tokenizer = Tokenizer(tiny_chat_folder)
+    with pytest.raises(InputError, match="unknown role tool"):
+        tokenizer.apply_chat_template([{"role": "tool", "content": "x"}])
+    with pytest.raises(InputError, match="list of dicts"):
+        tokenizer.apply_chat_template("hello")
+
+
+def test_template_cannot_reach_python_internals(tiny_chat_folder: Path):
+    """The sandbox refuses attribute access to internals, as transformers' environment does."""
+    import jinja2
+
+    tokenizer = Tokenizer(tiny_chat_folder)
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        tokenizer.apply_chat_template(CHATS[0], chat_template="{{ messages.__class__.__mro__ }}")
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        tokenizer.apply_chat_template(CHATS[0], chat_template="{% set ns = namespace() %}{% set ns._x = 1 %}")
+
+
+def test_no_template_is_a_clear_error(tiny_llama: Path):
+    with pytest.raises(TokenizerError, match="has no chat template"):
+        Tokenizer(tiny_llama).apply_chat_template(CHATS[0])
+
+
+def test_chat_template_jinja_file_is_read(tiny_chat_folder: Path, tmp_path: Path):
+    """transformers 5 saves the template as chat_template.jinja beside tokenizer_config.json."""
+    folder = Path(shutil.copytree(tiny_chat_folder, tmp_path / "jinja"))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "chat_template.jinja").write_text(config.pop("chat_template"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert Tokenizer(folder).apply_chat_template(CHATS[1], True) == _transformers_ids(folder, CHATS[1], True)
+
+
+def test_converter_keeps_the_gguf_template(tmp_path: Path):
+    from minidecoder.sources.convert.converter import convert_gguf
+    from tiny_gguf import write_tiny_gguf
+
+    template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}" \
+               "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    write_tiny_gguf(tmp_path / "tiny.gguf", "llama", extra_metadata={"tokenizer.chat_template": template})
+    folder = convert_gguf(tmp_path / "tiny.gguf", tmp_path / "out", progress=False)
+    assert json.loads((folder / "tokenizer_config.json").read_text())["chat_template"] == template
+    ours = Tokenizer(folder).apply_chat_template(CHATS[1], add_generation_prompt=True)
+    assert ours == _transformers_ids(folder, CHATS[1], True)
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_shipped_model_template_ids_equal_transformers(name: str):
+    """The template the GGUF ships, through the converter, renders to transformers' ids."""
+    from transformers import AutoTokenizer
+
+    from minidecoder.sources.convert.gguf_reader import GGUFFile
+
+    gguf_path, folder = real_files(name)
+    shipped = GGUFFile(gguf_path).metadata.get("tokenizer.chat_template")
+    if shipped is None:
+        pytest.skip(f"{gguf_path.name} ships no tokenizer.chat_template")
+    tokenizer = Tokenizer(folder)
+    assert tokenizer.chat_template == shipped
+    reference = AutoTokenizer.from_pretrained(str(folder))
+    for chat in CHATS:
+        for add_generation_prompt in (True, False):
+            expected = list(reference.apply_chat_template(chat, add_generation_prompt=add_generation_prompt,
+                                                          return_dict=False))
+            assert tokenizer.apply_chat_template(chat, add_generation_prompt=add_generation_prompt) == expected
+
+
+def test_generate_chat_cli_uses_the_template(tiny_llama_copy: Path, capsys):
+    """`minidecoder generate --chat/--system` continues exactly the ids transformers' template gives."""
+    import minidecoder
+    import minidecoder.cli as cli
+
+    config = json.loads((tiny_llama_copy / "tokenizer_config.json").read_text())
+    (tiny_llama_copy / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TINY_TEMPLATE}))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    model = minidecoder.load(tiny_llama_copy)
+    new = minidecoder.generate(model, _transformers_ids(tiny_llama_copy, messages, True), max_new_tokens=6)
+    expected = model.tokenizer.decode(new, skip_special_tokens=True).strip()
+    assert expected  # a reply that is empty would make the comparison below vacuous
+    assert cli.main(["generate", "--system", "Be brief.", "--chat", "Hi?", "--max-new-tokens", "6",
+                     "--model", str(tiny_llama_copy)]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+    # the raw-prompt path continues the text itself, so the template visibly changes what is continued
+    assert cli.main(["generate", "Hi?", "--max-new-tokens", "6", "--model", str(tiny_llama_copy)]) == 0
+    raw = capsys.readouterr().out
+    assert raw.startswith("Hi?")

@@ -1,0 +1,124 @@
+"""`SentenceEncoder.encode` keeps sentence-transformers' contract: checked against a real
+`SentenceTransformer` wrapping the same method (`MinidecoderModule`), argument combination by
+argument combination (types, shapes, dtypes, values), and against `minidecoder.embed`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import minidecoder
+from minidecoder.errors import InputError
+
+TEXTS = ["A man plays a guitar.", "Someone plays music.", "Stocks fell.", "A chef cooks pasta in a kitchen."]
+INPUTS = {
+    "list": TEXTS,
+    "tuple": tuple(TEXTS),
+    "numpy": np.array(TEXTS),
+    "single string": TEXTS[2],
+    "one-element list": TEXTS[:1],
+    "empty list": [],
+}
+OPTIONS = [
+    {},
+    {"convert_to_tensor": True},
+    {"convert_to_numpy": False},
+    {"convert_to_numpy": True, "convert_to_tensor": True},  # tensor wins, as in sentence-transformers
+    {"normalize_embeddings": True},
+    {"normalize_embeddings": True, "convert_to_tensor": True, "batch_size": 1},
+]
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_llama: Path):
+    return minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean")
+
+
+@pytest.fixture(scope="module")
+def sentence_transformer(encoder):
+    from sentence_transformers import SentenceTransformer
+
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    return SentenceTransformer(modules=[MinidecoderModule(encoder)], device="cpu")
+
+
+def _same(ours, theirs) -> None:
+    assert type(ours) is type(theirs)
+    if isinstance(theirs, list):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            _same(a, b)
+        return
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    if isinstance(theirs, torch.Tensor):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_encode_contract_equals_sentence_transformers(encoder, sentence_transformer, kind: str, options: dict):
+    ours = encoder.encode(INPUTS[kind], show_progress_bar=False, **options)
+    theirs = sentence_transformer.encode(INPUTS[kind], show_progress_bar=False, **options)
+    _same(ours, theirs)
+
+
+def test_encode_values_shapes_and_normalization(encoder, tiny_llama: Path):
+    reference = minidecoder.embed(encoder.model, TEXTS, "mean")  # (N, E) torch
+    vectors = encoder.encode(TEXTS)
+    assert isinstance(vectors, np.ndarray) and vectors.dtype == np.float32
+    assert vectors.shape == (len(TEXTS), encoder.embedding_dim) == (4, 32)
+    np.testing.assert_array_equal(vectors, reference.numpy())
+    single = encoder.encode(TEXTS[1])
+    assert single.shape == (32,)
+    np.testing.assert_allclose(single, reference[1].numpy(), rtol=1e-5, atol=1e-6)  # batch composition: tolerance
+    unit = encoder.encode(TEXTS, normalize_embeddings=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
+    assert not np.allclose(np.linalg.norm(vectors, axis=1), 1.0)  # so normalizing did something
+    rows = encoder.encode(TEXTS, convert_to_numpy=False)
+    assert isinstance(rows, list) and all(isinstance(r, torch.Tensor) and r.shape == (32,) for r in rows)
+
+
+def test_similarity_equals_sentence_transformers(encoder, sentence_transformer):
+    a, b = encoder.encode(TEXTS[:3]), encoder.encode(TEXTS[1:])
+    ours = encoder.similarity(a, b)
+    assert ours.shape == (3, 3)
+    torch.testing.assert_close(ours, sentence_transformer.similarity(a, b))
+    torch.testing.assert_close(encoder.similarity(a[0], b[0]), sentence_transformer.similarity(a[0], b[0]))
+    torch.testing.assert_close(encoder.similarity_pairwise(a, b), sentence_transformer.similarity_pairwise(a, b))
+    assert abs(float(encoder.similarity(a[1], a[1])) - 1.0) < 1e-6
+
+
+def test_encoder_options_and_errors(tiny_llama: Path, encoder):
+    built = minidecoder.SentenceEncoder(tiny_llama, "mean", layer=2)  # a folder is loaded; options by name
+    assert built.method.layer == 2 and built.name.endswith("/mean")
+    assert not np.allclose(built.encode(TEXTS[:2]), encoder.encode(TEXTS[:2]))
+    with pytest.raises(InputError, match="has no option"):
+        minidecoder.SentenceEncoder(encoder.model, "mean", depth=3)
+    with pytest.raises(InputError, match="out of range|layer"):
+        minidecoder.SentenceEncoder(encoder.model, "mean", layer=99)  # checked at construction
+    with pytest.raises(InputError, match="load it there"):
+        encoder.encode(TEXTS, device="meta")
+
+
+def test_sentence_transformer_saves_and_reloads_the_module(sentence_transformer, tmp_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    sentence_transformer.save(str(tmp_path / "saved"))
+    reloaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
+    np.testing.assert_array_equal(reloaded.encode(TEXTS), sentence_transformer.encode(TEXTS))
+    assert reloaded.get_embedding_dimension() == 32
+
+
+def test_integrations_are_not_imported_by_minidecoder():
+    import subprocess
+    import sys
+
+    code = ("import sys, minidecoder; minidecoder.SentenceEncoder; "
+            "print(any(m.split('.')[0] in ('sentence_transformers', 'mteb') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,85 @@
+"""MTEB runs a minidecoder method with one line, and its own STS evaluator agrees with
+`minidecoder eval sts`'s harness on STS-B test read from the local files (no Hub).
+
+MTEB reports the cosine Spearman as a fraction; the harness x100."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import minidecoder
+
+# (model, method, pairs): the first 200 STS-B test pairs on the tiny model (10-35 s here); the first
+# 100 on SmolLM2, where the score is a real one (about 45 s on 2 idle cores, minutes on a busy machine,
+# hence `slow`; measured: MTEB 0.75268786826769, harness 75.268786826769).
+CASES = [
+    pytest.param("tiny", "mean", 200, id="tiny-200-pairs"),
+    pytest.param(None, "prompteol", 100, marks=pytest.mark.slow, id="smollm2-100-pairs"),
+]
+
+
+def local_stsb_task(rows: list[list[str]]):
+    """An MTEB STS task over STS-B test rows read here (columns as SentEval reads them: score 4,
+    sentences 5 and 6, whitespace joined as SentEval's word lists are), so nothing is downloaded."""
+    from datasets import Dataset, DatasetDict
+    from mteb.abstasks.sts import AbsTaskSTS
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    class LocalSTSBenchmark(AbsTaskSTS):
+        metadata = TaskMetadata(
+            name="LocalSTSBenchmark", type="STS", main_score="cosine_spearman", category="t2t",
+            description="STS-B test, read from the local SentEval files", reference="https://ixa2.si.ehu.eus/stswiki",
+            dataset={"path": "local/STSBenchmark", "revision": "local"}, eval_splits=["test"], eval_langs=["eng-Latn"],
+            date=("2017-01-01", "2017-12-31"), dialect=["Written"], domains=[], task_subtypes=[],
+            license="cc-by-sa-4.0", annotations_creators="human-annotated", modalities=["text"],
+            sample_creation="found", bibtex_citation="")
+        min_score = 0
+        max_score = 5
+
+        def load_data(self, num_proc=None, **kwargs) -> None:
+            self.dataset = DatasetDict({"test": Dataset.from_dict({
+                "sentence1": [" ".join(row[5].split()) for row in rows],
+                "sentence2": [" ".join(row[6].split()) for row in rows],
+                "score": [float(row[4]) for row in rows]})})
+            self.data_loaded = True
+
+    return LocalSTSBenchmark()
+
+
+def test_model_meta_is_what_mteb_needs(tiny_llama: Path):
+    from mteb.models.model_meta import ScoringFunction
+
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    model = minidecoder.load(tiny_llama)
+    mean, last = MtebEncoder(model, "mean", layer=2), MtebEncoder(model, "last")
+    meta = mean.mteb_model_meta
+    assert meta.similarity_fn_name is ScoringFunction.COSINE
+    assert meta.embed_dim == 32 and meta.n_parameters == sum(p.numel() for p in model.parameters())
+    assert meta.training_datasets == set() and meta.use_instructions is False
+    assert meta.name.startswith("minidecoder/") and meta.experiment_kwargs["layer"] == 2
+    # two methods on one model are two experiments in MTEB's result cache
+    assert meta.experiment_name != last.mteb_model_meta.experiment_name
+
+
+@pytest.mark.parametrize("model, method, pairs", CASES)
+def test_mteb_sts_evaluator_equals_harness(tiny_llama: Path, model, method: str, pairs: int | None):
+    import mteb
+
+    from minidecoder.evaluation.harness import evaluate_sts
+    from minidecoder.evaluation.sts_data import resolve_data_dir
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    path = resolve_data_dir() / "STSBenchmark" / "sts-test.csv"
+    rows = [line.strip().split("\t") for line in path.read_text(encoding="utf-8").splitlines()][:pairs]
+    encoder = MtebEncoder(tiny_llama if model == "tiny" else model, method)  # the one line a user writes
+    result = mteb.evaluate(encoder, local_stsb_task(rows), cache=None, show_progress_bar=False)
+    (scores,) = result.task_results[0].scores["test"]
+    ours = evaluate_sts(lambda s: encoder.encoder.encode(s, convert_to_tensor=True), ["STSBenchmark"],
+                        limit=pairs, progress=False)
+    harness = ours["tasks"]["STSBenchmark"]
+    assert harness["pairs"] == len(rows) == pairs
+    assert (30 if model is None else 1) < abs(harness["score"]) < 100  # not a degenerate score
+    assert abs(100 * scores["cosine_spearman"] - harness["score"]) < 0.01
+    assert scores["main_score"] == scores["cosine_spearman"]
