@@ -67,6 +67,9 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
                              "use the tokenizer that belongs to these weights")
     model.tokenizer = tokenizer
     model.source = str(folder)
+    declared = tokenizer.model_max_length  # tokenizer_config.json's context: the smaller of the two wins
+    if declared is not None and (model.max_context is None or declared < model.max_context):
+        model.max_context = declared
     if compile:
         from minidecoder.fast.compiled import compile_blocks
         compile_blocks(model)
