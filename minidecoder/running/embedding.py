@@ -85,7 +85,8 @@ def _as_text_list(texts) -> list[str]:
     texts = list(texts)
     for row, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ArgumentTypeError(f"texts must be strings; text {row} is a {type(text).__name__} ({text!r:.40})",
+            raise ArgumentTypeError(f"texts must be a list of strings; text {row} is a {type(text).__name__} "
+                                    f"({text!r:.40})",
                                     "convert every item to str first")
     return texts
 
