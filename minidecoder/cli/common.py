@@ -27,8 +27,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def load_model(args: argparse.Namespace):
     import minidecoder
+    extra = {"ignore_config_keys": tuple(args.ignore_config_key)} if getattr(args, "ignore_config_key", None) else {}
     return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
-                            pack_weights=args.pack_weights, ignore_config_keys=tuple(args.ignore_config_key))
+                            pack_weights=args.pack_weights, **extra)
 
 
 def build_cli_method(name: str, pairs: list[str]):

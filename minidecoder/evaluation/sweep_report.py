@@ -86,14 +86,14 @@ def write_sweep_report(prefix, result: SweepResult, metadata: dict):
     import json
     from pathlib import Path
 
-    from minidecoder.evaluation.report import _json_safe, build_stamp
+    from minidecoder.evaluation.report import _json_safe, _write_whole, build_stamp
 
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, {"data_dir": result.data_dir, "data_files": result.data_files, "limit": result.limit})
     json_path = prefix.with_name(prefix.name + ".json")
     md_path = prefix.with_name(prefix.name + ".md")
-    json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
-                                    allow_nan=False, default=str) + "\n")
-    md_path.write_text(sweep_markdown(result, stamp))
+    _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
+                                       allow_nan=False, default=str) + "\n")
+    _write_whole(md_path, sweep_markdown(result, stamp))
     return json_path, md_path
