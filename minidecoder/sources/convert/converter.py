@@ -103,7 +103,10 @@ def convert_gguf(
     staging.mkdir()
     try:
         _write_json(staging / "config.json", config)
-        tokenizer.save(str(staging / "tokenizer.json"))
+        try:
+            tokenizer.save(str(staging / "tokenizer.json"))
+        except Exception as error:  # tokenizers reports a failed write as a plain Exception
+            raise OSError(str(error)) from None
         del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
         _write_json(staging / "tokenizer_config.json", tokenizer_config)
         bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
