@@ -33,3 +33,51 @@ class InputError(MinidecoderError):
 
 class NumericsError(MinidecoderError):
     """NaN or inf appeared in activations."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """A Python argument of the wrong type (e.g. `embed(model, None)`); also a TypeError for callers that
+    catch that."""
+
+
+class ContextLengthError(InputError):
+    """A sequence longer than the model's context; `length` and `limit` are token counts."""
+
+    def __init__(self, problem: str, fix: str | None = None, length: int = 0, limit: int = 0) -> None:
+        super().__init__(problem, fix)
+        self.length = length
+        self.limit = limit
+
+
+class OutputError(MinidecoderError):
+    """An output location that cannot be written, is taken, or failed while being written."""
+
+
+def describe_unusable_file(path, what: str = "file") -> str:
+    """Why `path` cannot be read as a file, in words: a directory, a symlink loop, a dangling link, missing.
+
+    For messages: `raise InputError(f"{what} {path} {describe_unusable_file(path)}", ...)`.
+    """
+    import errno
+    import os
+
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)!r}, which does not exist"
+        if error.errno == errno.EACCES:
+            return "cannot be reached (permission denied on a folder above it)"
+        if error.errno == errno.ENOTDIR:
+            return "does not exist (a part of its path is a file, not a folder)"
+        return "does not exist"
+    import stat
+    if stat.S_ISDIR(info.st_mode):
+        return f"is a directory, not a {what}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"is not a regular {what}"
+    if not os.access(path, os.R_OK):
+        return "is not readable (permission denied)"
+    return "is unusable"

@@ -1,7 +1,9 @@
 """Tiny transformers models for every family and variant, built in the test session (nothing is
 downloaded). Initialization is large (std 0.2) and norm weights are non-trivial, so that every
 quirk moves the logits; windows are shorter than the test inputs; RoPE scaling variants have inputs
-longer than their original context.
+longer than their original context. The context (max_position_embeddings) is long enough for every
+method's prompt, since minidecoder refuses inputs past it, except where a variant's numerics depend on
+it: dynamic NTK keeps 16 (minidecoder puts no limit on it: it is built to run past), YaRN 32 (4 x 8).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ VOCAB = 128  # 4 specials + printable ASCII (32..126) + spare rows
 SEQ = 24  # test inputs are this long: longer than every window and every original context below
 
 _BASE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=16, rms_norm_eps=1e-6, initializer_range=0.2,
+             num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, initializer_range=0.2,
              bos_token_id=1, eos_token_id=2, pad_token_id=0)
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
@@ -28,11 +30,13 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                           mlp_bias=True)),
     "llama_head_dim": ("llama", dict(head_dim=16)),  # explicit head_dim != hidden / heads
     "llama_rope_linear": ("llama", dict(rope_parameters=dict(rope_type="linear", factor=4.0, rope_theta=10000.0))),
-    "llama_rope_dynamic": ("llama", dict(rope_parameters=dict(rope_type="dynamic", factor=3.0, rope_theta=10000.0))),
+    "llama_rope_dynamic": ("llama", dict(max_position_embeddings=16,
+                                            rope_parameters=dict(rope_type="dynamic", factor=3.0, rope_theta=10000.0))),
     "llama_rope_llama3": ("llama", dict(rope_parameters=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                                              high_freq_factor=4.0, original_max_position_embeddings=8,
                                                              rope_theta=500000.0))),
-    "llama_rope_yarn": ("llama", dict(rope_parameters=dict(rope_type="yarn", factor=2.0, rope_theta=10000.0,
+    "llama_rope_yarn": ("llama", dict(max_position_embeddings=32,
+                                         rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0,
                                                            original_max_position_embeddings=8))),
     "mistral_window": ("mistral", dict(sliding_window=5)),
     "qwen2": ("qwen2", dict()),

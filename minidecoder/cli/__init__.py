@@ -32,6 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     except MinidecoderError as error:
         print(f"minidecoder: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("minidecoder: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # printed once: a job's says what it saved
+        print(f"minidecoder: {interrupt or 'interrupted'}", file=sys.stderr)
         return 130

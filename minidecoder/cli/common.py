@@ -20,12 +20,74 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack-weights", action="store_true",
                         help="CPU only: reorder the block weights once into oneDNN's layout (10-13%% faster here, "
                              "a second copy of them in memory); combines with --compile")
+    parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
+                        help="a config.json key you know does not change numerics (unknown keys are errors); "
+                             "repeat for more")
 
 
 def load_model(args: argparse.Namespace):
     import minidecoder
+    extra = {"ignore_config_keys": tuple(args.ignore_config_key)} if getattr(args, "ignore_config_key", None) else {}
     return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
-                            pack_weights=args.pack_weights)
+                            pack_weights=args.pack_weights, **extra)
+
+
+def build_cli_method(name: str, pairs: list[str]):
+    """The method `name` with `--opt` pairs, each value checked against the option's type first, so that
+    `--opt prompt=true` is named as a boolean given to a text option rather than failing inside the method."""
+    import dataclasses
+
+    import minidecoder.methods
+
+    options = parse_options(pairs)
+    cls = minidecoder.methods.METHODS.get(name) if isinstance(name, str) else None
+    if cls is not None and dataclasses.is_dataclass(cls):
+        fields = {field.name: field for field in dataclasses.fields(cls)}
+        for key, value in options.items():
+            field = fields.get(key)
+            if field is None or field.default is dataclasses.MISSING or field.default is None:
+                continue  # unknown options and options without a typed default: build_method names them
+            expected = type(field.default)
+            if expected is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            elif expected is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif expected in (str, bool):
+                ok = isinstance(value, expected)
+            else:
+                continue
+            if not ok:
+                raise InputError(
+                    f"--opt {key}={_raw(pairs, key)} gives {_kind(value)}, but {name}'s option {key} takes "
+                    f"{_kind(field.default)} (default {json.dumps(field.default)})",
+                    f"e.g. --opt {key}={field.default if expected is not bool else str(field.default).lower()}"
+                    + ("; a text that looks like JSON is quoted: --opt " + key + "='\"" + _raw(pairs, key) + "\"'"
+                       if expected is str else ""))
+    return minidecoder.methods.build_method(name, **options)
+
+
+def _raw(pairs: list[str], key: str) -> str:
+    for pair in pairs:
+        k, _, raw = pair.partition("=")
+        if k.strip() == key:
+            return raw
+    return ""
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

@@ -39,6 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--truncate", type=int, default=None, metavar="N",
                         help="keep the first N tokens of each text (default: a text longer than the model's context is an error)")
     parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: refuse)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(run=run)
 
@@ -60,34 +62,46 @@ def methods_help() -> str:
 
 # ---- output checks (the writing itself is minidecoder.running.jobs) -------------------------------------
 def check_output(path: Path, overwrite: bool) -> None:
+    from minidecoder.running.outputs import check_writable_folder
+
     if path.suffix.lower() not in OUTPUT_SUFFIXES:
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
                          "name the output FILE.npy or FILE.safetensors")
-    if path.exists() and not overwrite:
-        raise InputError(f"--output {path} already exists", "pass --overwrite to replace it, or choose another name")
     if path.exists() and path.is_dir():
         raise InputError(f"--output {path} is a directory", "give a file name ending in .npy or .safetensors")
+    sidecar = path.with_name(path.name + ".json")
+    for taken in (path, sidecar) if path.suffix.lower() == ".npy" else (path,):
+        if taken.exists() and not overwrite:
+            raise InputError(f"--output {path}: {taken} already exists",
+                             "pass --overwrite to replace it, or choose another name")
+    check_writable_folder(path.parent, "the --output folder")
 
 
 # ---- the command -----------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
     import minidecoder
     import minidecoder.methods
-    from minidecoder.cli.common import load_model, parse_options
+    from minidecoder.cli.common import build_cli_method, load_model
 
     # everything that can fail cheaply fails before the model loads
     if args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    if args.truncate is not None and args.truncate < 1:
+        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens",
+                         "e.g. --truncate 512 keeps the first 512 tokens of each text")
     output = Path(args.output)
     check_output(output, args.overwrite)
-    method = minidecoder.methods.build_method(args.method, **parse_options(args.opt))
+    from minidecoder.running.outputs import check_not_locked
+    if not args.wait:
+        check_not_locked(output)  # another run on this output: say so before loading a model
+    method = build_cli_method(args.method, args.opt)
     from minidecoder.running.jobs import run_embedding_job, scan_input
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads
     model = load_model(args)
     # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.
     summary = run_embedding_job(
         model, method, args.input, output, overwrite=args.overwrite, batch_size=args.batch_size,
-        progress=not args.no_progress, truncate=args.truncate,
+        progress=not args.no_progress, truncate=args.truncate, wait=args.wait,
         extra_metadata={"model_name": args.model if args.model is not None else "default",
                         "command": shlex.join(["minidecoder", "embed", *_argv(args)])})
     print(f"wrote {summary['rows']} x {summary['dim']} float32 embeddings ({method.name}) to {output}"

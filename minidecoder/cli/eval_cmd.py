@@ -15,7 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
-from minidecoder.cli.common import add_model_options, load_model, parse_options
+from minidecoder.cli.common import add_model_options, build_cli_method, load_model
 from minidecoder.errors import InputError
 
 
@@ -31,6 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each subset (quick look)")
     sts.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     sts.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json and PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sts-MODEL-METHOD-DATE)")
+    sts.add_argument("--overwrite", action="store_true", help="replace PREFIX.json / PREFIX.md if they exist")
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
@@ -59,14 +60,19 @@ def run(args: argparse.Namespace) -> int:
     import minidecoder
     import minidecoder.methods
     from minidecoder.evaluation.harness import evaluate_sts
-    from minidecoder.evaluation.report import summary_table, write_report
+    from minidecoder.evaluation.report import check_report_prefix, summary_table, write_or_rescue, write_report
+    from minidecoder.evaluation.sts_data import resolve_data_dir
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit {args.limit} must be at least 1", "e.g. --limit 50")
     tasks = parse_tasks(args.tasks)
-    options = parse_options(args.opt)
     # everything that can fail cheaply fails before the model loads and the long run starts
-    method = minidecoder.methods.build_method(args.method, **options)
+    prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
+    check_report_prefix(prefix, args.overwrite)
+    resolve_data_dir(args.data)
+    method = build_cli_method(args.method, args.opt)
     model = load_model(args)
     metadata = {
         "model": args.model if args.model is not None else "default",
@@ -86,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
     chunk = args.batch_size * max(1, 256 // args.batch_size)  # whole batches per progress update
     results = evaluate_sts(encode, tasks=tasks, data_dir=args.data, limit=args.limit,
                            progress=not args.no_progress, chunk_size=chunk)
-    prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
-    json_path, md_path = write_report(prefix, results, metadata)
-    print(summary_table(results))
+    table = summary_table(results)
+    json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata), prefix, table)
+    print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
 

@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("prompt", nargs="?", help="raw text to continue (leave out with --chat)")
     parser.add_argument("--chat", metavar="MESSAGE", help="a user message, sent through the model's chat template")
     parser.add_argument("--system", metavar="TEXT", help="a system message before --chat's message")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="at most this many new tokens (0 or more)")
     add_model_options(parser)
     parser.set_defaults(run=run)
 
@@ -30,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
                          'e.g. minidecoder generate "The capital of France is" or minidecoder generate --chat "Hi!"')
     if args.system is not None and args.chat is None:
         raise InputError("--system needs --chat", 'e.g. --system "Be brief." --chat "What is RoPE?"')
+    if args.prompt is not None and not args.prompt:
+        raise InputError("the prompt is empty", 'give some text, e.g. minidecoder generate "Once upon a time"')
+    if args.max_new_tokens < 0:
+        raise InputError(f"--max-new-tokens {args.max_new_tokens} must be 0 or more", "e.g. --max-new-tokens 32")
     model = load_model(args)
     if args.chat is None:
         new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)

@@ -17,7 +17,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from minidecoder.cli.common import add_model_options, load_model, parse_options
+from minidecoder.cli.common import add_model_options, build_cli_method, load_model, parse_options
 from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError
 
@@ -39,9 +39,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sweep-MODEL-METHOD-DATE)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX-<axis>.png (needs matplotlib)")
+    parser.add_argument("--overwrite", action="store_true", help="replace PREFIX.json / PREFIX.md if they exist")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(parser)
     parser.set_defaults(run=run)
+
+
+def check_grid_options(method_name: str, pairs: list[str]) -> None:
+    """Every --grid KEY is an option of the method (else the sweep would answer with unrelated rules)."""
+    import dataclasses
+
+    import minidecoder.methods
+
+    cls = minidecoder.methods.METHODS.get(method_name)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return
+    known = [field.name for field in dataclasses.fields(cls)]
+    for pair in pairs:
+        key = pair.partition("=")[0].strip()
+        if key and key not in known:
+            raise InputError(f"--grid {pair!r}: method {method_name} has no option {key!r}",
+                             f"its options are {', '.join(known)} (`minidecoder embed --help` describes them)")
 
 
 def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
@@ -73,9 +91,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit {args.limit} must be at least 1", "e.g. --limit 200")
     options = parse_options(args.opt)
-    method = minidecoder.methods.build_method(args.method, **options)
+    method = build_cli_method(args.method, args.opt)
+    check_grid_options(args.method, args.grid)
     fixed = set(options)
+    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
+    from minidecoder.evaluation.report import check_report_prefix, write_or_rescue
+    from minidecoder.evaluation.sts_data import resolve_data_dir
+    check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
+    resolve_data_dir(args.data)
     model = load_model(args)
     axes = build_axes(args, model.num_layers)
     clash = sorted(fixed & set(axes))
@@ -95,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
         "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
     }
-    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
-    json_path, md_path = write_sweep_report(prefix, result, metadata)
+    from minidecoder.evaluation.sweep_report import sweep_markdown
+    json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata), prefix,
+                                         sweep_markdown(result, {}))
     written = [json_path, md_path]
     if args.plot:
         from minidecoder.evaluation.plots import plot_sweep

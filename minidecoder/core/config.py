@@ -190,7 +190,8 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
         unknown = set(raw) - _UNDERSTOOD_KEYS - _GEMMA3_OUTER_KEYS - set(ignore_keys)
         if unknown:
             raise ConfigError(f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
-                              "pass ignore_config_keys=[...] to load() if you know they do not change numerics")
+                              "if you know they do not change numerics, pass ignore_config_keys=[...] to load() "
+                              "(CLI: --ignore-config-key KEY, once per key)")
         if not isinstance(raw.get("text_config") or {}, dict):
             raise ConfigError("a gemma3 config.json's text_config must be an object", "fix config.json")
         text = dict(raw.get("text_config") or {})
@@ -207,7 +208,8 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
     if unknown:
         raise ConfigError(
             f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
-            "if they do not change the model's numerics, pass ignore_config_keys=[...] to load(); "
+            "if they do not change the model's numerics, pass ignore_config_keys=[...] to load() "
+            "(CLI: --ignore-config-key KEY, once per key); "
             "otherwise this checkpoint needs support that minidecoder lacks",
         )
     is_gemma = model_type.startswith("gemma")

@@ -266,6 +266,11 @@ class Decoder(nn.Module):
         self.fast_paths = None  # set by minidecoder.load: which fast paths the method loop may take
         self._inv_freq = {kind: inverse_frequencies(spec, config.head_dim, config.max_position_embeddings)
                           for kind, spec in config.rope.items()}
+        # The longest sequence (in positions) the model accepts: config.json max_position_embeddings (a
+        # converted GGUF's context_length), lowered by minidecoder.load to tokenizer_config.json's
+        # model_max_length when that is smaller. None = no limit: dynamic-NTK RoPE is built to run past it.
+        dynamic = any(spec.rope_type == "dynamic" for spec in config.rope.values())
+        self.max_context: int | None = None if dynamic else config.max_position_embeddings
 
     # ---- the public pieces -------------------------------------------------------------------
     @property
@@ -340,6 +345,12 @@ class Decoder(nn.Module):
             else:
                 position_ids = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         seq_len = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        if self.max_context is not None and seq_len > self.max_context:  # every entry point passes here
+            from minidecoder.errors import ContextLengthError
+            raise ContextLengthError(
+                f"a sequence of {seq_len} tokens is longer than the model's context of {self.max_context} tokens",
+                "shorten the input; to embed, pass truncate=N (CLI --truncate N) to keep the first N tokens of "
+                "each text; to generate, ask for fewer new tokens", length=seq_len, limit=self.max_context)
         tables = {}
         for kind, spec in self.config.rope.items():
             inv_freq, scaling = self._inv_freq[kind]

@@ -137,6 +137,19 @@ def to_markdown(results: dict, stamp: dict) -> str:
     )
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Written under a temporary name and renamed: a failed write never leaves half a report."""
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def report_paths(prefix: str | Path) -> tuple[Path, Path]:
     """(PREFIX.json, PREFIX.md). A prefix already ending in .json or .md is taken as the name of that file
     (`--output r.json` writes r.json and r.md, not r.json.json)."""
@@ -151,6 +164,60 @@ def write_report(prefix: str | Path, results: dict, metadata: dict) -> tuple[Pat
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
-    json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False, default=str) + "\n")
-    md_path.write_text(to_markdown(results, stamp))
+    _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False,
+                                       default=str) + "\n")
+    _write_whole(md_path, to_markdown(results, stamp))
     return json_path, md_path
+
+
+# ---- where reports go: checked before a run, never overwritten silently, never lost ---------------------
+def check_report_prefix(prefix: str | Path, overwrite: bool) -> None:
+    """Before a run: PREFIX is not a folder, PREFIX.json / .md do not exist (unless `overwrite`), and their
+    folder is writable. Raises InputError / OutputError naming the problem."""
+    from minidecoder.errors import InputError
+    from minidecoder.running.outputs import check_writable_folder
+
+    prefix = Path(prefix)
+    if not prefix.name or prefix.is_dir() or str(prefix).endswith(("/", "\\")):
+        raise InputError(f"--output {prefix} is a folder; it is a PREFIX for PREFIX.json and PREFIX.md",
+                         f"give a file prefix, e.g. --output {prefix / 'run1'}")
+    for path in report_paths(prefix):
+        if path.is_dir():
+            raise InputError(f"--output {prefix}: {path} is a folder", "choose another prefix")
+        if path.exists() and not overwrite:
+            raise InputError(f"--output {prefix}: {path} already exists; results are never overwritten silently",
+                             "pass --overwrite to replace it, or choose another prefix")
+    check_writable_folder(prefix.parent, "the --output folder")
+
+
+def unsaved_results_dir() -> Path:
+    """Where a report goes when its own location failed: beside the download cache."""
+    from minidecoder.sources.paths import download_cache_dir
+    return download_cache_dir().parent / "unsaved-results"
+
+
+def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
+    """`write(prefix)` -> paths; if that fails (a read-only folder, a full disk), print `table`, write the
+    report under unsaved_results_dir() instead, and raise OutputError naming both places, so that
+    nothing computed is lost."""
+    import sys
+
+    from minidecoder.errors import OutputError
+
+    prefix = Path(prefix)
+    try:
+        return write(prefix)
+    except OSError as error:
+        first = error
+    print(table)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    rescue = unsaved_results_dir() / f"{prefix.name or 'report'}-{stamp}"
+    try:
+        rescue.parent.mkdir(parents=True, exist_ok=True)
+        saved = write(rescue)
+        where = f"the report was saved to {saved[0]} and {saved[1]} instead (the table is above)"
+    except OSError as error:
+        where = f"saving it to {rescue.parent} failed too ({error}); the table above is all that is left"
+    print(f"minidecoder: writing {prefix}.json failed", file=sys.stderr)
+    raise OutputError(f"writing the report to {prefix}.json / .md failed ({first.strerror or first}); {where}",
+                      "move it where you want it, and fix or change --output next time") from None

@@ -31,7 +31,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minidecoder.errors import InputError
+from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.sources.paths import sts_data_dir
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -92,8 +92,12 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     """`data_dir` if given, else `minidecoder.sources.paths.sts_data_dir()`; it must exist."""
     path = Path(data_dir).expanduser() if data_dir is not None else sts_data_dir()
     if path is None or not path.is_dir():
+        if path is not None and path.exists():
+            why = "is a file, not a folder"
+        else:
+            why = "does not exist" if path is None else describe_unusable_file(path, "folder")
         raise InputError(
-            f"STS data folder {str(path) if path is not None else '(none found)'} does not exist",
+            f"STS data folder {str(path) if path is not None else '(none found)'} {why}",
             "pass --data DIR (or set MINIDECODER_STS_DATA) to the folder holding STS12-en-test ... SICK",
         )
     return path
@@ -101,9 +105,24 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
 
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
-        raise InputError(f"STS data file {path} is missing", "point --data at a complete SentEval-layout STS folder")
+        raise InputError(f"STS data file {path} {_missing(path)}", "point --data at a complete SentEval-layout STS folder")
     with io.open(path, encoding="utf8") as handle:
-        return handle.read().splitlines()  # splitlines, as SentEval's STSEval.loadFile
+        try:
+            return handle.read().splitlines()  # splitlines, as SentEval's STSEval.loadFile
+        except UnicodeDecodeError as error:
+            raise _not_utf8(path, error) from None
+
+
+def _missing(path: Path) -> str:
+    why = describe_unusable_file(path)
+    return "is missing" if why == "does not exist" else why
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> InputError:
+    line = error.object[:error.start].count(b"\n") + 1 if isinstance(error.object, bytes) else "?"
+    return InputError(f"STS data file {path} is not valid UTF-8 (byte {error.start}, line {line})",
+                      "restore the file from SentEval's download script, or re-encode it as UTF-8 "
+                      "(e.g. `iconv -f latin1 -t utf-8`)")
 
 
 def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTask:
@@ -140,8 +159,12 @@ def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTas
 def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -> tuple[list[str], list[str], list[float]]:
     """Tab-separated rows, `line.strip().split('\\t')` as SentEval's STS-B and SICK loaders do."""
     if not path.is_file():
-        raise InputError(f"STS data file {path} is missing", "point --data at a complete SentEval-layout STS folder")
+        raise InputError(f"STS data file {path} {_missing(path)}", "point --data at a complete SentEval-layout STS folder")
     s1s, s2s, gold = [], [], []
+    try:
+        path.read_bytes().decode("utf-8")  # STS files are small: a bad byte is named before any row is read
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from None
     with io.open(path, "r", encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if skip_header and number == 1:

@@ -85,12 +85,12 @@ def write_sweep_report(prefix, result: SweepResult, metadata: dict):
     """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.build_stamp`)."""
     import json
 
-    from minidecoder.evaluation.report import _json_safe, build_stamp, report_paths
+    from minidecoder.evaluation.report import _json_safe, _write_whole, build_stamp, report_paths
 
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, {"data_dir": result.data_dir, "data_files": result.data_files, "limit": result.limit})
-    json_path.write_text(json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
-                                    allow_nan=False, default=str) + "\n")
-    md_path.write_text(sweep_markdown(result, stamp))
+    _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
+                                       allow_nan=False, default=str) + "\n")
+    _write_whole(md_path, sweep_markdown(result, stamp))
     return json_path, md_path

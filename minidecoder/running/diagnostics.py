@@ -102,3 +102,9 @@ def _check(value: torch.Tensor, real: torch.Tensor, site: str, block: int | None
         return None
     kind = " and ".join(word for word, hit in (("nan", bool(nan.any())), ("inf", bool(inf.any()))) if hit)
     return NonFinite(block=block, site=site, hidden_index=hidden_index, kind=kind, count=count, dtype=dtype)
+
+
+def nonfinite_parameters(model) -> list[str]:
+    """Names of the parameters holding NaN or inf: a corrupt checkpoint, not an overflow."""
+    with torch.no_grad():
+        return [name for name, param in model.named_parameters() if not bool(torch.isfinite(param).all())]

@@ -10,8 +10,9 @@ import warnings
 
 import torch
 
-from minidecoder.errors import InputError, NumericsError
+from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
 from minidecoder.methods.base import Method, build_method
+from minidecoder.running.memory import split_for_memory
 
 
 def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int = 32,
@@ -24,20 +25,21 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     template) instead; it is never silent: a warning says how many rows were cut, and `report` (a dict
     you pass) receives `truncate` and `truncated_rows` ({row: tokens before cutting}) for your metadata.
     """
+    if method is None or not isinstance(method, (str, Method)):
+        raise ArgumentTypeError(f"method={method!r} ({type(method).__name__}) is neither a method name nor a Method",
+                                "pass a name such as 'prompteol' (minidecoder.methods.METHODS lists them) or an "
+                                "object from minidecoder.methods.build_method(...)")
     if isinstance(method, str):
         method = build_method(method, **options)
     elif options:
         raise InputError("options were given together with a method object", "set them on the method object")
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise InputError("texts must be a list of strings",
-                         "pass e.g. ['first sentence', 'second sentence']; for sentence-transformers' conventions "
-                         "(one string in, one vector out; numpy; normalize_embeddings) use minidecoder.SentenceEncoder")
+    texts = _as_text_list(texts)
     for row, text in enumerate(texts):  # named here, before sorting, so the row number is the caller's
         if not text.strip():
             raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
                              "remove that row or give it some text; an embedding of nothing is undefined")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size {batch_size!r} must be a positive integer", "e.g. batch_size=32")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer", "e.g. batch_size=32")
     if model.tokenizer is None:
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
@@ -47,30 +49,94 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     # per character), stable, so that a batch's rows need little padding; `out[index]` below puts
     # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    _check_context(model, lengths)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32)
     bar = _progress_bar(len(texts)) if progress else None
     start = time.perf_counter()
     with torch.inference_mode():
         for first in range(0, len(order), batch_size):
-            index = order[first:first + batch_size]
-            vectors = method.embed_batch(model, [texts[i] for i in index])
-            finite = torch.isfinite(vectors).all(dim=-1)  # (B,)
-            if not finite.all():
-                row = index[int((~finite).nonzero()[0, 0])]
-                raise NumericsError(
-                    f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
-                    f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
-                    "float16 overflows on many models: use float32 or bfloat16"
-                    + ("" if model.dtype != torch.float16 else " (this model runs in float16)"),
-                )
-            out[index] = vectors.float().cpu()
-            if bar is not None:
-                bar.update(len(index))
-                bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
+            batch = order[first:first + batch_size]
+            for index in split_for_memory(model, batch, [lengths[i] for i in batch], texts):
+                vectors = _run_batch(model, method, texts, index, lengths)
+                finite = torch.isfinite(vectors).all(dim=-1)  # (B,)
+                if not finite.all():
+                    row = index[int((~finite).nonzero()[0, 0])]
+                    raise NumericsError(
+                        f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
+                        f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
+                        nonfinite_hint(model))
+                out[index] = vectors.float().cpu()
+                if bar is not None:
+                    bar.update(len(index))
+                    bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
     if bar is not None:
         bar.close()
     return out
+
+
+def _as_text_list(texts) -> list[str]:
+    """`texts` as a list of strings: a list, tuple or any iterable of str (a generator is read whole, since
+    the result is one tensor; minidecoder.running.jobs streams files). Anything else names the problem."""
+    if texts is None or isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
+        raise ArgumentTypeError(f"texts must be a list of strings, not {type(texts).__name__}"
+                                + (f" ({texts[:40]!r})" if isinstance(texts, (str, bytes)) else ""),
+                                "pass e.g. ['first sentence', 'second sentence'] (one string goes in a list too)")
+    texts = list(texts)
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"texts must be a list of strings; text {row} is a {type(text).__name__} "
+                                    f"({text!r:.40})",
+                                    "convert every item to str first")
+    return texts
+
+
+def _check_context(model, lengths: list[int]) -> None:
+    """Refuse, before any forward, a text that alone is longer than the model's context (row and length)."""
+    limit = getattr(model, "max_context", None)
+    if limit is None:
+        return
+    too_long = [row for row, n in enumerate(lengths) if n > limit]
+    if too_long:
+        row = too_long[0]
+        more = f" ({len(too_long)} texts in all: rows {too_long[:10]}{'...' if len(too_long) > 10 else ''})" \
+            if len(too_long) > 1 else ""
+        raise ContextLengthError(
+            f"text {row} is {lengths[row]} tokens, longer than the model's context of {limit} tokens{more}",
+            f"shorten it, or pass truncate=N (CLI --truncate N) to keep the first N tokens of each text, "
+            f"N a little below {limit} to leave room for the method's prompt; truncated rows are listed in the "
+            "output's metadata", length=lengths[row], limit=limit)
+
+
+def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int]) -> torch.Tensor:
+    """method.embed_batch on rows `index`; a context error (prompt + text too long) names the row."""
+    try:
+        return method.embed_batch(model, [texts[i] for i in index])
+    except ContextLengthError as error:
+        row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
+        overhead = error.length - lengths[row]
+        fits = error.limit - overhead
+        raise ContextLengthError(
+            f"text {row} is {lengths[row]} tokens; with method {method.name}'s prompt and special tokens "
+            f"({overhead} more) that is {error.length}, longer than the model's context of {error.limit} tokens",
+            (f"pass truncate={fits} (CLI --truncate {fits}) to keep the first {fits} tokens of each text, "
+             if fits >= 1 else "use a method with a shorter prompt, ") + "or shorten the text",
+            length=error.length, limit=error.limit) from None
+
+
+def nonfinite_hint(model) -> str:
+    """The way out of a NaN: corrupt weights, float16 overflow, or (float32/bfloat16) the inputs or method."""
+    from minidecoder.running.diagnostics import nonfinite_parameters
+
+    broken = nonfinite_parameters(model)
+    if broken:
+        return (f"the weights themselves hold NaN or inf ({', '.join(broken[:3])}"
+                f"{', ...' if len(broken) > 3 else ''}): the checkpoint is corrupt; re-download or re-convert it")
+    if model.dtype == torch.float16:
+        return "float16 overflows on many models (this model runs in float16): use float32 or bfloat16"
+    return (f"the weights are finite and the dtype is {str(model.dtype).replace('torch.', '')}, so this is not a "
+            "float16 overflow: check the text and the method's options (a scale such as alpha), and report it "
+            "if they look sane")
 
 
 def _truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None) -> list[str]:

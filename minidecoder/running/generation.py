@@ -8,13 +8,27 @@ from __future__ import annotations
 import torch
 
 from minidecoder.core.model import KVCache
+from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
 
 
 @torch.inference_mode()
 def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True) -> list[int]:
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
+                                "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=model.device).reshape(1, -1)  # (1, T)
+    if ids.shape[1] == 0:
+        raise InputError("the prompt has no tokens", "give a prompt that encodes to at least one token")
+    limit = getattr(model, "max_context", None)
+    if limit is not None and ids.shape[1] + max_new_tokens > limit:  # refused up front, not after a long run
+        room = limit - ids.shape[1]
+        raise ContextLengthError(
+            f"the prompt is {ids.shape[1]} tokens; with max_new_tokens={max_new_tokens} the sequence would reach "
+            f"{ids.shape[1] + max_new_tokens} tokens, past the model's context of {limit}",
+            f"ask for at most {room} new tokens (--max-new-tokens {room})" if room >= 0 else "shorten the prompt",
+            length=ids.shape[1] + max_new_tokens, limit=limit)
     eos = _eos_ids(model)
     cache = KVCache.empty(model.num_layers)
     logits = model(ids, cache=cache).logits[:, -1]  # (1, V)

@@ -38,21 +38,23 @@ from typing import Any
 
 import numpy as np
 
-from minidecoder.errors import InputError, MinidecoderError
+from minidecoder.errors import InputError, MinidecoderError, OutputError, describe_unusable_file
+from minidecoder.running.outputs import check_writable_folder, output_lock
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
 FORMATS = (".npy", ".safetensors")
 
 
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
                       overwrite: bool = False, batch_size: int = 32, progress: bool | Callable[[int, int], None] = False,
                       truncate: int | None = None, extra_metadata: dict[str, Any] | None = None,
-                      **options: Any) -> dict[str, Any]:
+                      wait: bool = False, **options: Any) -> dict[str, Any]:
     """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
 
     method: a registry name (with `**options`) or a Method object. progress: True for a bar on stderr,
     or a callable `progress(done_rows, total_rows)` called after each chunk. extra_metadata: more
     entries for the output's metadata (e.g. the command line); they are not part of the manifest.
+    wait: when another run holds the output's lock, wait for it instead of refusing.
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
     truncated rows.
     """
@@ -70,14 +72,36 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
-    if not input_path.is_file():
-        raise InputError(f"input file {input_path} does not exist", "give a .txt (one text per line) or .jsonl file")
-    if output_path.exists() and not overwrite:
-        raise InputError(f"output {output_path} already exists; it is never overwritten silently",
-                         "choose another output path, delete it, or pass overwrite=True (--overwrite)")
+    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 1):
+        raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
+                         "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
+    check_output_free(output_path, overwrite)
     method.check(model)
     kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
-    output_path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable_folder(output_path.parent)
+    with output_lock(output_path, wait=wait):
+        check_output_free(output_path, overwrite)  # a run we waited for may have just written it
+        return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
+                           extra_metadata, kind, checksum, total)
+
+
+def check_output_free(output_path: Path, overwrite: bool) -> None:
+    """Refuse an existing output, or its `.npy.json` sidecar, unless `overwrite`."""
+    output_path = Path(output_path)
+    if output_path.is_dir():
+        raise InputError(f"output {output_path} is a directory", "give a file name ending in .npy or .safetensors")
+    taken = [p for p in (output_path, output_path.with_name(output_path.name + ".json"))
+             if p.exists() and (p == output_path or output_path.suffix == ".npy")]
+    if taken and not overwrite:
+        raise InputError(f"output {taken[0]} already exists; it is never overwritten silently",
+                         "choose another output path, delete it, or pass overwrite=True (--overwrite)")
+
+
+def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: int, batch_size: int, progress,
+                truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
+                total: int) -> dict[str, Any]:
+    from minidecoder.running.embedding import embed
+
     manifest = {
         "version": MANIFEST_VERSION,
         "model": _model_identity(model),
@@ -90,7 +114,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
         "input": {"format": kind, "sha256": checksum, "rows": total},
     }
     work = output_path.parent / f".{output_path.name}.partial"
-    _open_work_folder(work, manifest)
+    created = _open_work_folder(work, manifest)
 
     num_chunks = (total + chunk_size - 1) // chunk_size
     reused = sum(_chunk_done(work, k) for k in range(num_chunks))
@@ -108,13 +132,22 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
             first_row = k * chunk_size
             info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
                                                            for r, n in report.get("truncated_rows", {}).items()}}
-            _write_chunk(work, k, vectors.numpy(), info)
+            _write_chunk(work, k, vectors.numpy(), info, num_chunks)
             computed += 1
             done += len(texts)
             _advance(bar, progress, done, total, len(texts))
     except KeyboardInterrupt:
-        print(f"\nminidecoder: interrupted; {sum(_chunk_done(work, k) for k in range(num_chunks))} of {num_chunks} "
-              f"chunks are saved in {work}; run the same command again to resume", file=sys.stderr)
+        saved = sum(_chunk_done(work, k) for k in range(num_chunks))
+        if created and saved == 0:
+            shutil.rmtree(work, ignore_errors=True)
+            raise JobInterrupted("interrupted before the first chunk was finished; nothing was saved") from None
+        raise JobInterrupted(f"interrupted; {saved} of {num_chunks} chunks are saved in {work}; run the same "
+                             "command again to resume") from None
+    except BaseException:
+        # A job that failed before finishing a chunk (a refused option, a too-long text) leaves nothing
+        # behind, so its corrected rerun is never told about an "interrupted job with other settings".
+        if created and not any(_chunk_done(work, k) for k in range(num_chunks)):
+            shutil.rmtree(work, ignore_errors=True)
         raise
     finally:
         if bar is not None:
@@ -139,7 +172,7 @@ def scan_input(path: str | Path) -> tuple[str, str, int]:
     before a model loads."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"input file {path} does not exist", "give a .txt (one text per line) or .jsonl file")
+        raise InputError(f"input file {path} {describe_unusable_file(path)}", "give a .txt (one text per line) or .jsonl file")
     kind = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "txt"
     checksum, total = _scan(path, kind)
     if total == 0:
@@ -202,8 +235,15 @@ def _chunks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
 
 
 # ---- the work folder -------------------------------------------------------------------------------------
-def _open_work_folder(work: Path, manifest: dict[str, Any]) -> None:
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a job; str() says what was saved (printed once, by the CLI)."""
+
+
+def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
+    """Resume `work` if its manifest matches, else refuse; True when this call created it."""
     path = work / "manifest.json"
+    if path.is_file() and not any(work.glob("chunk-*.npy")):
+        shutil.rmtree(work, ignore_errors=True)  # no finished chunk: nothing to resume or to lose
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
@@ -216,9 +256,15 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> None:
                 + "; ".join(differences),
                 f"rerun with the same settings to resume it, or delete {work} to start over",
             )
-        return
-    work.mkdir(exist_ok=True)
-    _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+        return False
+    try:
+        work.mkdir(exist_ok=True)
+        _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+    except OSError as error:
+        shutil.rmtree(work, ignore_errors=True)
+        raise OutputError(f"could not start the job's work folder {work}: {error}",
+                          "free space or fix permissions there, then run the same command again") from None
+    return True
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -240,14 +286,23 @@ def _chunk_done(work: Path, k: int) -> bool:
     return _chunk_path(work, k, ".npy").is_file()  # written last: its presence marks a whole chunk
 
 
-def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any]) -> None:
-    _atomic_write(_chunk_path(work, k, ".json"), json.dumps(info).encode("utf-8"))
+def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any], num_chunks: int) -> None:
     tmp = _chunk_path(work, k, ".npy.tmp")
-    with tmp.open("wb") as handle:
-        np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, _chunk_path(work, k, ".npy"))
+    try:
+        _atomic_write(_chunk_path(work, k, ".json"), json.dumps(info).encode("utf-8"))
+        with tmp.open("wb") as handle:
+            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, _chunk_path(work, k, ".npy"))
+    except OSError as error:
+        for leftover in (tmp, _chunk_path(work, k, ".json.tmp")):
+            leftover.unlink(missing_ok=True)
+        saved = sum(_chunk_done(work, j) for j in range(num_chunks))
+        raise OutputError(f"writing chunk {k} into {work} failed: {error.strerror or error}; the {saved} finished "
+                          f"chunk(s) of {num_chunks} are kept there",
+                          "free space (or fix the folder), then run the same command again: it resumes from them") \
+            from None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -260,8 +315,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _load_chunk(work: Path, k: int) -> np.ndarray:
+    # Read, never memory-mapped: a mapped page the file does not back (a truncated file, a full disk)
+    # is a SIGBUS with no message; a chunk is small (chunk_size x E floats).
     try:
-        return np.load(_chunk_path(work, k, ".npy"), mmap_mode="r")
+        return np.load(_chunk_path(work, k, ".npy"))
     except (ValueError, OSError) as error:
         raise MinidecoderError(f"chunk {k} in {work} is unreadable ({error})",
                                f"delete {_chunk_path(work, k, '.npy')} and rerun to recompute it") from None
@@ -269,19 +326,36 @@ def _load_chunk(work: Path, k: int) -> np.ndarray:
 
 # ---- output ----------------------------------------------------------------------------------------------
 def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any]) -> int:
-    """Copy the chunks into `output` one at a time; atomic rename at the end. Returns the dimension."""
+    """Copy the chunks into `output` one at a time; atomic rename at the end. Returns the dimension.
+
+    A failed write (a full disk) removes the half-written file, keeps every chunk, and says so."""
+    tmp = work / ("assembled" + output.suffix)
+    try:
+        return _assemble_to(work, num_chunks, total, output, metadata, tmp)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"writing {output} failed: {error.strerror or error}; all {num_chunks} computed chunk(s) "
+                          f"are kept in {work}",
+                          "free space (the output needs rows x dim x 4 bytes) or fix the folder, then run the same "
+                          "command again: it only assembles them") from None
+
+
+def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any], tmp: Path) -> int:
     first = _load_chunk(work, 0)
     dim = int(first.shape[1])
-    tmp = work / ("assembled" + output.suffix)
     if output.suffix == ".npy":
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, dim))
+        # Streamed (header, then each chunk's bytes), never a memory map over a file a full disk may not back.
         row = 0
-        for k in range(num_chunks):
-            chunk = _load_chunk(work, k)
-            array[row:row + len(chunk)] = chunk
-            row += len(chunk)
-        array.flush()
-        del array
+        with tmp.open("wb") as handle:
+            np.lib.format.write_array_header_1_0(
+                handle, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+                         "shape": (total, dim)})
+            for k in range(num_chunks):
+                chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
+                handle.write(chunk.tobytes())
+                row += len(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
         _check_rows(row, total, work)
         sidecar = output.with_name(output.name + ".json")
         _atomic_write(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"))
@@ -331,7 +405,23 @@ def _model_identity(model) -> dict[str, Any]:
         config_hash = hashlib.sha256(repr(model.config).encode("utf-8")).hexdigest()
     tokenizer = getattr(model, "tokenizer", None)
     return {"source": str(Path(source).resolve()) if source else None, "config_sha256": config_hash,
-            "tokenizer_sha256": getattr(tokenizer, "checksum", None)}
+            "tokenizer_sha256": getattr(tokenizer, "checksum", None), "weights": _weights_identity(source)}
+
+
+def _weights_identity(source: str | None) -> dict[str, Any]:
+    """{file: {"bytes", "sha256"}} of every weight file in the model's folder, so that a resume after the
+    weights changed is refused (the rows would come from two models). sha256 streams the files: about a
+    second per GB here, once per job start."""
+    if not source or not Path(source).is_dir():
+        return {}
+    out = {}
+    for path in sorted(Path(source).glob("*.safetensors")):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        out[path.name] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    return out
 
 
 def _jsonable(value: Any) -> Any:

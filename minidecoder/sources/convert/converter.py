@@ -29,7 +29,8 @@ from minidecoder.sources.convert.hf_config import build_config
 from minidecoder.sources.convert.names import expected_hf_names, hf_name
 from minidecoder.sources.convert.transforms import undo_llama_cpp
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
-from minidecoder.errors import CheckpointError, InputError
+from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
+from minidecoder.running.outputs import check_writable_folder
 from minidecoder.sources.fetch import sha256_file
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ def convert_gguf(
     gguf_path, output_dir = Path(gguf_path), Path(output_dir)
     if dtype not in DTYPES:
         raise InputError(f"dtype {dtype!r} is not supported", f"use one of {', '.join(DTYPES)}")
+    if not gguf_path.is_file():
+        raise InputError(f"GGUF file {gguf_path} {describe_unusable_file(gguf_path)}", "give the path of a .gguf file")
     if output_dir.exists() and not overwrite:
         raise InputError(f"output folder {output_dir} already exists", "pass --overwrite (overwrite=True) or choose another folder")
+    check_writable_folder(output_dir.parent, f"the folder for {output_dir}")  # before reading a large GGUF
     torch_dtype = DTYPES[dtype]
 
     gguf = GGUFFile(gguf_path)
@@ -86,6 +90,8 @@ def convert_gguf(
         return numpy_to_torch(values, torch_dtype)
 
     tokenizer, tokenizer_config = build_tokenizer(gguf.metadata, architecture)
+    # The GGUF's context_length, where minidecoder.load and transformers' tokenizers look for it.
+    tokenizer_config["model_max_length"] = config["max_position_embeddings"]
     if tokenizer.get_vocab_size(with_added_tokens=True) > config["vocab_size"]:
         raise CheckpointError(
             f"{gguf_path.name}: tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True)} tokens, the embedding {config['vocab_size']} rows",
@@ -97,7 +103,10 @@ def convert_gguf(
     staging.mkdir()
     try:
         _write_json(staging / "config.json", config)
-        tokenizer.save(str(staging / "tokenizer.json"))
+        try:
+            tokenizer.save(str(staging / "tokenizer.json"))
+        except Exception as error:  # tokenizers reports a failed write as a plain Exception
+            raise OSError(str(error)) from None
         del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
         _write_json(staging / "tokenizer_config.json", tokenizer_config)
         bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
@@ -118,6 +127,11 @@ def convert_gguf(
         }
         _write_json(staging / "source.json", source)  # last: its presence marks a finished folder
         _move_into_place(staging, output_dir, overwrite)
+    except OSError as error:  # a full disk, a folder made read-only meanwhile: say so, leave nothing behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"writing the converted model to {output_dir} failed: {error}",
+                          "free space there (the weights take about as much as the GGUF dequantized to --dtype) "
+                          "or choose another folder, then run the same command again") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
