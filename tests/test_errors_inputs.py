@@ -104,9 +104,9 @@ def test_too_long_input_is_an_error_naming_text_template_and_limit(short_context
     model = short_context
     text = "a sentence that is far too long for this context"
     error = embed_error(model, "prompt", texts=["short.", text], template="Say: {text}", senteval_text=False)
-    assert repr(text[:40]) in error.problem
-    assert f"is {len(text) + 6} tokens after templating ({len(text)} of them the text, 6 the template" in error.problem
-    assert "model's context (tokenizer_config.json model_max_length) = 40" in error.problem
+    # the text by its index in the caller's list, its own length, the template's share, and the limit
+    assert f"text 1 is {len(text)} tokens; with method prompt's prompt and special tokens (6 more) that is " \
+           f"{len(text) + 6}, longer than the model's context of 40 tokens" in error.problem
     assert "truncate=34" in error.fix  # the number that fits
 
 

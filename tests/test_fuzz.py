@@ -7,12 +7,10 @@ Example counts are modest so the suite stays fast; `--hypothesis-seed` reproduce
 from __future__ import annotations
 
 import copy
-import json
 import math
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minidecoder.core.config import ModelConfig, parse_config

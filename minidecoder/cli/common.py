@@ -35,34 +35,19 @@ def load_model(args: argparse.Namespace):
 def build_cli_method(name: str, pairs: list[str]):
     """The method `name` with `--opt` pairs, each value checked against the option's type first, so that
     `--opt prompt=true` is named as a boolean given to a text option rather than failing inside the method."""
-    import dataclasses
-
     import minidecoder.methods
+    from minidecoder.methods.base import mistyped_options
 
     options = parse_options(pairs)
     cls = minidecoder.methods.METHODS.get(name) if isinstance(name, str) else None
-    if cls is not None and dataclasses.is_dataclass(cls):
-        fields = {field.name: field for field in dataclasses.fields(cls)}
-        for key, value in options.items():
-            field = fields.get(key)
-            if field is None or field.default is dataclasses.MISSING or field.default is None:
-                continue  # unknown options and options without a typed default: build_method names them
-            expected = type(field.default)
-            if expected is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            elif expected is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif expected in (str, bool):
-                ok = isinstance(value, expected)
-            else:
-                continue
-            if not ok:
-                raise InputError(
-                    f"--opt {key}={_raw(pairs, key)} gives {_kind(value)}, but {name}'s option {key} takes "
-                    f"{_kind(field.default)} (default {json.dumps(field.default)})",
-                    f"e.g. --opt {key}={field.default if expected is not bool else str(field.default).lower()}"
-                    + ("; a text that looks like JSON is quoted: --opt " + key + "='\"" + _raw(pairs, key) + "\"'"
-                       if expected is str else ""))
+    for key, value, default in mistyped_options(cls, options) if cls is not None else []:
+        expected = type(default)
+        raise InputError(
+            f"--opt {key}={_raw(pairs, key)} gives {_kind(value)}, but {name}'s option {key} takes "
+            f"{_kind(default)} (default {json.dumps(default)})",
+            f"e.g. --opt {key}={default if expected is not bool else str(default).lower()}"
+            + ("; a text that looks like JSON is quoted: --opt " + key + "='\"" + _raw(pairs, key) + "\"'"
+               if expected is str else ""))
     return minidecoder.methods.build_method(name, **options)
 
 

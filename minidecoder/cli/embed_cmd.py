@@ -79,8 +79,6 @@ def check_output(path: Path, overwrite: bool) -> None:
 
 # ---- the command -----------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    import minidecoder
-    import minidecoder.methods
     from minidecoder.cli.common import build_cli_method, load_model
 
     # everything that can fail cheaply fails before the model loads

@@ -84,8 +84,6 @@ def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import minidecoder
-    import minidecoder.methods
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep_report import write_sweep_report
 

@@ -51,11 +51,23 @@ class Method:
         return list(dataclasses.fields(cls))
 
 
+def mistyped_options(cls: type[Method], options: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(option, value given, the option's default) for each text or true/false option given a value of
+    another type (`prompt=True`). Numbers are left to the methods, whose messages also name the range."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    wrong = []
+    for key, value in options.items():
+        default = defaults.get(key, dataclasses.MISSING)
+        if type(default) in (str, bool) and not isinstance(value, type(default)):
+            wrong.append((key, value, default))
+    return wrong
+
+
 def build_method(name: str, **options: Any) -> Method:
     """A method by its registry name with options by their field names; unknown names are errors."""
     import minidecoder.methods  # noqa: F401  (registers every method module)
 
-    if name not in METHODS:
+    if not isinstance(name, str) or name not in METHODS:
         raise InputError(f"unknown method {name!r}", f"available methods: {', '.join(sorted(METHODS))}")
     cls = METHODS[name]
     known = {f.name for f in dataclasses.fields(cls)}
@@ -63,6 +75,9 @@ def build_method(name: str, **options: Any) -> Method:
     if unknown:
         raise InputError(f"method {name!r} has no option(s) {unknown}",
                          f"its options are: {', '.join(sorted(known)) or 'none'}")
+    for key, value, default in mistyped_options(cls, options):
+        raise InputError(f"method {name!r} option {key}={value!r} is a {type(value).__name__}, but {key} takes a "
+                         f"{type(default).__name__} (default {default!r})", f"pass e.g. {key}={default!r}")
     try:
         return cls(**options)
     except (TypeError, ValueError) as error:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minidecoder.errors import InputError
+from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods.text import fill_template
 
 
@@ -51,12 +51,12 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
         if limit is not None and len(ids) > limit:
             text_tokens = sum(end - start for start, end in text_spans)
             where = "the model's context (tokenizer_config.json model_max_length)" if max_length is None else "max_length"
-            raise InputError(
+            raise ContextLengthError(
                 f"the text {_snippet(text)} is {len(ids)} tokens after templating ({text_tokens} of them "
                 f"the text, {len(ids) - text_tokens} the template and special tokens), more than {where} = {limit}",
                 "shorten the text, or embed with truncate=N to keep the first N tokens of each text (the template "
                 f"is kept whole; e.g. truncate={max((limit - len(ids) + text_tokens) // max(len(text_spans), 1), 1)} "
-                "here); truncated rows are listed in the output metadata",
+                "here); truncated rows are listed in the output metadata", length=len(ids), limit=limit,
             )
         rows.append(ids)
         spans.append(text_spans)

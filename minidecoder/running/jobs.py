@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,6 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
     truncated rows.
     """
-    from minidecoder.running.embedding import embed
     from minidecoder.methods.base import Method, build_method
 
     input_path, output_path = Path(input_path), Path(output_path)
