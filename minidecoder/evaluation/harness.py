@@ -25,7 +25,7 @@ and are ordered among themselves, and against other near-1 pairs, by that noise.
 small where self-pairs are many: the SentEval fork of the PromptEOL/TP papers differs from this harness
 by 0.10 (x100) on STS12 SMTeuroparl (first 200 pairs), while the other 26 subsets agree within 0.0055
 (issue 15); with a bag-of-words encoder whose two copies are bit-identical it stays within 5e-3
-(tests/test_sts_harness.py). Compare per-subset numbers with SentEval's with that in mind;
+(tests/evaluation/test_sts_harness.py). Compare per-subset numbers with SentEval's with that in mind;
 `test_self_pairs_are_exactly_one_and_tied_unlike_senteval` pins the rule.
 """
 from __future__ import annotations

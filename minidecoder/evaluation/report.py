@@ -175,7 +175,7 @@ def check_report_prefix(prefix: str | Path, overwrite: bool) -> None:
     """Before a run: PREFIX is not a folder, PREFIX.json / .md do not exist (unless `overwrite`), and their
     folder is writable. Raises InputError / OutputError naming the problem."""
     from minidecoder.errors import InputError
-    from minidecoder.running.outputs import check_writable_folder
+    from minidecoder.outputs import check_writable_folder
 
     prefix = Path(prefix)
     if not prefix.name or prefix.is_dir() or str(prefix).endswith(("/", "\\")):

@@ -21,7 +21,7 @@ share of a block's at sentence lengths.
 
 The numerics mirror `Attention._eager` (scores in the activation dtype, softcap before the mask,
 softmax in float32 then cast back), so A equals the eager fusion up to float rounding
-(tests/fast/test_blocked_fusion.py).
+(tests/fast/test_fast_paths.py).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ cuts it before the first column the step reads or writes (TP's `<PST>`, CP's las
 it off for a step that reads every column (ReBA's attention) or hides keys from block 0.
 
 This module holds the pieces; the loop that runs the two passes is `minidecoder.methods.loop`
-(the one block loop). Tested equal to the plain path in tests/fast/test_prefix_cache.py.
+(the one block loop). Tested equal to the plain path in tests/fast/test_fast_paths.py.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ batcher steps (`senteval_text=True`, as in `prompts.py`).
 Numerics: the reference put all 8 x B prompts of a batch into one left-padded forward; minidecoder
 runs one forward per prompt (`reading.ReadsOneLayer`; CP's CK does the same), so rows are
 padded only against the same prompt. Padding does not change an embedding beyond float tolerance
-(tests/test_methods_invariants.py), so the two agree to that tolerance.
+(tests/methods/test_methods_invariants.py), so the two agree to that tolerance.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ SentEval steps of `minidecoder.methods.text.senteval_sentence` (append `.`, `"` 
 before filling the template; `senteval_text=True` (the default) does the same, `False` embeds the
 text verbatim. Padding is on the left, as in the references; positions are derived from the mask
 (`Decoder.context`), which gives a padded row exactly its unpadded positions (the references fed
-0..T-1 over the padded row; with RoPE the shift cancels, see tests/test_methods_invariants.py).
+0..T-1 over the padded row; with RoPE the shift cancels, see tests/methods/test_methods_invariants.py).
 
 Shared pieces for the other prompt methods (TP and CP wrap these prompts): `TEMPLATES`,
 `prepare_texts`, `check_template`. The methods themselves are in `minidecoder.methods.prompt_methods`.

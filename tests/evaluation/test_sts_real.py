@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from real_models import DEFAULT, transformers_from_folder
+from repo_paths import SHARED
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +24,7 @@ TEMPLATE = 'This sentence : "*sent 0*" means in one word:"'
 
 def _data_dir() -> Path:
     env = os.environ.get("MINIDECODER_STS_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data" / "sts"
+    path = Path(env) if env else SHARED / "data" / "sts"
     if not (path / "STSBenchmark" / "sts-test.csv").is_file():
         pytest.skip(f"STS data not found at {path} (set MINIDECODER_STS_DATA)")
     return path

@@ -3,11 +3,11 @@ on the default model (the Hub / cuda / other-model lines are comments there)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = REPO / "README.md"
 
 
 def python_blocks(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """minidecoder on the real registry models against transformers (float32, eager, CPU).
 
-transformers reads the same converted folder; tests/test_convert_real.py shows that folder gives
+transformers reads the same converted folder; tests/conversion/test_convert_real.py shows that folder gives
 bit-identical logits to transformers' own GGUF loader, so this closes the chain
 minidecoder == transformers(folder) == transformers(GGUF). SmolLM2 by default; Qwen2.5 and Gemma-3
 with `pytest -m slow`.

@@ -8,7 +8,6 @@ one forward. Echo's reference (jakespringer/echo-embeddings `echo_embeddings.py`
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,9 +15,10 @@ import torch
 import minidecoder
 from minidecoder.errors import InputError
 from test_methods_prompts import ATOL, FAMILIES, TEXTS, close, ours, pair, senteval
+from repo_paths import SHARED
 
 ECHO = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "methods.md"
+SPEC = SHARED / "spec" / "methods.md"
 
 
 def metaeol_templates_from_spec() -> list[str]:

@@ -1,6 +1,6 @@
 """The package's layering: no import cycle, and no module imports from a layer above its own.
 
-    errors ─ core ─ fast ─ methods ─ running ─ evaluation ─ integrations ─ cli
+    errors, outputs ─ core ─ fast ─ methods ─ running ─ evaluation ─ integrations ─ cli
              sources (beside core: model sourcing needs no model code)
 
 Imports inside functions count too (they are how a cycle hides). The package root
@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from repo_paths import REPO
 
-PACKAGE = Path(__file__).resolve().parents[1] / "minidecoder"
+PACKAGE = REPO / "minidecoder"
 
 # layer -> the layers it may import from (besides itself)
 ALLOWED = {
     "errors": set(),
-    "core": {"errors"},
-    "sources": {"errors"},
-    "fast": {"errors", "core"},
-    "methods": {"errors", "core", "fast"},
-    "running": {"errors", "core", "fast", "methods", "sources"},
-    "evaluation": {"errors", "core", "fast", "methods", "running", "sources"},
-    "integrations": {"root", "errors", "core", "fast", "methods", "running", "sources", "evaluation"},
-    "cli": {"root", "errors", "core", "fast", "methods", "running", "sources", "evaluation", "integrations"},
+    "outputs": {"errors"},
+    "core": {"errors", "outputs"},
+    "sources": {"errors", "outputs"},
+    "fast": {"errors", "outputs", "core"},
+    "methods": {"errors", "outputs", "core", "fast"},
+    "running": {"errors", "outputs", "core", "fast", "methods", "sources"},
+    "evaluation": {"errors", "outputs", "core", "fast", "methods", "running", "sources"},
+    "integrations": {"root", "errors", "outputs", "core", "fast", "methods", "running", "sources", "evaluation"},
+    "cli": {"root", "errors", "outputs", "core", "fast", "methods", "running", "sources", "evaluation", "integrations"},
 }
 
 

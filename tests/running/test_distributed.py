@@ -18,8 +18,9 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.running.distributed import embed_distributed, shard_bounds
 from tiny_models import tiny_checkpoint
+from repo_paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 TEXTS = [f"sentence number {i} " + "word " * (i % 7) for i in range(23)]  # 23: shards of 12 and 11
 
 

@@ -9,19 +9,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.testing import assert_close
 from safetensors import safe_open
 
 import minidecoder
 import minidecoder.methods
 from minidecoder.cli import main
-from test_methods_prompts import close, folder_of
+from tiny_models import checkpoint
 
 TEXTS = ["a man is playing a flute", "is it raining ?", 'he said "yes" \u00e9t\u00e9']
 
 
 @pytest.fixture(scope="module")
 def tiny() -> Path:
-    return folder_of("llama")
+    return checkpoint("llama")[1]
 
 
 def embed_cli(tiny: Path, *args: str) -> int:
@@ -37,7 +38,7 @@ def test_txt_to_npy_equals_the_library(tiny: Path, tmp_path: Path) -> None:
     got = np.load(out)
     assert got.dtype == np.float32 and got.shape == (3, 32)
     want = minidecoder.embed(minidecoder.load(tiny, progress=False), TEXTS, "prompteol", layer=-2)
-    close(torch.from_numpy(got), want)
+    assert_close(torch.from_numpy(got), want, atol=2e-5, rtol=2e-5)  # the CLI writes embed's vectors
 
 
 def test_jsonl_to_safetensors_with_metadata(tiny: Path, tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_jsonl_to_safetensors_with_metadata(tiny: Path, tmp_path: Path) -> None:
                                               "occurrence": -1, "senteval_text": False}
     assert json.loads(metadata["rows"]) == 3
     want = minidecoder.embed(minidecoder.load(tiny, progress=False), TEXTS, "mean", over="all", template="[{text}]")
-    close(got, want)
+    assert_close(got, want, atol=2e-5, rtol=2e-5)
     assert not list(out.parent.glob(".*partial"))  # the temporary file was renamed away
 
 

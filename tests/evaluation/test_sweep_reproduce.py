@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from test_sts_data import needs_data
+from repo_paths import REPO
 
-SPEC = importlib.util.spec_from_file_location("reproduce", Path(__file__).parent.parent / "tools" / "reproduce.py")
+SPEC = importlib.util.spec_from_file_location("reproduce", REPO / "tools" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(reproduce)
 

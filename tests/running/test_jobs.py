@@ -24,8 +24,8 @@ import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.running.jobs import load_metadata, run_embedding_job
 from minidecoder.methods.base import Method
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

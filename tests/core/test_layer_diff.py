@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import torch
 
 import minidecoder
 from tiny_models import checkpoint
+from repo_paths import REPO
 
-_spec = importlib.util.spec_from_file_location("layer_diff", Path(__file__).parents[1] / "tools" / "layer_diff.py")
+_spec = importlib.util.spec_from_file_location("layer_diff", REPO / "tools" / "layer_diff.py")
 layer_diff = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(layer_diff)
 

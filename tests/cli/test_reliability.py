@@ -16,8 +16,8 @@ import torch
 import minidecoder
 from minidecoder.cli import main
 from minidecoder.errors import ContextLengthError, MinidecoderError
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
@@ -186,7 +186,7 @@ def test_3_convert_into_a_full_disk_is_a_message_and_leaves_nothing(tmp_path) ->
 # ---- 4. two runs on one output -----------------------------------------------------------------------------
 HOLDER = """
 import sys, time
-from minidecoder.running.outputs import output_lock
+from minidecoder.outputs import output_lock
 with output_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

@@ -18,9 +18,10 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.errors import InputError, MinidecoderError
+from minidecoder.errors import InputError
 import tiny_models
 from tiny_models import FAMILIES
+from repo_paths import SHARED
 
 ATOL = RTOL = 1e-5  # fp32, relative to the largest entry (see `close`)
 
@@ -214,7 +215,7 @@ def test_shared_templates_are_the_spec_strings() -> None:
 
     assert TEMPLATES == {"prompteol": PROMPTEOL, "pretended_cot": PRETENDED_COT, "knowledge": KNOWLEDGE}
     assert REFERENCE_LAYERS == {"prompteol": -1, "pretended_cot": -2, "knowledge": -2}
-    spec = Path(__file__).resolve().parents[2] / "shared" / "spec" / "methods.md"
+    spec = SHARED / "spec" / "methods.md"
     if spec.is_file():  # the checkout sits beside ../shared in the project's workspace
         text = spec.read_text(encoding="utf-8")
         for template in TEMPLATES.values():
@@ -222,22 +223,6 @@ def test_shared_templates_are_the_spec_strings() -> None:
 
 
 # ---- the real model (SmolLM2-135M-Instruct) --------------------------------------------------------
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    import importlib
-
-    try:
-        registry = importlib.import_module("minidecoder.sources.registry")
-    except ModuleNotFoundError as error:
-        if error.name != "minidecoder.sources.registry":
-            raise
-        pytest.skip("minidecoder.sources.registry does not exist yet (ensure_model is being written by another helper)")
-    try:
-        return Path(registry.ensure_model("smollm2-135m-instruct"))
-    except MinidecoderError as error:
-        pytest.skip(f"smollm2-135m-instruct could not be fetched or converted here: {error.problem}")
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("method", ["prompteol", "knowledge", "mean", "echo"])
 def test_real_smollm2_matches_reference(smollm2: Path, method: str) -> None:
