@@ -7,8 +7,6 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from minidecoder.core.config import ModelConfig
