@@ -139,9 +139,15 @@ def remove_session_root() -> None:
 
 
 @functools.cache
-def checkpoint(name: str) -> tuple[object, Path]:
-    """(transformers model, saved folder) of variant `name`, built once per test session and shared by
-    every test file that only reads it."""
-    folder = session_root() / name
+def _saved(name: str) -> Path:
+    folder = session_root() / f"tiny-{name}"  # "tiny-": the oracles pick transformers' tokenizer class by it
     folder.mkdir()
-    return tiny_checkpoint(name, folder), folder
+    tiny_checkpoint(name, folder)
+    return folder
+
+
+def checkpoint(name: str) -> tuple[object, Path]:
+    """(transformers model, saved folder) of variant `name`. The folder is written once per test session
+    and shared by every test that only reads it; the transformers model is built afresh on each call
+    (the same seed, so the same weights), because oracles resize or edit it."""
+    return build_hf_model(name), _saved(name)

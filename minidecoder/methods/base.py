@@ -76,8 +76,9 @@ def build_method(name: str, **options: Any) -> Method:
         raise InputError(f"method {name!r} has no option(s) {unknown}",
                          f"its options are: {', '.join(sorted(known)) or 'none'}")
     for key, value, default in mistyped_options(cls, options):
-        raise InputError(f"method {name!r} option {key}={value!r} is a {type(value).__name__}, but {key} takes a "
-                         f"{type(default).__name__} (default {default!r})", f"pass e.g. {key}={default!r}")
+        kind = "true or false" if isinstance(default, bool) else "a text"
+        raise InputError(f"method {name!r} option {key}={value!r} is not {kind} ({type(value).__name__})",
+                         f"pass e.g. {key}={default!r}")
     try:
         return cls(**options)
     except (TypeError, ValueError) as error:

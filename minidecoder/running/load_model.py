@@ -60,7 +60,7 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
                              "use the tokenizer that belongs to these weights")
     model.tokenizer = tokenizer
     model.source = str(folder)
-    declared = getattr(tokenizer, "model_max_length", None)  # tokenizer_config.json's context: the smaller wins
+    declared = tokenizer.model_max_length if isinstance(tokenizer, Tokenizer) else None  # the smaller wins
     if declared is not None and (model.max_context is None or declared < model.max_context):
         model.max_context = declared
     if pack_weights:

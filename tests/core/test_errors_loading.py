@@ -65,7 +65,7 @@ def test_config_json_that_is_not_json_or_not_an_object(folder: Path) -> None:
     (folder / "config.json").write_text("{")
     assert "is not valid JSON" in load_error(folder, ConfigError).problem
     (folder / "config.json").write_text("[1, 2]")
-    assert "must hold a JSON object" in load_error(folder, ConfigError).problem
+    assert "config.json does not hold a JSON object" in load_error(folder, ConfigError).problem  # names the file
 
 
 # ---- the weights ---------------------------------------------------------------------------------------
