@@ -369,9 +369,10 @@ def _explain_cp(model, method, texts: list[str]) -> Explanation:
     embedding = torch.stack(vectors).mean(dim=0)[0]
     baseline = torch.stack(baselines).mean(dim=0)[0]
     steering = [_steering_record(event, b[0].float().cpu()) for event in seen]
-    what = ("the same prompt(s) with TP's copies, unsteered" if tp is not None else "the same prompt(s), unsteered")
+    what = "the same prompt(s) with TP's copies" if tp is not None else "the same prompt(s)"
     return Explanation(_model_info(model), method.describe(), sentences[0], passes, embedding,
-                       f"{what} (plain PromptEOL-style last token at output layer {layer})",
+                       f"{what}, unsteered: the same tokens, the last token at the same output layer {layer}, "
+                       f"no edit at block {l}",
                        _cos(embedding, baseline), steering=steering)
 
 
