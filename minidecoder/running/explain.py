@@ -24,8 +24,9 @@ an intervention acts before or at are 0-based, and ranges are half-open.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -35,7 +36,6 @@ from minidecoder.methods.base import Method, build_method
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Forward, Step, Steps, hidden_at, last_token
-from minidecoder.methods.placeholders import CopyStep
 
 CONVENTION = ("output layers are hidden_states indices (0 = the embeddings, k = the raw output of block k counted "
               "from 1, L = the last block's output after the final norm); intervention blocks are 0-based and "
@@ -317,7 +317,7 @@ def _explain_cp(model, method, texts: list[str]) -> Explanation:
     layer, l, site = method.output_layer(), method.steer_layer, method.site
     index = resolve_output_layer(layer, model.num_layers)
     tp = method.tp_method() if method.tp else None
-    place = lambda template: template if PST in template else with_placeholders(template, 1)  # noqa: E731
+    place = lambda template: template if PST in template else with_placeholders(template, 1)  # as CP.embed_with_tp
     passes = []
 
     def tp_acts_on(log: Pass, inputs) -> None:
