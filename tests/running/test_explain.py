@@ -19,7 +19,7 @@ from minidecoder.methods.reba import encode_repeated, fused_attention
 from minidecoder.methods.text import fill_template
 from minidecoder.methods.tp_inputs import PST, tp_templates
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import REPO as ROOT
 TEXT = "a man plays a flute."
 TINY = {  # 4 blocks: small ranges
     "tp": dict(layer=-1, start=1, end=3),
@@ -153,14 +153,9 @@ def test_cli_bad_option_is_an_error(tiny_llama: Path, capsys) -> None:
 
 
 @pytest.mark.real
-def test_tour_is_current() -> None:
+def test_tour_is_current(smollm2: Path) -> None:
     """docs/tour.md is what tools/make_tour.py prints now (words exactly, numbers to the printed precision);
     about 25 CPU seconds: three explains and their baselines on the default model."""
-    registry = pytest.importorskip("minidecoder.sources.registry")
-    try:
-        registry.ensure_model("smollm2-135m-instruct", progress=False)
-    except Exception as error:  # offline and not cached
-        pytest.skip(f"smollm2-135m-instruct is not available: {error}")
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "make_tour.py"), "--check"], capture_output=True,
                             text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
