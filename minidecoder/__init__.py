@@ -16,7 +16,8 @@ from minidecoder.running.load_model import load
 from minidecoder.running.encoder import SentenceEncoder
 
 __version__ = "0.1.0"
-__all__ = ["load", "embed", "generate", "SentenceEncoder", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig", "MinidecoderError",
+__all__ = ["load", "embed", "explain", "generate", "SentenceEncoder", "Decoder", "DecoderOutput", "KVCache", "Sites", "ModelConfig",
+           "MinidecoderError",
            "__version__"]
 
 
@@ -31,6 +32,15 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     from minidecoder.running.embedding import embed as _embed
     return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,
                   **options)
+
+
+def explain(model: Decoder, text: str, method: "str | object" = "tp", **options):
+    """One text through one method, recorded block by block (minidecoder.running.explain): the prompt, its
+    tokens, the positions the method acts on, what it did in each block, the blocks that ran, the
+    embedding (equal to `embed`'s) and its cosine with the method's baseline. `.format()` is the text,
+    `.to_dict()` the JSON record."""
+    from minidecoder.running.explain import explain as _explain
+    return _explain(model, text, method, **options)
 
 
 def generate(model: Decoder, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,

@@ -12,7 +12,7 @@ import sys
 from minidecoder.errors import MinidecoderError
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep"]
+SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep", "explain"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,173 @@
+"""The audit view (minidecoder.running.explain, `minidecoder explain`, docs/tour.md) on the tiny llama:
+the record describes the method's own computation (same embedding as `embed`, same fused matrix as
+`reba.fused_attention`, positions that are the tokenization) and its baselines are what they claim."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import minidecoder
+from minidecoder.cli import main
+from minidecoder.methods.inputs import encode_prompts
+from minidecoder.methods.layers import resolve_output_layer
+from minidecoder.methods.reba import encode_repeated, fused_attention
+from minidecoder.methods.text import fill_template
+from minidecoder.methods.tp_inputs import PST, tp_templates
+
+from repo_paths import REPO as ROOT
+TEXT = "a man plays a flute."
+TINY = {  # 4 blocks: small ranges
+    "tp": dict(layer=-1, start=1, end=3),
+    "htp": dict(layer=-2, start=1, end=3),
+    "cp": dict(layer=-1, steer_layer=1, alpha=0.7),
+    "reba": dict(),
+    "prompteol": dict(),
+    "metaeol": dict(),
+}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama: Path):
+    return minidecoder.load(tiny_llama, progress=False)
+
+
+@pytest.mark.parametrize("method", list(TINY) + ["cp+tp"])
+def test_explained_embedding_equals_embed(model, method: str) -> None:
+    name, options = ("cp", dict(TINY["cp"], tp=True, start=0, end=1)) if method == "cp+tp" else (method, TINY[method])
+    record = minidecoder.explain(model, TEXT, name, **options)
+    expected = minidecoder.embed(model, [TEXT], name, **options)[0]
+    torch.testing.assert_close(record.embedding, expected, rtol=0, atol=0)
+
+
+def test_positions_are_the_tokenization(model) -> None:
+    tokenizer = model.tokenizer
+    record = minidecoder.explain(model, TEXT, "tp", **TINY["tp"])
+    (tp_pass,) = record.passes
+    ids = [i for _, i, _ in tp_pass.tokens]
+    assert [q for q, _, _ in tp_pass.tokens] == list(range(len(ids)))
+    (template,) = tp_templates("prompteol", 1)
+    assert ids == tokenizer.encode(fill_template(template, record.text))  # the filled prompt, tokenized anew
+    pst = tokenizer.token_to_id(PST)
+    (act,) = tp_pass.acts_on
+    assert ids[act["position"]] == pst and act["source"] == len(ids) - 1  # <PST> <- the last token
+    assert [(e["block"], e["target"], e["source"]) for e in tp_pass.interventions] == [
+        (1, act["position"], len(ids) - 1), (2, act["position"], len(ids) - 1)]
+    assert tp_pass.blocks_run == [0, 1, 2, 3]
+
+    prompt_pass = minidecoder.explain(model, TEXT, "prompteol").passes[0]
+    batch = encode_prompts(tokenizer, 'This sentence : "{text}" means in one word:"', [TEXT])
+    assert [i for _, i, _ in prompt_pass.tokens] == batch.input_ids[0].tolist()
+
+    reba = minidecoder.explain(model, TEXT, "reba").passes[0]
+    batch = encode_repeated(tokenizer, [TEXT], 2)
+    assert [i for _, i, _ in reba.tokens] == batch.input_ids[0].tolist()
+    assert [(a["position"], a["end"]) for a in reba.acts_on] == batch.text_spans[0]
+
+
+def test_copy_written_row_is_the_source_row(model) -> None:
+    """Each recorded copy's written row is the source's row, so its norm equals the source's norm in
+    hidden_states[block] of the same forward."""
+    record = minidecoder.explain(model, TEXT, "tp", layer=-1, start=1, end=2)
+    (event,) = record.passes[0].interventions
+    assert event["block"] == 1 and event["written_norm"] > 0 and -1 <= event["cosine"] <= 1
+
+
+def test_empty_tp_range_writes_nothing_and_equals_its_baseline(model) -> None:
+    record = minidecoder.explain(model, TEXT, "tp", layer=-1, start=2, end=2)
+    assert record.passes[0].interventions == []
+    assert record.net_cosine == pytest.approx(1.0, abs=1e-6)
+    assert "PromptEOL with the placeholder" in record.baseline
+    assert record.to_dict()["net_effect"]["cosine"] == 1.0
+
+
+def test_cp_alpha_zero_reports_a_zero_steering_term(model) -> None:
+    record = minidecoder.explain(model, TEXT, "cp", layer=-1, steer_layer=1, alpha=0.0)
+    (steering,) = record.steering
+    assert steering["block"] == 1 and steering["site"] == "z"
+    assert steering["total"]["steering_norm"] == 0.0 and steering["total"]["a_norm"] > 0
+    assert len(steering["heads"]) == model.config.num_heads
+    assert all(h["steering_norm"] == 0.0 for h in steering["heads"])
+    aux = record.passes[0]
+    assert aux.role == "auxiliary prompt" and aux.blocks_run == [0, 1]  # the auxiliary pass stops after block l
+
+
+def test_cp_steering_term_is_alpha_times_the_contrast(model) -> None:
+    record = minidecoder.explain(model, TEXT, "cp", layer=-1, steer_layer=1, alpha=0.5)
+    for head in record.steering[0]["heads"]:
+        assert head["steering_norm"] == pytest.approx(0.5 * head["a_minus_b_norm"], rel=1e-5)
+
+
+def test_reba_fused_matrix_is_the_methods_own(model) -> None:
+    record = minidecoder.explain(model, TEXT, "reba")
+    batch = encode_repeated(model.tokenizer, [TEXT], 2)
+    with torch.inference_mode():  # as `embed` runs it
+        A, _ = fused_attention(model, batch, resolve_output_layer(-1, model.num_layers))
+    assert torch.equal(record.fused, A[0])
+    folds = record.passes[0].interventions
+    assert [e["block"] for e in folds] == list(range(model.num_layers))
+    assert all(e["max_increase"] >= 0 for e in folds) and folds[0]["raised"] > 0
+    assert float(record.weights.sum()) == pytest.approx(1.0, abs=1e-5)  # pooled weights sum to 1
+
+
+def test_early_exit_is_recorded(model) -> None:
+    record = minidecoder.explain(model, TEXT, "tp", layer=2, start=0, end=1)
+    assert record.passes[0].blocks_run == [0, 1]
+    assert "early exit: blocks 2..3 never run" in record.format()
+
+
+def test_json_record_is_stable_and_rounded(model) -> None:
+    first = minidecoder.explain(model, TEXT, "cp", **TINY["cp"]).to_dict()
+    second = minidecoder.explain(model, TEXT, "cp", **TINY["cp"]).to_dict()
+    assert json.dumps(first) == json.dumps(second)
+    assert list(first) == ["model", "method", "text", "layer_convention", "passes", "embedding", "net_effect",
+                           "notes", "steering"]
+    assert all(len(str(x).split(".")[-1]) <= 4 for x in first["embedding"]["first"])
+
+
+def test_cli_text_json_and_plot(tiny_llama: Path, tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    args = ["explain", "--model", str(tiny_llama), "--method", "reba", TEXT]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "hidden_states[4]" in text and "net effect: cosine" in text and "blocks run: 0..3" in text
+    png = tmp_path / "reba.png"
+    assert main([*args, "--json", "--plot", str(png)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["method"]["method"] == "reba" and len(record["reba"]["fused_attention"]) == len(record["passes"][0]["tokens"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for method, opts in (("tp", ["--opt", "layer=-1", "--opt", "end=2"]), ("cp", ["--opt", "steer_layer=1"])):
+        png = tmp_path / f"{method}.png"
+        assert main(["explain", "--model", str(tiny_llama), "--method", method, *opts, "--plot", str(png), TEXT]) == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+
+
+def test_cli_bad_option_is_an_error(tiny_llama: Path, capsys) -> None:
+    assert main(["explain", "--model", str(tiny_llama), "--method", "cp", "--opt", "steer_layer=9", TEXT]) == 2
+    assert "steer_layer 9" in capsys.readouterr().err
+
+
+@pytest.mark.real
+def test_tour_is_current(smollm2: Path) -> None:
+    """docs/tour.md is what tools/make_tour.py prints now (words exactly, numbers to the printed precision);
+    about 25 CPU seconds: three explains and their baselines on the default model."""
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "make_tour.py"), "--check"], capture_output=True,
+                            text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_tour_check_catches_a_change() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from make_tour import same
+    finally:
+        sys.path.pop(0)
+    page = "w[  6] 0.0992  '.'\nnet effect: cosine 0.9783"
+    assert same(page, "w[  6] 0.0995  '.'\nnet effect: cosine 0.9783") == []  # rounding on another CPU
+    assert same(page, "w[  6] 0.1992  '.'\nnet effect: cosine 0.9783")  # a real change
+    assert same(page, "w[  6] 0.0992  ','\nnet effect: cosine 0.9783")  # a different token
