@@ -167,8 +167,8 @@ class FlopCounter:
         self.pairs = 0  # block x causal (query, key) pairs between real tokens
         original = model.context
 
-        def context(attention_mask, num_new, batch_size, cache=None, position_ids=None):
-            ctx = original(attention_mask, num_new, batch_size, cache, position_ids)
+        def context(attention_mask, num_new, batch_size, cache=None, position_ids=None, **options):
+            ctx = original(attention_mask, num_new, batch_size, cache, position_ids, **options)
             key_mask = (cache.key_mask if cache is not None else None)
             if key_mask is None and attention_mask is not None:
                 key_mask = attention_mask.bool()
