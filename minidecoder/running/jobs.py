@@ -343,17 +343,11 @@ def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata
     dim = int(first.shape[1])
     if output.suffix == ".npy":
         # Streamed (header, then each chunk's bytes), never a memory map over a file a full disk may not back.
-        row = 0
         with tmp.open("wb") as handle:
             np.lib.format.write_array_header_1_0(
                 handle, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
                          "shape": (total, dim)})
-            for k in range(num_chunks):
-                chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
-                handle.write(chunk.tobytes())
-                row += len(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
+            row = _stream_chunks(handle, work, num_chunks)
         _check_rows(row, total, work)
         sidecar = output.with_name(output.name + ".json")
         _atomic_write(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"))
@@ -362,16 +356,10 @@ def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata
                   "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
         encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
         encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-        row = 0
         with tmp.open("wb") as handle:
             handle.write(len(encoded).to_bytes(8, "little"))
             handle.write(encoded)
-            for k in range(num_chunks):
-                chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
-                handle.write(chunk.tobytes())
-                row += len(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
+            row = _stream_chunks(handle, work, num_chunks)
         _check_rows(row, total, work)
     os.replace(tmp, output)
     return dim
@@ -439,3 +427,15 @@ def _advance(bar, progress, done: int, total: int, step: int) -> None:
         bar.update(step)
     elif callable(progress):
         progress(done, total)
+
+
+def _stream_chunks(handle, work: Path, num_chunks: int) -> int:
+    """Append every finished chunk's float32 rows to `handle` in order, flushed to disk; returns the rows."""
+    rows = 0
+    for k in range(num_chunks):
+        chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
+        handle.write(chunk.tobytes())
+        rows += len(chunk)
+    handle.flush()
+    os.fsync(handle.fileno())
+    return rows
