@@ -34,3 +34,13 @@ def smollm2() -> Path:
     README's set-up promises this works offline after the first fetch: a failure here is a failure."""
     from minidecoder.sources.registry import ensure_model
     return Path(ensure_model("smollm2-135m-instruct", progress=False))
+
+
+@pytest.fixture(scope="session")
+def smollm2_transformers(smollm2: Path):
+    """(transformers model, tokenizer) on the default model's folder: float32, eager attention (oracles)."""
+    import torch
+    import transformers
+    hf = transformers.AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32,
+                                                           attn_implementation="eager").eval()
+    return hf, transformers.AutoTokenizer.from_pretrained(smollm2)

@@ -18,7 +18,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="fuse each block's elementwise work with torch.compile: the first batch compiles "
                              "(tens of seconds), later ones run faster; needs a C++ compiler on CPU")
     parser.add_argument("--pack-weights", action="store_true",
-                        help="CPU only: reorder the block weights once into oneDNN's layout (10-13%% faster here, "
+                        help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
                              "a second copy of them in memory); combines with --compile")
     parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
                         help="a config.json key you know does not change numerics (unknown keys are errors); "

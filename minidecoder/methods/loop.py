@@ -94,7 +94,8 @@ class Forward:
         mask = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)
         self.mask = mask
         self.prefix: Forward | None = None
-        p = self._prefix_length(ids, mask, step) if cache is None else 0
+        hidden = step.hides_first_block_keys()  # (B, T) keys block 0 must not see, or None
+        p = self._prefix_length(ids, mask, step) if cache is None and hidden is None else 0
         if p:
             # The shared prefix, once (batch 1), through every block this forward may run; its keys and
             # values are then broadcast to the batch, and the rest of every row runs against them.
@@ -109,7 +110,6 @@ class Forward:
         self.explicit = self.fast.explicit_attention and explicit_is_faster(device, model.dtype, S)
         self.ctx = self._context(cache)
         self.first_ctx = self.ctx
-        hidden = step.hides_first_block_keys()
         if hidden is not None:  # a key column zeroed in the mask is hidden from every query of block 0;
             # positions are passed explicitly, or mask-derived positions would skip the hidden token
             visible = mask & ~hidden.to(device)
@@ -120,7 +120,7 @@ class Forward:
         self.states = {0: self.h} if 0 in self.keep else {}
 
     def _prefix_length(self, ids: torch.Tensor, mask: torch.Tensor | None, step: Step) -> int:
-        if not self.fast.prefix_cache or mask is None or step.hides_first_block_keys() is not None:
+        if not self.fast.prefix_cache or mask is None:
             return 0
         p = prefix_cache.cacheable_prefix(self.model.config, ids, mask)
         touched = step.first_touched(ids.shape[0])

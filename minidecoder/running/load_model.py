@@ -24,7 +24,7 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     compile: the method loop runs site-free blocks through torch.compile (minidecoder.fast.compiled); the
         first embedding batch then compiles, and later ones run faster. Logits and generation stay plain.
     pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
-        CPU only, float32 or bfloat16; 10-13% faster embedding runs here, a second copy of the block weights
+        CPU only, float32 or bfloat16; 8-13% faster embedding runs (docs/benchmarks.md), a second copy of the block weights
         in memory. Combines with compile.
     """
     from minidecoder.core.loading import load_weights, resolve_dtype

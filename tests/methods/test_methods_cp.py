@@ -271,13 +271,9 @@ def test_bad_options_are_input_errors(options, match) -> None:
 
 
 @pytest.mark.real
-def test_real_smollm2_matches_transformers(smollm2: Path) -> None:
-    folder = smollm2
-    import transformers
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                           attn_implementation="eager").eval()
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    model = minidecoder.load(folder, progress=False)
+def test_real_smollm2_matches_transformers(smollm2: Path, smollm2_transformers) -> None:
+    hf, tok = smollm2_transformers
+    model = minidecoder.load(smollm2, progress=False)
     texts = ["A man is playing a flute.", "Two dogs run on the beach."]
     ours = minidecoder.embed(model, texts, "cp", prompt=PROMPT, layer=-1, steer_layer=4, alpha=0.5)
     theirs = torch.stack([oracle(hf, tok, t, 4, "head", -1, "ns", 0.5, model.config.num_heads) for t in texts])

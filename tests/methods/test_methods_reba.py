@@ -175,13 +175,9 @@ def test_word_span_errors() -> None:
 
 
 @pytest.mark.real
-def test_real_smollm2_matches_transformers(smollm2: Path) -> None:
-    folder = smollm2
-    import transformers
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                           attn_implementation="eager").eval()
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    model = minidecoder.load(folder, progress=False)
+def test_real_smollm2_matches_transformers(smollm2: Path, smollm2_transformers) -> None:
+    hf, tok = smollm2_transformers
+    model = minidecoder.load(smollm2, progress=False)
     texts = ["A man is playing a flute.", "Two dogs run on the beach."]
     ours = minidecoder.embed(model, texts, "reba")
     theirs = torch.stack([oracle_embedding(hf, tok, t) for t in texts]).float()
