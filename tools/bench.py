@@ -82,6 +82,11 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "md:htp": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL, "append_eos": False}),
     "md:htp!eos": ("md", "float32", "htp", {"layer": -1, "template": PROMPTEOL}),
     "md:cp": ("md", "float32", "cp", {"layer": -1, "steer_layer": 4}),
+    # TP and CP on the other prompts (Table 1's rows): each against its own prompt, so the ratio's floor is
+    # the work ratio printed beside it (the placeholder's one token; CP's auxiliary prefix pass)
+    **{f"md:{prompt}+{m}": ("md", "float32", m, {"prompt": prompt, "layer": -1, **extra})
+       for prompt in ("pretended_cot", "knowledge", "metaeol")
+       for m, extra in (("tp", {}), ("cp", {"steer_layer": 4}))},
     "md:reba": ("md", "float32", "reba", {}),  # eager fusion (every block's whole pattern)
     "md:reba!blocked": ("md", "float32", "reba", {}),  # blocked fusion (a head at a time)
     "mem:plain512": ("mem", "float32", "plain", {}),
@@ -522,6 +527,9 @@ def report(header: dict, results: dict, peaks: dict) -> str:
                       ("knowledge", ""), ("metaeol", "paper 8.17"), ("echo", "paper 1.67"), ("mean", ""),
                       ("reba", ""), ("reba!blocked", "")):
         ratio(f"md:{m}", "md:prompteol", f"vs PromptEOL; target {target}" if target else "vs PromptEOL")
+    for prompt in ("pretended_cot", "knowledge", "metaeol"):
+        for m in ("tp", "cp"):
+            ratio(f"md:{prompt}+{m}", f"md:{prompt}", f"{m.upper()} on {prompt} vs {prompt} alone")
     ratio("md:tp", "ref:tp", "TP: minidecoder vs reference hooks")
     if "md:prompteol@bf16" in results and "md:prompteol" in results and "error" not in results["md:prompteol@bf16"]:
         d = results["md:prompteol@bf16"]["spearman"] - results["md:prompteol"]["spearman"]

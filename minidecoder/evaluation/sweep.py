@@ -100,16 +100,7 @@ def method_at(method: Method, point: Point) -> Method:
 
 def _index(method: Method, model) -> int:
     """The hidden_states index a method reads (`layer=None`: TP's depth-scaled, CP's prompt's reference)."""
-    from minidecoder.methods.cp import CP
-    from minidecoder.methods.tp import TP
-
-    if isinstance(method, TP):
-        layer = method.output_layer(model)
-    elif isinstance(method, CP):
-        layer = method.output_layer()
-    else:
-        layer = method.layer
-    return resolve_output_layer(layer, model.num_layers)
+    return resolve_output_layer(method.output_layer(model), model.num_layers)
 
 
 # ---- sharing rules: each forks the shared block loop at a method's own hook ------------------------

@@ -42,6 +42,11 @@ class Method:
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""
 
+    def output_layer(self, model) -> int:
+        """The hidden_states index this configuration reads, as given (may be negative). Every method has a
+        `layer` option; TP and CP override this where `layer=None` means a default of their own."""
+        return self.layer
+
     def describe(self) -> dict[str, Any]:
         """Name and every option value: the stamp written next to results."""
         return {"method": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}

@@ -158,14 +158,14 @@ class CP(Method):
         outputs = []
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
             batch = encode_prompts(model.tokenizer, template, sentences)
-            h = hidden_at(model, batch, self.output_layer(), self.step(batch, b))  # (B, T, E)
+            h = hidden_at(model, batch, self.output_layer(model), self.step(batch, b))  # (B, T, E)
             outputs.append(last_token(h, batch).float())  # (B, E)
         return torch.stack(outputs).mean(dim=0)
 
     def embed_with_tp(self, model, sentences: list[str]) -> torch.Tensor:
         """CP + TP in one forward per prompt (a minidecoder extension, in no paper): TP's copies and CP's
         steering are two steps of the same loop; with `tp_aux` the auxiliary prompt gets TP's too."""
-        tp = self.tp_method()
+        tp = self.tp_method(model)
         place = lambda template: template if PST in template else with_placeholders(template, 1)  # noqa: E731
         aux_template = resolve_aux_prompt(self.aux_prompt)
         if self.tp_aux:
@@ -179,7 +179,7 @@ class CP(Method):
         for template in resolve_prompts(self.prompt):
             inputs = tp.encode(model, place(template), sentences)
             both = Steps(tp.step(model, inputs), self.step(inputs.batch, b))  # TP's copies, then CP's edit
-            outputs.append(tp_embedding(model, inputs, both, self.output_layer()).float())  # (B, E)
+            outputs.append(tp_embedding(model, inputs, both, self.output_layer(model)).float())  # (B, E)
         return torch.stack(outputs).mean(dim=0)
 
     def step(self, batch: PromptBatch, b: torch.Tensor) -> SteerLastToken:
@@ -187,7 +187,8 @@ class CP(Method):
         return SteerLastToken(self.steer_layer, self.site, batch.last_positions(),
                               lambda a: steer(a, b, self.mode, self.alpha))
 
-    def output_layer(self) -> int:
+    def output_layer(self, model) -> int:
+        """`layer`, or with `layer=None` the prompt's reference layer (the same on every model)."""
         return REFERENCE_LAYER.get(self.prompt, -1) if self.layer is None else self.layer
 
     def __post_init__(self) -> None:
@@ -209,16 +210,16 @@ class CP(Method):
     def check(self, model) -> None:
         L = model.num_layers
         check_block_index(self.steer_layer, L, "CP steer_layer")
-        index = resolve_output_layer(self.output_layer(), L)
+        index = resolve_output_layer(self.output_layer(model), L)
         if index <= self.steer_layer:
             raise InputError(
-                f"CP output layer {self.output_layer()} (hidden_states[{index}], the output of block {index - 1}) "
+                f"CP output layer {self.output_layer(model)} (hidden_states[{index}], the output of block {index - 1}) "
                 f"comes before the steered block {self.steer_layer}, so the steering would change nothing",
                 f"pick an output layer above {self.steer_layer} (e.g. -1), or a steer_layer below {index}")
         if self.tp:
-            self.tp_method().check(model)
+            self.tp_method(model).check(model)
 
-    def tp_method(self) -> TP:
+    def tp_method(self, model) -> TP:
         """Method tp with this CP's TP options (CP + TP shares TP's option names)."""
-        return TP(prompt="prompteol", layer=self.output_layer(), start=self.start, end=self.end,
+        return TP(prompt="prompteol", layer=self.output_layer(model), start=self.start, end=self.end,
                   pst_init=self.pst_init, seed=self.seed, senteval_text=False)

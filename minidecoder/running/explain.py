@@ -314,9 +314,9 @@ def _explain_cp(model, method, texts: list[str]) -> Explanation:
     from minidecoder.methods.tp_inputs import PST, with_placeholders
 
     sentences = prepare_texts(texts, method.senteval_text)
-    layer, l, site = method.output_layer(), method.steer_layer, method.site
+    layer, l, site = method.output_layer(model), method.steer_layer, method.site
     index = resolve_output_layer(layer, model.num_layers)
-    tp = method.tp_method() if method.tp else None
+    tp = method.tp_method(model) if method.tp else None
     place = lambda template: template if PST in template else with_placeholders(template, 1)  # as CP.embed_with_tp
     passes = []
 

@@ -74,7 +74,11 @@ def test_copy_written_row_is_the_source_row(model) -> None:
     hidden_states[block] of the same forward."""
     record = minidecoder.explain(model, TEXT, "tp", layer=-1, start=1, end=2)
     (event,) = record.passes[0].interventions
-    assert event["block"] == 1 and event["written_norm"] > 0 and -1 <= event["cosine"] <= 1
+    # the source row before block 1 is hidden_states[1][last]; TP with no copies (end=start) reads it
+    source = minidecoder.embed(model, [TEXT], "tp", layer=1, start=1, end=1)[0]
+    assert event["block"] == 1 and event["written_norm"] == pytest.approx(float(source.norm()), rel=1e-5)
+    assert event["written_norm"] != pytest.approx(event["replaced_norm"], rel=1e-3)  # a row really changed
+    assert -1 <= event["cosine"] < 0.999
 
 
 def test_empty_tp_range_writes_nothing_and_equals_its_baseline(model) -> None:
