@@ -25,6 +25,7 @@ Layer numbers follow `minidecoder.methods.layers`: an output index k is hidden_s
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterable
 
@@ -89,6 +90,8 @@ class Forward:
         self.deepest = max(self.keep, default=0)
         self.fast = fast if fast is not None else fast_paths_of(model)
         step = step if step is not None else Step()
+        if cache is None:  # the audit view (running.explain) may watch this forward's step
+            step = watched(model, self, step, input_ids, attention_mask)
         device = model.device
         ids = input_ids.to(device)
         mask = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)
@@ -202,6 +205,26 @@ class Forward:
         if self.prefix is not None:
             branch.ctx = branch.first_ctx = branch._context(None)  # its own broadcast of the prefix's cache
         return branch
+
+
+# ---- the audit view's hook: `minidecoder.explain` runs a method's own embed_batch and watches -------------
+def watched(model, forward: Forward, step: Step, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Step:
+    """The step a forward runs: `step` itself, unless a watcher is set on the model (`watching`), which may
+    return an observer that delegates every call to `step` and writes down what it did."""
+    watcher = getattr(model, "step_watcher", None)
+    return step if watcher is None else watcher.watch(forward, step, input_ids, attention_mask)
+
+
+@contextlib.contextmanager
+def watching(model, watcher):
+    """Every forward on `model` inside the block hands its step to `watcher.watch(forward, step, input_ids,
+    attention_mask)` (running.explain's Recorder); outside it nothing is watched."""
+    previous = getattr(model, "step_watcher", None)
+    model.step_watcher = watcher
+    try:
+        yield watcher
+    finally:
+        model.step_watcher = previous
 
 
 def _with_records(sites: Sites | None, names: set[str]) -> Sites:

@@ -4,19 +4,21 @@
     print(record.format())          # prompt, tokens, positions acted on, what each block did, net effect
     record.to_dict()                # stable keys, rounded floats: diff it between versions or models
 
-Nothing here computes a method differently. Each method's own pieces build its inputs and its step
-(`TP.step`, `HTP.step`, `CP.step` + `auxiliary_activation`, `FoldAttention`); the step is wrapped in
-an observer (`ObservedCopies`, `ObservedSteering`, `ObservedFold`, `Observed`) that delegates every call
-to it and writes down what it did:
+Nothing here computes a method differently: the method's own `embed_batch` runs, and a `Recorder`
+set on the model (`methods.loop.watching`) sees every forward it builds. Each forward becomes a `Pass`
+(its prompt, tokens, output layer) and its step is wrapped in an observer of the step's kind
+(`ObservedCopies`, `ObservedSteering`, `ObservedFold`, `Observed`) that delegates every call to it and
+writes down what it did:
 
     before(i, h)        which blocks ran (early exit); TP / HTP: each row written, its norm and its
                         cosine with the row it replaced
     sites(i)            CP: a, the steered a' (the steering term) at the last token, per head of z
     fold_pattern(i, P)  ReBA: how much block i raised the running maximum A
 
-The embedding is then pooled exactly as the method's `embed_batch` pools it, and a test asserts it
-equals `minidecoder.embed`'s for the same options. "Net effect" is the cosine with a baseline that
-differs from the method only by its intervention (each method's baseline is named in the record).
+The embedding is therefore `embed`'s own (a test asserts they are equal for the same options).
+"Net effect" is the cosine with a baseline that differs from the method only by its intervention: the
+method with an empty block range (TP, HTP), the same run with CP's edit left out, or uniform weights
+over ReBA's rows (each record names its baseline).
 
 Layer numbers follow `minidecoder.methods.layers`: an output index k is hidden_states[k]; the blocks
 an intervention acts before or at are 0-based, and ranges are half-open.
@@ -33,9 +35,11 @@ import torch
 from minidecoder.core.model import Sites
 from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, build_method
-from minidecoder.methods.inputs import PromptBatch, encode_prompts
-from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, Step, Steps, hidden_at, last_token
+from minidecoder.methods.cp import SITE_NAMES, ReadLastToken, SteerLastToken
+from minidecoder.methods.loop import Forward, Step, Steps, watching
+from minidecoder.methods.placeholders import CopyStep
+from minidecoder.methods.prompts import prepare_texts
+from minidecoder.methods.reba import FoldAttention, _rows_mask, encode_repeated, weight_vector
 
 CONVENTION = ("output layers are hidden_states indices (0 = the embeddings, k = the raw output of block k counted "
               "from 1, L = the last block's output after the final norm); intervention blocks are 0-based and "
@@ -199,7 +203,7 @@ class ObservedSteering(Observed):
             row = int(last[0])
             a, steered = value[0, row].detach().float().cpu(), out[0, row].detach().float().cpu()
             event = {"block": i, "site": name, "position": row + self.offset}
-            self.seen.append({**event, "pass": self.log.role, "a": a, "steered": steered})
+            self.seen.append({**event, "log": self.log, "a": a, "steered": steered})  # role named after the run
             self.log.interventions.append({**event, "a_norm": _norm(a), "steering_norm": _norm(steered)})
             return out
         return watched
@@ -228,13 +232,68 @@ class ObservedFold(Observed):
                 "total_increase": float(delta.sum())})
 
 
-# ---- helpers shared by the methods' explanations -------------------------------------------------------
-def _pass(model, batch: PromptBatch, role: str, output_index: int | None, reads: str) -> Pass:
+# ---- the recorder: watches every forward a method's own embed_batch runs ---------------------------------
+class Recorder:
+    """Set on the model (`loop.watching`) while the method's own `embed_batch` runs: each forward it builds
+    becomes a `Pass`, and the forward's step is wrapped in the observer of its kind; nothing is computed
+    here. `unsteered`: CP's edit is left out (the steering's baseline); every other step runs as it is."""
+
+    def __init__(self, model, unsteered: bool = False) -> None:
+        self.model, self.unsteered = model, unsteered
+        self.passes: list[Pass] = []
+        self.forwards: list[Forward] = []
+        self.reads: list[ReadLastToken] = []  # CP's auxiliary read: b, once the run is over
+        self.folds: list[ObservedFold] = []  # ReBA's running maximum
+        self.seen: list[dict] = []  # CP's edits: a and a' as tensors
+
+    def run(self, method: Method, text: str) -> torch.Tensor:
+        """(E,) float32: the method's own `embed_batch` of the one text, watched."""
+        with watching(self.model, self):
+            return method.embed_batch(self.model, [text])[0].float()
+
+    def watch(self, forward: Forward, step: Step, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Step:
+        log = _pass(self.model, input_ids, attention_mask, min(forward.keep, default=0))
+        self.passes.append(log)
+        self.forwards.append(forward)
+        return self.observe(step, log)
+
+    def observe(self, step: Step, log: Pass) -> Step:
+        if isinstance(step, Steps):  # CP + TP: each part observed on its own
+            return Steps(*(self.observe(part, log) for part in step.steps))
+        if isinstance(step, CopyStep):  # TP, HTP
+            token = {q: t for q, _, t in log.tokens}
+            blocks = sorted(step.blocks)
+            for t, s in zip(step.plan.target.tolist(), step.plan.source.tolist()):  # one text: batch row 0
+                log.acts_on.append({"position": t, "what": token.get(t, "?"), "source": s, "blocks": blocks,
+                                    "note": "h[position] <- h[source] before each of these blocks"})
+            return ObservedCopies(step, log)
+        if isinstance(step, ReadLastToken):  # CP's auxiliary pass
+            last, site = int(step.last[0]), SITE_NAMES[step.site]
+            self.reads.append(step)
+            log.output_index = None
+            log.acts_on.append({"position": last, "what": f"b: {site} read", "blocks": [step.block]})
+            log.reads = (f"b = {site} of block {step.block} at the last token (position {last}); blocks after "
+                         f"{step.block} never run")
+            return Observed(step, log)
+        if isinstance(step, SteerLastToken):  # CP's edit
+            log.acts_on.append({"position": int(step.last[0]), "what": f"a: {SITE_NAMES[step.site]} steered to "
+                                "steer(a, b)", "blocks": [step.block]})
+            return Observed(Step(), log) if self.unsteered else ObservedSteering(step, log, self.seen)
+        if isinstance(step, FoldAttention):  # ReBA
+            fold = ObservedFold(step, log)
+            self.folds.append(fold)
+            return fold
+        return Observed(step, log)
+
+
+def _pass(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_index: int) -> Pass:
+    """A pass over row 0 (explain embeds one text), its real tokens at their batch columns."""
     tokenizer = model.tokenizer
-    ids = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
-    first = int(batch.first_positions()[0])
+    real = torch.ones_like(input_ids[0], dtype=torch.bool) if attention_mask is None else attention_mask[0].bool()
+    ids = input_ids[0][real].tolist()
+    first = int(torch.argmax(real.long()))
     tokens = [(first + k, i, tokenizer.decode([i])) for k, i in enumerate(ids)]
-    return Pass(role, tokenizer.decode(ids), tokens, output_index, reads)
+    return Pass("", tokenizer.decode(ids), tokens, output_index, "")
 
 
 def describe_output(index: int, num_layers: int) -> str:
@@ -251,129 +310,56 @@ def _model_info(model) -> dict:
             "hidden_size": model.config.hidden_size, "dtype": str(model.dtype).replace("torch.", "")}
 
 
-# ---- one function per method: its embed_batch, with its step observed -----------------------------------
-def _explain_tp(model, method, texts: list[str]) -> Explanation:
-    from minidecoder.methods.prompts import prepare_texts
-    from minidecoder.methods.tp import tp_embedding
-    from minidecoder.methods.tp_inputs import tp_templates
+def _name_passes(passes: list[Pass], reads: str | None = None) -> None:
+    """'auxiliary prompt' for CP's read-only pass; the others 'prompt' or 'prompt k of n' (MetaEOL's
+    eight), each reading `reads` or, with None, its last token."""
+    prompts = [p for p in passes if p.output_index is not None]
+    for k, p in enumerate(prompts):
+        p.role = _role("prompt", k, len(prompts))
+        p.reads = reads if reads is not None else f"the last token (position {p.tokens[-1][0]})"
+    for p in passes:
+        if p.output_index is None:
+            p.role = "auxiliary prompt"
 
-    texts = prepare_texts(texts, method.senteval_text)
-    layer = method.output_layer(model)
-    index = resolve_output_layer(layer, model.num_layers)
+
+# ---- what each method adds to the record: its passes' names, its baseline, its own numbers ----------------
+def _explain_tp(model, method, text: str, record: Explanation, recorder: Recorder) -> None:
+    _name_passes(record.passes)
     empty = dataclasses.replace(method, end=method.start, resume_at=None)  # the same tokens, no copies
-    passes, vectors, baselines = [], [], []
-    templates = tp_templates(method.prompt, method.num_pst)
-    for k, template in enumerate(templates):
-        inputs = method.encode(model, template, texts)
-        last = int(inputs.batch.last_positions()[0])
-        log = _pass(model, inputs.batch, _role("prompt", k, len(templates)), index, f"the last token (position {last})")
-        blocks = sorted(method.copy_blocks(model))
-        for p in inputs.positions[0]:
-            log.acts_on.append({"position": p, "what": "<PST>", "source": last,
-                                "blocks": blocks, "note": "h[position] <- h[source] before each of these blocks"})
-        vectors.append(tp_embedding(model, inputs, ObservedCopies(method.step(model, inputs), log), layer))
-        baselines.append(tp_embedding(model, inputs, empty.step(model, inputs), layer))
-        passes.append(log)
-    embedding = torch.stack(vectors).mean(dim=0).float()[0]
-    baseline = torch.stack(baselines).mean(dim=0).float()[0]
-    return Explanation(_model_info(model), method.describe(), texts[0], passes, embedding,
-                       "PromptEOL with the placeholder: the same tokens (the <PST> keeps its input row), the same "
-                       f"output layer {layer}, no copies (empty block range)", _cos(embedding, baseline))
+    record.baseline = ("PromptEOL with the placeholder: the same tokens (the <PST> keeps its input row), the same "
+                       f"output layer {method.output_layer(model)}, no copies (empty block range)")
+    record.net_cosine = _cos(record.embedding, empty.embed_batch(model, [text])[0])
 
 
-def _explain_htp(model, method, texts: list[str]) -> Explanation:
-    from minidecoder.methods.htp import htp_embedding
-    from minidecoder.methods.htp_inputs import BPST, PST
-    from minidecoder.methods.prompts import require_text
-
-    require_text(texts)
-    inputs = method.encode(model, texts)
-    index = resolve_output_layer(method.layer, model.num_layers)
-    pooled = inputs.pool[0].nonzero().flatten().tolist()
-    log = _pass(model, inputs.batch, "the text", index,
-                f"the mean over the text tokens, placeholders excluded (positions {_ranges(pooled)})")
-    ids = inputs.batch.input_ids[0].tolist()
-    blocks = list(range(method.start, method.end))
-    for b, t, s in zip(inputs.plan.batch.tolist(), inputs.plan.target.tolist(), inputs.plan.source.tolist()):
-        what = "<PST>" if ids[t] == model.tokenizer.token_to_id(PST) else BPST
-        log.acts_on.append({"position": t, "what": what, "source": s, "blocks": blocks,
-                            "note": "h[position] <- h[source] (the end of its sentence block) before each of these blocks"})
-    embedding = htp_embedding(model, inputs, ObservedCopies(method.step(inputs), log), method.layer).float()[0]
+def _explain_htp(model, method, text: str, record: Explanation, recorder: Recorder) -> None:
+    (log,) = record.passes
+    pooled = method.encode(model, [text]).pool[0].nonzero().flatten().tolist()  # the rows htp_embedding averages
+    log.role = "the text"
+    log.reads = f"the mean over the text tokens, placeholders excluded (positions {_ranges(pooled)})"
+    for act in log.acts_on:
+        act["note"] = "h[position] <- h[source] (the end of its sentence block) before each of these blocks"
     empty = dataclasses.replace(method, end=method.start)
-    baseline = htp_embedding(model, inputs, empty.step(inputs), method.layer).float()[0]
-    return Explanation(_model_info(model), method.describe(), texts[0], [log], embedding,
-                       "the same tokens with the placeholders in place, the same mean pooling at output layer "
-                       f"{method.layer}, no copies (empty block range)", _cos(embedding, baseline))
+    record.baseline = ("the same tokens with the placeholders in place, the same mean pooling at output layer "
+                       f"{method.layer}, no copies (empty block range)")
+    record.net_cosine = _cos(record.embedding, empty.embed_batch(model, [text])[0])
 
 
-def _explain_cp(model, method, texts: list[str]) -> Explanation:
-    from minidecoder.methods.cp import SITE_NAMES, auxiliary_activation
-    from minidecoder.methods.cp_prompts import resolve_aux_prompt, resolve_prompts
-    from minidecoder.methods.prompts import prepare_texts
-    from minidecoder.methods.tp import tp_embedding
-    from minidecoder.methods.tp_inputs import PST, with_placeholders
-
-    sentences = prepare_texts(texts, method.senteval_text)
-    layer, l, site = method.output_layer(model), method.steer_layer, method.site
-    index = resolve_output_layer(layer, model.num_layers)
-    tp = method.tp_method(model) if method.tp else None
-    place = lambda template: template if PST in template else with_placeholders(template, 1)  # as CP.embed_with_tp
-    passes = []
-
-    def tp_acts_on(log: Pass, inputs) -> None:
-        last = int(inputs.batch.last_positions()[0])
-        for p in inputs.positions[0]:
-            log.acts_on.append({"position": p, "what": "<PST>", "source": last, "blocks": sorted(tp.copy_blocks(model)),
-                                "note": "TP: h[position] <- h[source] before each of these blocks"})
-
-    # The auxiliary pass: blocks 0..l, b read at the last token (the method's `auxiliary_activation`).
-    aux_template = resolve_aux_prompt(method.aux_prompt)
-    if tp is not None and method.tp_aux:
-        aux = tp.encode(model, place(aux_template), sentences)
-        aux_batch, extra = aux.batch, {aux.placeholder_id: aux.row}
-        aux_log = _pass(model, aux_batch, "auxiliary prompt", None, "")
-        tp_acts_on(aux_log, aux)
-        aux_step = ObservedCopies(tp.step(model, aux), aux_log)
-    else:
-        aux_batch, extra = encode_prompts(model.tokenizer, aux_template, sentences), None
-        aux_log = _pass(model, aux_batch, "auxiliary prompt", None, "")
-        aux_step = Observed(Step(), aux_log)
-    aux_last = int(aux_batch.last_positions()[0])
-    aux_log.reads = f"b = {SITE_NAMES[site]} of block {l} at the last token (position {aux_last}); blocks after {l} never run"
-    aux_log.acts_on.append({"position": aux_last, "what": f"b: {SITE_NAMES[site]} read", "blocks": [l]})
-    b = auxiliary_activation(model, aux_batch, l, site, aux_step, extra)  # (1, H, D) or (1, E)
-    passes.append(aux_log)
-
-    vectors, baselines, seen = [], [], []
-    templates = resolve_prompts(method.prompt)
-    for k, template in enumerate(templates):
-        if tp is not None:
-            inputs = tp.encode(model, place(template), sentences)
-            batch = inputs.batch
-        else:
-            batch = encode_prompts(model.tokenizer, template, sentences)
-        last = int(batch.last_positions()[0])
-        log = _pass(model, batch, _role("prompt", k, len(templates)), index, f"the last token (position {last})")
-        log.acts_on.append({"position": last, "what": f"a: {SITE_NAMES[site]} steered to steer(a, b)", "blocks": [l],
-                            "note": f"mode {method.mode}, alpha {method.alpha}"})
-        steer = ObservedSteering(method.step(batch, b), log, seen)
-        if tp is not None:
-            tp_acts_on(log, inputs)
-            both = Steps(ObservedCopies(tp.step(model, inputs), log), steer)  # TP's copies, then CP's edit
-            vectors.append(tp_embedding(model, inputs, both, layer).float())
-            baselines.append(tp_embedding(model, inputs, tp.step(model, inputs), layer).float())
-        else:
-            vectors.append(last_token(hidden_at(model, batch, layer, steer), batch).float())
-            baselines.append(last_token(hidden_at(model, batch, layer), batch).float())
-        passes.append(log)
-    embedding = torch.stack(vectors).mean(dim=0)[0]
-    baseline = torch.stack(baselines).mean(dim=0)[0]
-    steering = [_steering_record(event, b[0].float().cpu()) for event in seen]
-    what = "the same prompt(s) with TP's copies" if tp is not None else "the same prompt(s)"
-    return Explanation(_model_info(model), method.describe(), sentences[0], passes, embedding,
-                       f"{what}, unsteered: the same tokens, the last token at the same output layer {layer}, "
-                       f"no edit at block {l}",
-                       _cos(embedding, baseline), steering=steering)
+def _explain_cp(model, method, text: str, record: Explanation, recorder: Recorder) -> None:
+    _name_passes(record.passes)
+    for log in record.passes:
+        for act in log.acts_on:
+            if "source" in act:
+                act["note"] = "TP: " + act["note"]
+            elif act["what"].startswith("a: "):
+                act["note"] = f"mode {method.mode}, alpha {method.alpha}"
+    (read,) = recorder.reads
+    b = read.value()[0].float().cpu()  # (H, D) at the head site, (E,) at the others
+    record.steering = [_steering_record(event, b) for event in recorder.seen]
+    unsteered = Recorder(model, unsteered=True).run(method, text)
+    what = "the same prompt(s) with TP's copies" if method.tp else "the same prompt(s)"
+    record.baseline = (f"{what}, unsteered: the same tokens, the last token at the same output layer "
+                       f"{method.output_layer(model)}, no edit at block {method.steer_layer}")
+    record.net_cosine = _cos(record.embedding, unsteered)
 
 
 def _steering_record(event: dict, b: torch.Tensor) -> dict:
@@ -383,60 +369,39 @@ def _steering_record(event: dict, b: torch.Tensor) -> dict:
     def numbers(a_: torch.Tensor, b_: torch.Tensor, s_: torch.Tensor) -> dict:
         return {"a_norm": _norm(a_), "b_norm": _norm(b_), "a_minus_b_norm": _norm(a_ - b_), "steering_norm": _norm(s_),
                 "cos_a_b": _cos(a_, b_), "cos_steering_a": _cos(s_, a_) if _norm(s_) > 0 else 0.0}
-    out = {"pass": event["pass"], "block": event["block"], "site": event["site"], "position": event["position"],
+    out = {"pass": event["log"].role, "block": event["block"], "site": event["site"], "position": event["position"],
            "total": numbers(a, b, steered)}
     if a.dim() == 2:  # z: (H, D), one row per head
         out["heads"] = [{"head": h, **numbers(a[h], b[h], steered[h])} for h in range(a.shape[0])]
     return out
 
 
-def _explain_reba(model, method, texts: list[str]) -> Explanation:
-    from minidecoder.methods.reba import FoldAttention, _rows_mask, aggregate, encode_repeated, weight_vector
-
-    index = resolve_output_layer(method.layer, model.num_layers)
-    batch = encode_repeated(model.tokenizer, list(texts), method.repetitions, method.separator)
+def _explain_reba(model, method, text: str, record: Explanation, recorder: Recorder) -> None:
+    (log,), (fold,), (forward,) = record.passes, recorder.folds, recorder.forwards
+    batch = encode_repeated(model.tokenizer, [text], method.repetitions, method.separator)  # the copies' spans
     rows = _rows_mask(batch, method.pooling, method.first_half_split)
-    pooled = rows[0].nonzero().flatten().tolist()
-    log = _pass(model, batch, "the repeated text", index,
-                f"sum_k w_k h_k over every position, w from the fused attention's rows {_ranges(pooled)}")
+    log.role = "the repeated text"
+    log.reads = f"sum_k w_k h_k over every position, w from the fused attention's rows {_ranges(rows[0].nonzero().flatten().tolist())}"
     for c, (start, end) in enumerate(batch.text_spans[0]):
+        pooled = c == 0 and method.pooling == "mean" and not method.first_half_split
         log.acts_on.append({"position": start, "end": end, "what": f"copy {c + 1}",
-                            "note": f"positions [{start}, {end})" + (": the rows R pooled" if c == 0 and method.pooling
-                                                                      == "mean" and not method.first_half_split else "")})
-    # reba.fused_attention, with its FoldAttention observed (a test checks A equals the function's).
-    B, T = batch.input_ids.shape
-    fold = ObservedFold(FoldAttention(B, T, model.device), log)
-    forward = Forward(model, batch.input_ids, batch.attention_mask, fold, keep={index, model.num_layers})
-    h = forward.hidden(index)
-    forward.run_to(model.num_layers)
+                            "note": f"positions [{start}, {end})" + (": the rows R pooled" if pooled else "")})
     mask = batch.attention_mask.to(fold.step.A.device)
-    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
+    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T), as fused_attention masks it
     fold.finish(valid)
     A = fold.step.A.masked_fill(~valid, 0.0)
     rows = rows.to(A.device)
     backward = method.pooling == "mean" or method.last_row == "backward"
-    embedding = aggregate(A, h, rows, method.weights, backward)[0]
-    w = weight_vector(A, rows, method.weights, backward)[0]
-    baseline = h[0].float()[rows[0]].mean(dim=0)  # uniform weights over the same rows, same forward
-    return Explanation(_model_info(model), method.describe(), texts[0], [log], embedding,
-                       f"uniform weights over the same rows R of the same repeated input at output layer {method.layer} "
-                       "(plain mean pooling, no fused attention)", _cos(embedding, baseline),
-                       fused=A[0].cpu(), weights=w.cpu())
+    record.fused, record.weights = A[0].cpu(), weight_vector(A, rows, method.weights, backward)[0].cpu()
+    h = forward.hidden(log.output_index)  # the same forward's hidden_states, already computed
+    record.baseline = (f"uniform weights over the same rows R of the same repeated input at output layer {method.layer} "
+                       "(plain mean pooling, no fused attention)")
+    record.net_cosine = _cos(record.embedding, h[0].float()[rows[0]].mean(dim=0))
 
 
-def _explain_reading(model, method, texts: list[str]) -> Explanation:
-    texts = method.prepare(texts)
-    index = resolve_output_layer(method.layer, model.num_layers)
-    passes, vectors = [], []
-    templates = method.templates()
-    for k, template in enumerate(templates):
-        batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
-        log = _pass(model, batch, _role("prompt", k, len(templates)), index, f"{type(method).__name__}.pool")
-        vectors.append(method.pool(hidden_at(model, batch, method.layer, Observed(Step(), log)), batch))
-        passes.append(log)
-    return Explanation(_model_info(model), method.describe(), texts[0], passes,
-                       torch.stack(vectors).mean(dim=0).float()[0],
-                       notes=["this method only reads the plain loop: no intervention to show"])
+def _explain_reading(model, method, text: str, record: Explanation, recorder: Recorder) -> None:
+    _name_passes(record.passes, reads=f"{type(method).__name__}.pool")
+    record.notes.append("this method only reads the plain loop: no intervention to show")
 
 
 def _role(what: str, k: int, n: int) -> str:
@@ -461,9 +426,9 @@ EXPLAINERS: dict[str, Callable] = {"tp": _explain_tp, "htp": _explain_htp, "cp":
 def explain(model, text: str, method: str | Method = "tp", **options) -> Explanation:
     """One text through one method, recorded block by block (see the module docstring).
 
-    method: a registered name with its options (as for `minidecoder.embed`) or a method object. TP, HTP,
-    CP and ReBA record their interventions; the prompt methods, pooling and Echo record their prompt,
-    tokens and the blocks that ran; any other method gives only its embedding."""
+    method: a registered name with its options (as for `minidecoder.embed`) or a method object. The
+    method's own `embed_batch` runs, watched; TP, HTP, CP and ReBA also get their baseline and their own
+    numbers; the prompt methods, pooling and Echo record their prompts, tokens and the blocks that ran."""
     if isinstance(method, str):
         method = build_method(method, **options)
     elif options:
@@ -475,14 +440,20 @@ def explain(model, text: str, method: str | Method = "tp", **options) -> Explana
     method.check(model)
     from minidecoder.methods.reading import ReadsOneLayer
 
-    explainer = EXPLAINERS.get(method.name)
+    shown = text
+    if getattr(method, "senteval_text", False):
+        shown = prepare_texts([text], True)[0]  # the text as the method's prompts hold it
     with torch.inference_mode():
+        recorder = Recorder(model)
+        record = Explanation(_model_info(model), method.describe(), shown, recorder.passes, recorder.run(method, text))
+        explainer = EXPLAINERS.get(method.name, _explain_reading if isinstance(method, ReadsOneLayer) else None)
         if explainer is not None:
-            return explainer(model, method, [text])
-        if isinstance(method, ReadsOneLayer):
-            return _explain_reading(model, method, [text])
-        return Explanation(_model_info(model), method.describe(), text, [], method.embed_batch(model, [text])[0].float(),
-                           notes=[f"explain knows no step of method {method.name!r}: only its embedding is shown"])
+            explainer(model, method, text, record, recorder)
+        else:
+            _name_passes(record.passes, reads="")
+            record.notes.append(f"explain has no description of method {method.name!r}'s step: its forwards are "
+                                "shown as they ran")
+    return record
 
 
 # ---- the record as text --------------------------------------------------------------------------------

@@ -175,3 +175,22 @@ def test_tour_check_catches_a_change() -> None:
     assert same(page, "w[  6] 0.0995  '.'\nnet effect: cosine 0.9783") == []  # rounding on another CPU
     assert same(page, "w[  6] 0.1992  '.'\nnet effect: cosine 0.9783")  # a real change
     assert same(page, "w[  6] 0.0992  ','\nnet effect: cosine 0.9783")  # a different token
+
+
+def test_explain_runs_the_methods_own_embed_batch(model, monkeypatch) -> None:
+    """explain restates no method: it calls the method's own embed_batch (watched), so a change there is
+    a change in the record; the watcher is gone afterwards, even when the method raises."""
+    from minidecoder.methods.tp import TP
+
+    original = TP.embed_batch
+    monkeypatch.setattr(TP, "embed_batch", lambda self, m, texts: 2 * original(self, m, texts))
+    record = minidecoder.explain(model, TEXT, "tp", **TINY["tp"])
+    torch.testing.assert_close(record.embedding, minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0], rtol=0, atol=0)
+    assert getattr(model, "step_watcher", None) is None
+
+    def broken(self, m, texts):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(TP, "embed_batch", broken)
+    with pytest.raises(RuntimeError):
+        minidecoder.explain(model, TEXT, "tp", **TINY["tp"])
+    assert getattr(model, "step_watcher", None) is None
