@@ -95,10 +95,12 @@ def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[
 
 # ---- one row --------------------------------------------------------------------------------------
 
-def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentences, scorer, args) -> tuple[dict, np.ndarray]:
+def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentences, scorer, args,
+            code: str) -> tuple[dict, np.ndarray]:
     """Sweep on dev, score the chosen point on test. Returns the row's record (without intervals) and
     its per-pair order codes, tasks concatenated in `test_tasks` order. donor: the finished row whose
-    non-layer choices a `reuse` row takes."""
+    non-layer choices a `reuse` row takes. code: the version this process loaded (`git describe` at its
+    start), not the tree's version when the row ends, which later commits may have moved."""
     method = build_method(row["method"], **row["options"])
     axes = dict(row["axes"])
     fixed = {}
@@ -129,7 +131,7 @@ def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentence
                   "points": [{"options": p["options"], "score": p["score"]} for p in sweep.points if p["score"] is not None]},
         "run": {"test_seconds": seconds, "sweep_seconds": sweep.cost["seconds"],
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "code": code_version()["git"], "torch_threads": torch.get_num_threads()},
+                "code": code, "torch_threads": torch.get_num_threads()},
     }
     return record, codes
 
@@ -426,7 +428,18 @@ def figures(report: dict, out: Path) -> list[str]:
 
 # ---- main -----------------------------------------------------------------------------------------
 
+def rows_code_from_sittings(report: dict) -> None:
+    """Each row's `run.code` is the code of the last sitting that ran it (files written before the code
+    was taken at the sitting's start recorded the tree's version when the row ended)."""
+    rows = {r["key"]: r for r in report["rows"]}
+    for sitting in report["sittings"]:
+        for key in sitting["rows_run"]:
+            if key in rows:
+                rows[key]["run"]["code"] = sitting["code"]
+
+
 def main(argv: list[str] | None = None) -> int:
+    code = code_version()["git"]  # what this process runs: taken before anything else, as it was loaded
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="registry name or checkpoint folder")
@@ -460,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads(path.read_text())
         if report.get("format") != FORMAT:
             parser.error(f"{path} is not a {FORMAT} file; rerun the table to regenerate it")
+        rows_code_from_sittings(report)
         report["figures"] = figures(report, path.with_suffix(""))
         write_report(report, path)
         print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
@@ -495,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     report = previous if previous is not None and previous.get("format") == FORMAT and not args.replace else {
         "format": FORMAT, "settings": settings, "command": table_command(args),
         "rows_planned": [r["key"] for r in spec], "rows": [], "claims": [], "figures": [], "sittings": []}
+    rows_code_from_sittings(report)
     status(report)
 
     keys = [r["key"] for r in spec]
@@ -513,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
 
     stats = Statistics(test_tasks)
-    sitting = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code_version()["git"],
+    sitting = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
                "argv": shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])]),
                "rows_run": [], "wall_seconds": 0.0, "data_dir": str(dev.data_dir), "model_source": str(model.source)}
     scorer = StsScorer(test_tasks, test_sentences)
@@ -528,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         row = spec_by_key[key]
         row_start = time.perf_counter()
         donor = {r["key"]: r for r in report["rows"]}.get(row.get("reuse"))
-        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args)
+        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args, code)
         relative = f"{pairs_dir(args.model)}/{key}.npy"
         data = npy_bytes(codes)
         atomic_write(json_path.parent / relative, data)

@@ -141,3 +141,21 @@ def test_a_kill_during_a_write_leaves_the_old_file(tmp_path: Path, monkeypatch) 
     with pytest.raises(KeyboardInterrupt):
         reproduce.atomic_write(path, b'{"rows": [1, 2, 3]}\n')
     assert json.loads(path.read_text()) == {"rows": []}
+
+
+@needs_data
+def test_a_rows_code_is_the_code_its_sitting_loaded(tiny_llama: Path, tmp_path: Path, monkeypatch) -> None:
+    """Commits made while a sitting runs do not relabel its rows: the version is taken once, at start."""
+    versions = iter(["as-loaded"])
+    monkeypatch.setattr(reproduce, "code_version", lambda: {"git": next(versions, "committed-meanwhile")})
+    run(tiny_llama, tmp_path)
+    report = json.loads((tmp_path / f"{tiny_llama.name}.json").read_text())
+    assert [r["run"]["code"] for r in report["rows"]] == ["as-loaded"] * 3
+    assert report["sittings"][-1]["code"] == "as-loaded"
+
+
+def test_rows_code_is_repaired_from_the_sittings_that_ran_them() -> None:
+    report = {"rows": [{"key": "mean", "run": {"code": "tree-later"}}, {"key": "prompteol", "run": {"code": "x"}}],
+              "sittings": [{"code": "a", "rows_run": ["mean", "prompteol"]}, {"code": "b", "rows_run": ["prompteol"]}]}
+    reproduce.rows_code_from_sittings(report)
+    assert [r["run"]["code"] for r in report["rows"]] == ["a", "b"]  # a redone row: its last sitting's code
