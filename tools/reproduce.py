@@ -21,8 +21,8 @@ subset, 1,000 resamples, seed 0: `minidecoder.evaluation.bootstrap`), and every 
 make (TP or CP vs its prompt, HTP, ReBA and Echo vs mean pooling, MetaEOL vs PromptEOL) a paired
 interval of the difference, in Avg. and per dataset, with a verdict generated from the interval
 (`minidecoder.evaluation.claims`). The paired intervals need both rows' per-pair similarities, which
-are kept beside the JSON in results/<model>-pairs/<row>.npy as uint16 order codes (the cosines'
-ranks within each task: lossless for every Spearman, 37.7 KB per row on the full sets). Sentence
+are kept beside the JSON in results/<model>-pairs/<row>.txt as integer order codes (the cosines'
+ranks within each task, one line per task: lossless for every Spearman, 88 KB per row on the full sets). Sentence
 embeddings are never written.
 
 Grids (dev only): output layer 1..L for the layer-reading methods; TP start 1, end in --tp-ends,
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import hashlib
-import io
 import json
 import os
 import shlex
@@ -150,10 +149,23 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+def codes_text(codes: np.ndarray, layout) -> bytes:
+    """A row's order codes as text, one line per task: its name, then its pairs' codes in file order."""
+    bounds = np.cumsum([0] + [t.pairs for t in layout])
+    return "".join(f"{t.name} {' '.join(map(str, codes[a:b].tolist()))}\n"
+                   for t, a, b in zip(layout, bounds[:-1], bounds[1:])).encode()
+
+
+def parse_codes(text: str, layout) -> np.ndarray:
+    """`codes_text` read back: the tasks' codes concatenated in `layout` order (each task checked)."""
+    lines = text.splitlines()
+    if [line.split(" ", 1)[0] for line in lines] != [t.name for t in layout]:
+        raise ValueError(f"tasks {[line.split(' ', 1)[0] for line in lines]} are not {[t.name for t in layout]}")
+    parts = [np.array(line.split()[1:], dtype=np.int64) for line in lines]
+    for t, part in zip(layout, parts):
+        if part.size != t.pairs:
+            raise ValueError(f"{t.name} has {part.size} codes for {t.pairs} pairs")
+    return np.concatenate(parts)
 
 
 def model_sha256(folder: Path) -> str:
@@ -185,12 +197,12 @@ def row_command(args, key: str) -> str:
     return shlex.join(["python", "tools/reproduce.py", *canonical_args(args), "--rows", key, "--redo"])
 
 
-def load_codes(out_dir: Path, row: dict) -> np.ndarray:
+def load_codes(out_dir: Path, row: dict, layout) -> np.ndarray:
     path = out_dir / row["pairs"]["file"]
     if not path.is_file() or sha256_file(path) != row["pairs"]["sha256"]:
         raise SystemExit(f"reproduce: error: {path} is missing or does not match the sha256 in the results JSON; "
                          f"recompute the row with: {row['command']}")
-    return np.load(path, allow_pickle=False)
+    return parse_codes(path.read_text(), layout)
 
 
 class Statistics:
@@ -204,7 +216,7 @@ class Statistics:
     def replicates(self, out_dir: Path, row: dict) -> np.ndarray:
         cache = (row["key"], row["pairs"]["sha256"])
         if cache not in self._replicates:
-            codes = load_codes(out_dir, row)
+            codes = load_codes(out_dir, row, self.boot.layout)
             split = {t.name: codes[a:b] for t, a, b in zip(self.boot.layout, self.bounds[:-1], self.bounds[1:])}
             self._replicates[cache] = self.boot.replicates({row["key"]: split})[row["key"]]
         return self._replicates[cache]
@@ -238,8 +250,8 @@ def settings_of(args, model, dev, test_tasks, test_sentences) -> dict:
         "data_sha256_combined": stamp["data_sha256_combined"], "data_sha256": stamp["data_sha256"],
         "bootstrap": {"resamples": RESAMPLES, "seed": SEED, "level": LEVEL, "interval": "percentile",
                       "unit": "pairs, resampled within each subset; task scores recomputed as the harness forms them"},
-        "pairs_encoding": "per row, <model>-pairs/<row>.npy: uint16 order codes (min rank - 1 of each pair's cosine "
-                          "within its task), tasks concatenated in test_pairs order, pairs in file order",
+        "pairs_encoding": "per row, <model>-pairs/<row>.txt: one line per task in test_pairs order, the task's name "
+                          "then its pairs' order codes (min rank - 1 of each pair's cosine within its task) in file order",
     }
 
 
@@ -544,8 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         row_start = time.perf_counter()
         donor = {r["key"]: r for r in report["rows"]}.get(row.get("reuse"))
         record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args, code)
-        relative = f"{pairs_dir(args.model)}/{key}.npy"
-        data = npy_bytes(codes)
+        relative = f"{pairs_dir(args.model)}/{key}.txt"
+        data = codes_text(codes, test_tasks)
         atomic_write(json_path.parent / relative, data)
         record["pairs"] = {"file": relative, "sha256": hashlib.sha256(data).hexdigest()}
         record["command"] = row_command(args, key)

@@ -104,8 +104,8 @@ def test_resumed_table_equals_uninterrupted(tiny_llama: Path, tmp_path: Path, mo
     assert resumed["rows"][0]["run"] == partial["rows"][0]["run"]  # kept, not recomputed
     assert without_sittings(resumed) == without_sittings(straight)
     for key in ROWS.split(","):
-        assert (tmp_path / "resumed" / f"{name}-pairs" / f"{key}.npy").read_bytes() == \
-            (tmp_path / "straight" / f"{name}-pairs" / f"{key}.npy").read_bytes()
+        assert (tmp_path / "resumed" / f"{name}-pairs" / f"{key}.txt").read_bytes() == \
+            (tmp_path / "straight" / f"{name}-pairs" / f"{key}.txt").read_bytes()
     assert [c["method"] for c in resumed["claims"]] == ["prompteol+tp"]
 
     # sitting 3: nothing left to do, nothing recomputed; --redo recomputes the rows named, to the same numbers
@@ -159,3 +159,17 @@ def test_rows_code_is_repaired_from_the_sittings_that_ran_them() -> None:
               "sittings": [{"code": "a", "rows_run": ["mean", "prompteol"]}, {"code": "b", "rows_run": ["prompteol"]}]}
     reproduce.rows_code_from_sittings(report)
     assert [r["run"]["code"] for r in report["rows"]] == ["a", "b"]  # a redone row: its last sitting's code
+
+
+def test_order_codes_round_trip_through_text() -> None:
+    from types import SimpleNamespace
+    import numpy as np
+    layout = [SimpleNamespace(name="STS12", pairs=3), SimpleNamespace(name="SICKRelatedness", pairs=2)]
+    codes = np.array([2, 0, 1, 65535, 0], dtype=np.uint32)
+    text = reproduce.codes_text(codes, layout)
+    assert text == b"STS12 2 0 1\nSICKRelatedness 65535 0\n"
+    assert reproduce.parse_codes(text.decode(), layout).tolist() == codes.tolist()
+    with pytest.raises(ValueError, match="has 2 codes for 3 pairs"):
+        reproduce.parse_codes("STS12 2 0\nSICKRelatedness 1 0\n", layout)
+    with pytest.raises(ValueError, match="are not"):
+        reproduce.parse_codes("STS13 2 0 1\nSICKRelatedness 1 0\n", layout)
