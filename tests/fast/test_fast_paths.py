@@ -28,16 +28,9 @@ from minidecoder.methods.loop import Forward, last_token
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import embed
 import tiny_models
+from senteval_reference import EDGE_TEXTS
 
-TEXTS = [
-    "a man is playing a flute",
-    "is it raining ?",
-    'he said "yes"',
-    "The quick brown fox jumps over the lazy dog near the river bank.",
-    "ok",
-    "'quoted at the start' changes the boundary token",
-    "two dogs run",
-]
+TEXTS = EDGE_TEXTS + ["'quoted at the start' changes the boundary token", "two dogs run"]
 ATOL = RTOL = 2e-5  # fp32: different matmul shapes round differently
 
 

@@ -22,18 +22,11 @@ from minidecoder.errors import InputError
 import tiny_models
 from tiny_models import FAMILIES
 from repo_paths import SHARED
+from senteval_reference import EDGE_TEXTS, reference_batcher_step
 
 ATOL = RTOL = 1e-5  # fp32, relative to the largest entry (see `close`)
 
-# Edge cases of the SentEval steps: no final '.', a final '?', a final '"', inner quotes; lengths vary
-# so that the batch is really padded.
-TEXTS = [
-    "a man is playing a flute",
-    "is it raining ?",
-    'he said "yes"',
-    "The quick brown fox jumps over the lazy dog near the river bank.",
-    "ok",
-]
+TEXTS = EDGE_TEXTS
 
 PROMPTEOL = 'This sentence : "{text}" means in one word:"'
 PRETENDED_COT = 'After thinking step by step , this sentence : "{text}" means in one word:"'
@@ -43,14 +36,6 @@ KNOWLEDGE = ('The essence of a sentence is often captured by its main subjects a
 
 
 # ---- the independent reference ---------------------------------------------------------------------
-def senteval(s: str) -> str:
-    """The batcher lines of kongds/scaling_sentemb `evaluation.py`, verbatim in spirit."""
-    if len(s) > 0 and s[-1] not in '.?"\'':
-        s += '.'
-    s = s.replace('"', '\'')
-    if len(s) > 0 and '?' == s[-1]:
-        s = s[:-1] + '.'
-    return s
 
 
 class Reference:
@@ -76,7 +61,7 @@ class Reference:
 
     @staticmethod
     def fill(template: str, text: str, senteval_text: bool) -> str:
-        return template.replace("{text}", senteval(text) if senteval_text else text).strip()
+        return template.replace("{text}", reference_batcher_step(text) if senteval_text else text).strip()
 
     def last(self, template: str, texts: list[str], layer: int, senteval_text: bool) -> torch.Tensor:
         hidden_states, _, _ = self.forward([self.fill(template, t, senteval_text) for t in texts])
@@ -84,7 +69,7 @@ class Reference:
 
     def mean(self, template: str, texts: list[str], layer: int, senteval_text: bool, over: str = "text",
              occurrence: int = -1) -> torch.Tensor:
-        texts = [senteval(t) if senteval_text else t for t in texts]
+        texts = [reference_batcher_step(t) if senteval_text else t for t in texts]
         hidden_states, mask, offsets = self.forward([template.replace("{text}", t) for t in texts])
         h = hidden_states[layer]
         rows = []

@@ -10,19 +10,9 @@ from hypothesis import strategies as st
 import minidecoder.methods.text
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.methods.text import fill_template, senteval_sentence
+from senteval_reference import reference_batcher_step
 
 PROMPTEOL = 'This sentence : "{text}" means in one word:"'
-
-
-def reference_batcher_step(words: list[str]) -> str:
-    """The four lines of the PromptEOL / TP batcher, verbatim (kongds/scaling_sentemb evaluation.py)."""
-    s = " ".join(words)
-    if len(s) > 0 and s[-1] not in '.?"\'':
-        s += "."
-    s = s.replace('"', "'")
-    if len(s) > 0 and "?" == s[-1]:
-        s = s[:-1] + "."
-    return s
 
 
 @pytest.mark.parametrize(
@@ -48,7 +38,7 @@ def test_senteval_sentence_cases(words: list[str], expected: str) -> None:
 
 @given(st.lists(st.text(alphabet=st.sampled_from(list('ab ."?\'!x')), min_size=1, max_size=4), max_size=5))
 def test_senteval_sentence_matches_reference(words: list[str]) -> None:
-    assert senteval_sentence(words) == reference_batcher_step(words)
+    assert senteval_sentence(words) == reference_batcher_step(" ".join(words))  # the batcher joins the words
 
 
 def test_string_is_used_verbatim() -> None:
