@@ -14,7 +14,8 @@ import torch
 
 import minidecoder
 from minidecoder.errors import InputError
-from test_methods_prompts import ATOL, FAMILIES, TEXTS, close, ours, pair, senteval
+from test_methods_prompts import ATOL, FAMILIES, TEXTS, close, ours, pair
+from senteval_reference import reference_batcher_step
 from repo_paths import SHARED
 
 ECHO = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
@@ -29,7 +30,7 @@ def metaeol_templates_from_spec() -> list[str]:
 def reference_metaeol(ref, texts: list[str], templates: list[str], layer: int = -1) -> torch.Tensor:
     prompts = []
     for text in texts:  # sentence-major, prompt-minor, as the reference's loop appends them
-        s = senteval(text)
+        s = reference_batcher_step(text)
         prompts += [t.replace("{text}", s).strip() for t in templates]
     hidden_states, _, _ = ref.forward(prompts)  # one left-padded forward of 8 x B rows
     last = hidden_states[layer][:, -1, :]
