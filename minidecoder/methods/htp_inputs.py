@@ -43,7 +43,8 @@ def encode_htp(options, model, texts: list[str]) -> HTPBatch:
     prefix, suffix = options.template.split("{text}")
     prefix_ids = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
     suffix_ids = tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
-    head = [tokenizer.bos_id] if tokenizer.add_bos else []
+    literal = options.literal_bos and tokenizer.bos_id is not None  # the reference's "<s> {text} </s>"
+    head = [tokenizer.bos_id] if literal or tokenizer.add_bos else []
     tail = [tokenizer.eos_id] if options.append_eos and tokenizer.eos_id is not None else []
     rows, spans, pairs, blocks = [], [], [], []
     for row, text in enumerate(texts):

@@ -187,3 +187,35 @@ def test_htp_errors() -> None:
     with pytest.raises(InputError, match="at most one"):
         build_method("htp", local_only=True, global_only=True)
     assert build_method("htp").describe()["sentence_splitter"].startswith("pysbd")
+
+
+def test_htp_puts_the_literal_bos_first_when_the_tokenizer_adds_none(tmp_path) -> None:
+    """The reference's template is the literal text `<s> {text} </s>`, so its sequence starts with BOS
+    on every tokenizer. On one whose policy adds no BOS (SmolLM2, Qwen2.5), `<B-PST>_1` would sit at
+    position 0, the attention sink, and the copies would overwrite it."""
+    import shutil
+
+    from tiny_models import save_tiny_tokenizer
+
+    hf, folder = checkpoint("llama")
+    no_bos = shutil.copytree(folder, tmp_path / "no-bos")
+    save_tiny_tokenizer(no_bos, add_bos=False)
+    model = minidecoder.load(no_bos)
+    assert not model.tokenizer.add_bos and model.tokenizer.bos_id is not None
+    texts = [d[0] for d in DOCS]
+    ours = minidecoder.embed(model, texts, "htp", layer=-2, start=1, end=3)
+    assert_close(ours, hf_htp(hf, no_bos, DOCS, -2, {1, 2}), atol=ATOL, rtol=RTOL)
+
+    policy = build_method("htp", layer=-2, start=1, end=3, literal_bos=False)
+    first = policy.encode(model, texts).batch.input_ids[:, 0]
+    assert (first == model.tokenizer.token_to_id("<B-PST>")).all()  # the placeholder starts the sequence
+    assert (minidecoder.embed(model, texts, policy) - ours).abs().max() > 1e-2
+
+
+def test_htp_without_a_bos_token_is_an_input_error_naming_the_way_out() -> None:
+    model = minidecoder.load(checkpoint("llama")[1])
+    model.tokenizer.bos_id, model.tokenizer.add_bos = None, False  # a tokenizer that defines no BOS at all
+    with pytest.raises(InputError, match="no BOS token") as error:
+        minidecoder.embed(model, ["A cat sat."], "htp", layer=-2, start=1, end=3)
+    assert "literal_bos=False" in str(error.value)
+    assert minidecoder.embed(model, ["A cat sat."], "htp", layer=-2, start=1, end=3, literal_bos=False).isfinite().all()
