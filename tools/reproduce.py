@@ -22,7 +22,7 @@ make (TP or CP vs its prompt, HTP, ReBA and Echo vs mean pooling, MetaEOL vs Pro
 interval of the difference, in Avg. and per dataset, with a verdict generated from the interval
 (`minidecoder.evaluation.claims`). The paired intervals need both rows' per-pair similarities, which
 are kept beside the JSON in results/<model>-pairs/<row>.txt as integer order codes (the cosines'
-ranks within each task, one line per task: lossless for every Spearman, 88 KB per row on the full sets). Sentence
+ranks within each task, one line per task: lossless for every Spearman, about 87 KB per row on the full sets). Sentence
 embeddings are never written.
 
 Grids (dev only): output layer 1..L for the layer-reading methods; TP start 1, end in --tp-ends,
@@ -156,8 +156,8 @@ def codes_text(codes: np.ndarray, layout) -> bytes:
                    for t, a, b in zip(layout, bounds[:-1], bounds[1:])).encode()
 
 
-def parse_codes(text: str, layout) -> np.ndarray:
-    """`codes_text` read back: the tasks' codes concatenated in `layout` order (each task checked)."""
+def parse_codes(text: str, layout) -> dict[str, np.ndarray]:
+    """`codes_text` read back: task name -> its pairs' codes, in `layout` order (each task checked)."""
     lines = text.splitlines()
     if [line.split(" ", 1)[0] for line in lines] != [t.name for t in layout]:
         raise ValueError(f"tasks {[line.split(' ', 1)[0] for line in lines]} are not {[t.name for t in layout]}")
@@ -165,7 +165,7 @@ def parse_codes(text: str, layout) -> np.ndarray:
     for t, part in zip(layout, parts):
         if part.size != t.pairs:
             raise ValueError(f"{t.name} has {part.size} codes for {t.pairs} pairs")
-    return np.concatenate(parts)
+    return {t.name: part for t, part in zip(layout, parts)}
 
 
 def model_sha256(folder: Path) -> str:
@@ -197,7 +197,7 @@ def row_command(args, key: str) -> str:
     return shlex.join(["python", "tools/reproduce.py", *canonical_args(args), "--rows", key, "--redo"])
 
 
-def load_codes(out_dir: Path, row: dict, layout) -> np.ndarray:
+def load_codes(out_dir: Path, row: dict, layout) -> dict[str, np.ndarray]:
     path = out_dir / row["pairs"]["file"]
     if not path.is_file() or sha256_file(path) != row["pairs"]["sha256"]:
         raise SystemExit(f"reproduce: error: {path} is missing or does not match the sha256 in the results JSON; "
@@ -210,15 +210,13 @@ class Statistics:
 
     def __init__(self, test_tasks) -> None:
         self.boot = Bootstrap(layout_of(test_tasks), resamples=RESAMPLES, seed=SEED, level=LEVEL)
-        self.bounds = np.cumsum([0] + [t.pairs for t in self.boot.layout])
         self._replicates: dict[tuple[str, str], np.ndarray] = {}
 
     def replicates(self, out_dir: Path, row: dict) -> np.ndarray:
         cache = (row["key"], row["pairs"]["sha256"])
         if cache not in self._replicates:
-            codes = load_codes(out_dir, row, self.boot.layout)
-            split = {t.name: codes[a:b] for t, a, b in zip(self.boot.layout, self.bounds[:-1], self.bounds[1:])}
-            self._replicates[cache] = self.boot.replicates({row["key"]: split})[row["key"]]
+            codes = load_codes(out_dir, row, self.boot.layout)  # task name -> codes
+            self._replicates[cache] = self.boot.replicates({row["key"]: codes})[row["key"]]
         return self._replicates[cache]
 
     def derive(self, report: dict, out_dir: Path) -> None:

@@ -51,7 +51,10 @@ Why the BOS is literal: models attend heavily to position 0 (the attention sink)
 front, `<B-PST>_1` sits at position 1 and its copies leave the sink alone. A tokenizer whose policy
 adds no BOS (SmolLM2, Qwen2.5) would put `<B-PST>_1` at position 0, and the copies would overwrite
 the sink: on SmolLM2-135M that took STS-B dev (first 300 pairs, layer 29) from 56.9 to -7.3, while the
-same run without copies scored 53.8. `literal_bos=False` keeps the tokenizer's policy, to show it.
+same run without copies scored 53.8. `literal_bos=False` keeps the tokenizer's policy, to show it:
+
+    minidecoder sweep --model smollm2-135m-instruct --method htp --layers 29,30 --limit 300 \
+        [--opt literal_bos=false [--opt end=1]]
 """
 from __future__ import annotations
 
@@ -154,7 +157,7 @@ class HTP(Method):
         if self.literal_bos and model.tokenizer.bos_id is None:
             raise InputError("this tokenizer defines no BOS token for HTP's literal <s> (literal_bos=True)",
                              "pass literal_bos=False (the placeholders then start the sequence, where the copies "
-                             "overwrite the attention sink) or a template with text before {text}")
+                             "overwrite the attention sink, unless the template has text before {text})")
         if self.end > output_index:
             raise InputError(f"HTP range [{self.start}, {self.end}) reaches past the output layer {self.layer} "
                              f"(blocks 0..{output_index - 1} run)", "lower `end` or raise `layer`")
