@@ -8,7 +8,10 @@ For each row (mean pooling, PromptEOL, Pretended CoT, Knowledge, MetaEOL, Echo; 
 TP and with CP; HTP; ReBA-2) the hyper-parameters are chosen on STS-B **dev** by the shared sweep
 (`minidecoder.evaluation.sweep`), then the chosen configuration is scored once on the seven test sets
 (STS12-16 "all", STS-B test, SICK-R test; Avg. = their mean) and timed; "Time" is the row's test
-encoding time over PromptEOL's (the papers' Time column).
+encoding time over PromptEOL's (the papers' Time column). Rows of one table may be timed in different
+sittings on different machines, so each sitting first times a yardstick (PromptEOL on every
+YARDSTICK_STRIDE-th test sentence) and every test time is divided by its own sitting's yardstick
+before the ratio is taken.
 
 Resumable: results/<model>.json is rewritten atomically after every row and says which rows are done;
 a finished row is never recomputed (`--redo` with `--rows` recomputes the rows named), so a table can
@@ -40,6 +43,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import platform
 import shlex
 import sys
 import time
@@ -68,6 +72,7 @@ PROMPTS = [("prompteol", "PromptEOL"), ("pretended_cot", "Pretended CoT"), ("kno
 # What a row keeps that depends on the sitting (when, on which code, how fast) rather than on the
 # settings: rows' "run" and the file's "sittings". Everything else is a function of the settings.
 SITTING_KEYS = ("run",)
+YARDSTICK_STRIDE = 25  # 1,044 of the 26,083 full-set sentences: 4% of PromptEOL's test time
 
 
 def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[float]) -> list[dict]:
@@ -94,12 +99,40 @@ def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[
 
 # ---- one row --------------------------------------------------------------------------------------
 
+def machine(model) -> dict:
+    """What the timings ran on: the processor (or GPU), torch's kernel set for it, and the threads."""
+    if model.device.type == "cuda":
+        name = torch.cuda.get_device_name(model.device)
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
+                 if line.startswith("model name")]
+        name = names[0] if names else platform.processor() or platform.machine()
+    return {"name": name, "device": model.device.type, "kernels": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads()}
+
+
+def machine_text(stamp: dict) -> str:
+    return f"{stamp['name']} ({stamp['device']}, {stamp['kernels']}, {stamp['threads']} threads)"
+
+
+def time_yardstick(model, test_sentences: list[str], batch_size: int) -> dict:
+    """PromptEOL's encoding time on every YARDSTICK_STRIDE-th test sentence, taken once per sitting after
+    the warm-up: a row's test time over its sitting's yardstick compares across sittings and machines
+    (this CPU and a faster one differ by 8x; the ratio of two methods' times does not)."""
+    sample = test_sentences[::YARDSTICK_STRIDE]
+    start = time.perf_counter()
+    minidecoder.embed(model, sample, "prompteol", batch_size=batch_size)
+    return {"sentences": len(sample), "seconds": time.perf_counter() - start, "machine": machine(model)}
+
+
 def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentences, scorer, args,
-            code: str) -> tuple[dict, np.ndarray]:
+            code: str, yardstick: dict) -> tuple[dict, np.ndarray]:
     """Sweep on dev, score the chosen point on test. Returns the row's record (without intervals) and
     its per-pair order codes, tasks concatenated in `test_tasks` order. donor: the finished row whose
     non-layer choices a `reuse` row takes. code: the version this process loaded (`git describe` at its
-    start), not the tree's version when the row ends, which later commits may have moved."""
+    start), not the tree's version when the row ends, which later commits may have moved. yardstick:
+    this sitting's `time_yardstick`, kept beside the row's test time."""
     method = build_method(row["method"], **row["options"])
     axes = dict(row["axes"])
     fixed = {}
@@ -128,7 +161,7 @@ def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentence
         "avg": results["avg"],
         "sweep": {"axes": sweep.axes, "rule": sweep.rule, "cost": cost,
                   "points": [{"options": p["options"], "score": p["score"]} for p in sweep.points if p["score"] is not None]},
-        "run": {"test_seconds": seconds, "sweep_seconds": sweep.cost["seconds"],
+        "run": {"test_seconds": seconds, "sweep_seconds": sweep.cost["seconds"], "yardstick": yardstick,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "code": code, "torch_threads": torch.get_num_threads()},
     }
@@ -297,12 +330,20 @@ def ranking_lines(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
+def yardstick_units(row: dict) -> float | None:
+    """A row's test time in units of its sitting's yardstick: comparable across sittings and machines."""
+    yardstick = row["run"].get("yardstick")
+    return row["run"]["test_seconds"] / yardstick["seconds"] if yardstick else None
+
+
 def with_time(rows: list[dict]) -> dict[str, dict]:
-    """Rows by key, each with "time" = its test seconds / PromptEOL's (None without PromptEOL)."""
+    """Rows by key, each with "time" = (test s / its yardstick s) / (PromptEOL's test s / its yardstick s);
+    None without PromptEOL, or for a row timed before sittings measured a yardstick."""
     by_key = {r["key"]: dict(r) for r in rows}
-    reference = by_key.get("prompteol", {}).get("run", {}).get("test_seconds")
+    reference = yardstick_units(by_key["prompteol"]) if "prompteol" in by_key else None
     for row in by_key.values():
-        row["time"] = row["run"]["test_seconds"] / reference if reference else None
+        units = yardstick_units(row)
+        row["time"] = units / reference if units and reference else None
     return by_key
 
 
@@ -337,7 +378,9 @@ def markdown(report: dict) -> str:
              "Spearman x100 of cosine vs gold; STS12-16 \"all\", STS-B and SICK-R test; Avg. of the seven. "
              "Hyper-parameters chosen on STS-B dev (`chosen`: `layer` is a hidden_states index, "
              f"L = {settings['num_layers']} = the final normed output). Time: test encoding time relative to "
-             "PromptEOL's (rows run in different sittings were timed on different occasions: see each row's date).", ""]
+             "PromptEOL's, each first divided by the yardstick its sitting timed (PromptEOL on every "
+             f"{YARDSTICK_STRIDE}th test sentence), so rows timed in different sittings or on different machines "
+             "compare; n/a: a row timed before sittings had a yardstick (`--rows <key> --redo` retimes it).", ""]
     names = [SHORT[n] for n in ALL_SEVEN]
     table = ["| Method | " + " | ".join(names) + " | Avg. | Time | dev | chosen |",
              "|---|" + "---:|" * (len(names) + 3) + "---|"]
@@ -372,13 +415,17 @@ def markdown(report: dict) -> str:
         for record in report["claims"]:
             per_dataset.append(f"| {labels[record['method']]} vs {labels[record['base']]} | " + " | ".join(
                 _cell(record["scores"][n]) if n in record["scores"] else "" for n in [*ALL_SEVEN, "avg"]) + " |")
-    how = ["| Row | sharing rule | rows x blocks computed | separate runs | ratio | dev sweep s | test s | date | command |",
-           "|---|---|---:|---:|---:|---:|---:|---|---|"]
+    how = ["| Row | sharing rule | rows x blocks computed | separate runs | ratio | dev sweep s | test s | "
+           "yardstick s | machine | date | command |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for row in rows:
         c, run = row["sweep"]["cost"], row["run"]
+        yardstick = run.get("yardstick")
+        timed_on = (f"{yardstick['seconds']:.1f} | {machine_text(yardstick['machine'])}" if yardstick
+                    else "n/a | not recorded")
         how.append(f"| {row['label']} | {row['sweep']['rule']} | {c['blocks_computed']:,} | {c['blocks_naive']:,} | "
-                   f"{c['ratio']:.3f} | {run['sweep_seconds']:.0f} | {run['test_seconds']:.0f} | {run['date'][:10]} | "
-                   f"`{row['command']}` |")
+                   f"{c['ratio']:.3f} | {run['sweep_seconds']:.0f} | {run['test_seconds']:.0f} | {timed_on} | "
+                   f"{run['date'][:10]} | `{row['command']}` |")
     figures = [f"![{name}]({name})" for name in report.get("figures", [])]
     run_rows = ["| key | value |", "|---|---|"]
     for key, value in settings.items():
@@ -387,10 +434,11 @@ def markdown(report: dict) -> str:
             continue
         shown = json.dumps(_json_safe(value), default=str) if isinstance(value, (dict, list)) else str(value)
         run_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
-    sittings = ["| date | code | rows run | wall s | command |", "|---|---|---|---:|---|"]
+    sittings = ["| date | code | rows run | wall s | machine | command |", "|---|---|---|---:|---|---|"]
     for s in report.get("sittings", []):
+        timed_on = machine_text(s["yardstick"]["machine"]) if "yardstick" in s else "not recorded"
         sittings.append(f"| {s['date']} | `{s['code']}` | {', '.join(s['rows_run']) or '-'} | {s['wall_seconds']:.0f} | "
-                        f"`{s['argv']}` |")
+                        f"{timed_on} | `{s['argv']}` |")
     return "\n".join(
         head + ["## Scores", ""] + table + ["", "## 95% bootstrap intervals of each score", ""] + intervals
         + ["", "## The papers' claims, with paired 95% intervals", ""] + claims + per_dataset
@@ -547,13 +595,15 @@ def main(argv: list[str] | None = None) -> int:
         # warm-up (untimed): the first forward pays one-off costs that would inflate PromptEOL, the time reference
         minidecoder.embed(model, test_sentences[:8], "prompteol", batch_size=args.batch_size)
         minidecoder.embed(model, test_sentences[8:8 + args.batch_size], "prompteol", batch_size=args.batch_size)
+        sitting["yardstick"] = time_yardstick(model, test_sentences, args.batch_size)
     order = {k: i for i, k in enumerate(keys)}
     spec_by_key = {r["key"]: r for r in spec}
     for key in todo:
         row = spec_by_key[key]
         row_start = time.perf_counter()
         donor = {r["key"]: r for r in report["rows"]}.get(row.get("reuse"))
-        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args, code)
+        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args, code,
+                                sitting["yardstick"])
         relative = f"{pairs_dir(args.model)}/{key}.txt"
         data = codes_text(codes, test_tasks)
         atomic_write(json_path.parent / relative, data)

@@ -41,6 +41,19 @@ def test_ranking_states_what_the_numbers_show() -> None:
     assert "rankings over these 4 rows: 0.40." in text  # ranks differ by -1, -1, +2, 0: 1 - 6*6/(4*15)
 
 
+def test_time_divides_each_row_by_its_own_sittings_yardstick() -> None:
+    """PromptEOL timed on a slow machine, TP on one 8x faster: the Time column is the ratio of the
+    methods' work (1.5x), not of the machines; a row with no yardstick gets no ratio, not a wrong one."""
+    def row(key: str, test_seconds: float, yardstick_seconds: float | None) -> dict:
+        yardstick = {"seconds": yardstick_seconds, "sentences": 1044} if yardstick_seconds else None
+        return {"key": key, "run": {"test_seconds": test_seconds, "yardstick": yardstick}}
+    by_key = reproduce.with_time([row("prompteol", 1600.0, 80.0), row("prompteol+tp", 300.0, 10.0),
+                                  row("mean", 60.0, None)])
+    assert by_key["prompteol"]["time"] == pytest.approx(1.0)
+    assert by_key["prompteol+tp"]["time"] == pytest.approx(1.5)  # (300/10) / (1600/80); the raw ratio is 0.19
+    assert by_key["mean"]["time"] is None
+
+
 # ---- a table over several sittings, on the tiny model ------------------------------------------------
 
 ROWS = "mean,prompteol,prompteol+tp"
@@ -83,6 +96,9 @@ def test_resumed_table_equals_uninterrupted(tiny_llama: Path, tmp_path: Path, mo
     assert calls == ROWS.split(",")
     straight = json.loads((tmp_path / "straight" / f"{name}.json").read_text())
     assert straight["rows_done"] == ROWS.split(",")
+    yardstick = straight["sittings"][-1]["yardstick"]  # timed once, carried by every row of the sitting
+    assert yardstick["seconds"] > 0 and yardstick["machine"]["device"] == "cpu"
+    assert all(r["run"]["yardstick"] == yardstick for r in straight["rows"])
 
     # sitting 1 is killed when it reaches the second row
     monkeypatch.undo()
