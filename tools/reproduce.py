@@ -347,6 +347,20 @@ def with_time(rows: list[dict]) -> dict[str, dict]:
     return by_key
 
 
+def same_layer_note(method: dict, base: dict) -> str:
+    """When a method and its base were read at different layers, the base's dev score at the method's
+    layer, from the base's own sweep: it tells the method's mechanism apart from its layer (HTP reads
+    layer L-1 or L as its reference does, where mean pooling may have collapsed)."""
+    layer = method["chosen"].get("layer")
+    if layer is None or layer == base["chosen"].get("layer"):
+        return ""
+    same = [p["score"] for p in base["sweep"]["points"] if p["options"] == {"layer": layer}]
+    if not same:
+        return ""
+    return (f" Same-layer check (STS-B dev only): {method['label']} {method['dev']:.2f} at layer {layer}, where "
+            f"{base['label']} scores {same[0]:.2f} (its chosen layer {base['chosen']['layer']}: {base['dev']:.2f}).")
+
+
 def _cell(record: dict) -> str:
     word = {"holds": "holds", "reversed": "**reversed**"}.get(record["verdict"], "n.s.")
     return f"{record['diff']:+.2f} [{record['lo']:+.2f}, {record['hi']:+.2f}] {word}"
@@ -404,7 +418,8 @@ def markdown(report: dict) -> str:
               "**not distinguishable from zero at 95%** when it contains 0.", ""]
     labels = {r["key"]: r["label"] for r in rows}
     for record in report.get("claims", []):
-        claims.append(sentence(record, labels[record["method"]], labels[record["base"]]))
+        claims.append(sentence(record, labels[record["method"]], labels[record["base"]])
+                      + same_layer_note(by_key[record["method"]], by_key[record["base"]]))
     missing = [c.text for c in CLAIMS if c.method not in labels or c.base not in labels]
     if missing:
         claims += ["", f"Not judged yet (a row is not done): {'; '.join(missing)}."]

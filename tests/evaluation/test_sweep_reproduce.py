@@ -54,6 +54,17 @@ def test_time_divides_each_row_by_its_own_sittings_yardstick() -> None:
     assert by_key["mean"]["time"] is None
 
 
+def test_a_claim_read_at_another_layer_shows_its_base_at_that_layer() -> None:
+    def row(label: str, layer: int, dev: float, points: dict[int, float]) -> dict:
+        return {"label": label, "chosen": {"layer": layer}, "dev": dev,
+                "sweep": {"points": [{"options": {"layer": k}, "score": v} for k, v in points.items()]}}
+    mean = row("Mean pooling", 1, 71.5, {1: 71.5, 29: 22.6, 30: 54.7})
+    note = reproduce.same_layer_note(row("HTP", 29, 59.6, {29: 59.6, 30: 51.6}), mean)
+    assert note == (" Same-layer check (STS-B dev only): HTP 59.60 at layer 29, where Mean pooling scores 22.60 "
+                    "(its chosen layer 1: 71.50).")
+    assert reproduce.same_layer_note(row("Echo", 1, 72.8, {1: 72.8}), mean) == ""  # same layer: nothing to tell apart
+
+
 # ---- a table over several sittings, on the tiny model ------------------------------------------------
 
 ROWS = "mean,prompteol,prompteol+tp"
