@@ -105,8 +105,8 @@ def machine(model) -> dict:
         name = torch.cuda.get_device_name(model.device)
     else:
         cpuinfo = Path("/proc/cpuinfo")
-        names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
-                 if line.startswith("model name")]
+        lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         name = names[0] if names else platform.processor() or platform.machine()
     return {"name": name, "device": model.device.type, "kernels": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads()}
@@ -119,7 +119,8 @@ def machine_text(stamp: dict) -> str:
 def time_yardstick(model, test_sentences: list[str], batch_size: int) -> dict:
     """PromptEOL's encoding time on every YARDSTICK_STRIDE-th test sentence, taken once per sitting after
     the warm-up: a row's test time over its sitting's yardstick compares across sittings and machines
-    (this CPU and a faster one differ by 8x; the ratio of two methods' times does not)."""
+    (the two CPUs SmolLM2's table met differ by 4.8x on PromptEOL's test set; the ratio of two methods'
+    times does not)."""
     sample = test_sentences[::YARDSTICK_STRIDE]
     start = time.perf_counter()
     minidecoder.embed(model, sample, "prompteol", batch_size=batch_size)
