@@ -19,6 +19,12 @@ be built over several sittings with the same command, or a few rows at a time wi
 made with other settings (model checksum, dtype, limits, grids, data checksums, ...) is refused, never
 mixed. Each row records the command that recomputes it alone.
 
+Within a row, too: a row's sweep and each of its test pieces (at most 1,000 pairs of one task:
+`minidecoder.evaluation.pieces`) are kept as they finish, the sweep in the JSON's "in_progress" and the
+pieces' pair cosines in results/<model>-pairs/<row>.partial.txt, so a row longer than a sitting (MetaEOL
+on a slow CPU) is finished by the next sitting, on any machine, with the same command. Each sitting's
+share of a row's test time is divided by that sitting's own yardstick.
+
 Statistics: every cell has a 95% percentile bootstrap interval over pairs (pairs resampled within each
 subset, 1,000 resamples, seed 0: `minidecoder.evaluation.bootstrap`), and every comparison the papers
 make (TP or CP vs its prompt, HTP, ReBA and Echo vs mean pooling, MetaEOL vs PromptEOL) a paired
@@ -58,7 +64,8 @@ sys.path.insert(0, str(REPO))
 import minidecoder  # noqa: E402
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
 from minidecoder.evaluation.claims import CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, sentence  # noqa: E402
-from minidecoder.evaluation.harness import StsScorer, encode_sentences, unique_sentences  # noqa: E402
+from minidecoder.evaluation.harness import StsScorer, unique_sentences  # noqa: E402
+from minidecoder.evaluation.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
 from minidecoder.evaluation.sts_data import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
@@ -127,13 +134,17 @@ def time_yardstick(model, test_sentences: list[str], batch_size: int) -> dict:
     return {"sentences": len(sample), "seconds": time.perf_counter() - start, "machine": machine(model)}
 
 
-def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentences, scorer, args,
-            code: str, yardstick: dict) -> tuple[dict, np.ndarray]:
-    """Sweep on dev, score the chosen point on test. Returns the row's record (without intervals) and
-    its per-pair order codes, tasks concatenated in `test_tasks` order. donor: the finished row whose
-    non-layer choices a `reuse` row takes. code: the version this process loaded (`git describe` at its
-    start), not the tree's version when the row ends, which later commits may have moved. yardstick:
-    this sitting's `time_yardstick`, kept beside the row's test time."""
+def run_row(model, row: dict, donor: dict | None, dev, plan: PiecePlan, scorer, args, code: str,
+            yardstick: dict, progress: dict, cosines: list[np.ndarray], save) -> tuple[dict, np.ndarray]:
+    """Sweep on dev, score the chosen point on test, piece by piece. Returns the row's record (without
+    intervals) and its per-pair order codes, tasks concatenated in `plan.tasks` order.
+
+    donor: the finished row whose non-layer choices a `reuse` row takes. code: the version this process
+    loaded (`git describe` at its start), not the tree's version when the row ends, which later commits
+    may have moved. yardstick: this sitting's `time_yardstick`. progress and cosines: what earlier
+    sittings finished of this row ({} and [] for a fresh row): "sweep" once the sweep is done, "test"
+    (one timing entry per sitting) and the cosines of the first finished test pieces. `save(progress,
+    cosines)` is called after the sweep and after every piece, so a kill loses only the step under way."""
     method = build_method(row["method"], **row["options"])
     axes = dict(row["axes"])
     fixed = {}
@@ -141,28 +152,45 @@ def run_row(model, row: dict, donor: dict | None, dev, test_tasks, test_sentence
         fixed = {k: v for k, v in donor["chosen"].items() if k != "layer"}
         method = method_at(method, fixed)
         axes = {"layer": axes["layer"]}
-    print(f"\n== {row['label']}: sweep {axes and {k: (v if len(v) < 6 else f'{v[0]}..{v[-1]} ({len(v)})') for k, v in axes.items()}}",
-          file=sys.stderr)
-    sweep = sweep_sts(model, method, axes, limit=args.dev_limit, batch_size=args.batch_size,
-                      progress=not args.no_progress, dev=dev)
-    best = method_at(method, sweep.best["options"])
+    if "sweep" not in progress:
+        print(f"\n== {row['label']}: sweep {axes and {k: (v if len(v) < 6 else f'{v[0]}..{v[-1]} ({len(v)})') for k, v in axes.items()}}",
+              file=sys.stderr)
+        sweep = sweep_sts(model, method, axes, limit=args.dev_limit, batch_size=args.batch_size,
+                          progress=not args.no_progress, dev=dev)
+        progress["sweep"] = {
+            "options": sweep.best["options"], "dev": sweep.best["score"], "axes": sweep.axes, "rule": sweep.rule,
+            "cost": {k: v for k, v in sweep.cost.items() if k != "seconds"}, "seconds": sweep.cost["seconds"],
+            "points": [{"options": p["options"], "score": p["score"]} for p in sweep.points if p["score"] is not None]}
+        save(progress, cosines)
+    swept = progress["sweep"]
+    best = method_at(method, swept["options"])
     encode = lambda texts: minidecoder.embed(model, texts, best, batch_size=args.batch_size)  # noqa: E731
-    start = time.perf_counter()
-    vectors = encode_sentences(encode, test_sentences, chunk_size=args.batch_size * 8, progress=not args.no_progress)
-    seconds = time.perf_counter() - start
-    results = scorer(vectors)
-    codes = np.concatenate([order_codes(c) for c in scorer.cosines(vectors)])
-    cost = {k: v for k, v in sweep.cost.items() if k != "seconds"}
+    encoder = PieceEncoder(plan, encode, chunk_size=args.batch_size * 8, progress=not args.no_progress)
+    if len(cosines) < len(plan.pieces):
+        print(f"== {row['label']}: test pieces {len(cosines) + 1}..{len(plan.pieces)} of {len(plan.pieces)}", file=sys.stderr)
+        timing = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "code": code,
+                  "yardstick": yardstick, "pieces": 0, "seconds": 0.0, "sentences": 0, "catch_up": 0}
+        progress.setdefault("test", []).append(timing)
+    for index in range(len(cosines), len(plan.pieces)):
+        piece_cosines, spent = encoder.run(index)
+        cosines.append(piece_cosines)
+        timing["pieces"] += 1
+        for name in ("seconds", "sentences", "catch_up"):
+            timing[name] += spent[name]
+        save(progress, cosines)
+    per_task = plan.by_task(cosines)
+    results = scorer.score(per_task)
+    codes = np.concatenate([order_codes(c) for c in per_task])
     record = {
         "key": row["key"], "label": row["label"], "method": best.describe(),
-        "chosen": {**fixed, **sweep.best["options"]},
+        "chosen": {**fixed, **swept["options"]},
         "reused_from": row.get("reuse"),
-        "dev": sweep.best["score"],
+        "dev": swept["dev"],
         "scores": {name: results["tasks"][name]["score"] for name in ALL_SEVEN if name in results["tasks"]},
         "avg": results["avg"],
-        "sweep": {"axes": sweep.axes, "rule": sweep.rule, "cost": cost,
-                  "points": [{"options": p["options"], "score": p["score"]} for p in sweep.points if p["score"] is not None]},
-        "run": {"test_seconds": seconds, "sweep_seconds": sweep.cost["seconds"], "yardstick": yardstick,
+        "sweep": {"axes": swept["axes"], "rule": swept["rule"], "cost": swept["cost"], "points": swept["points"]},
+        "run": {"test_seconds": sum(t["seconds"] for t in progress["test"]), "sweep_seconds": swept["seconds"],
+                "yardstick": progress["test"][-1]["yardstick"], "test_sittings": progress["test"],
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "code": code, "torch_threads": torch.get_num_threads()},
     }
@@ -237,6 +265,23 @@ def load_codes(out_dir: Path, row: dict, layout) -> dict[str, np.ndarray]:
         raise SystemExit(f"reproduce: error: {path} is missing or does not match the sha256 in the results JSON; "
                          f"recompute the row with: {row['command']}")
     return parse_codes(path.read_text(), layout)
+
+
+def kept_cosines(out_dir: Path, progress: dict, plan: PiecePlan, key: str) -> list[np.ndarray]:
+    """The cosines of a row's finished test pieces, from the file its in-progress record names."""
+    kept = progress.get("cosines")
+    if kept is None:
+        return []
+    path = out_dir / kept["file"]
+    if not path.is_file() or sha256_file(path) != kept["sha256"]:
+        raise SystemExit(f"reproduce: error: {path} (the finished test pieces of row {key}) is missing or does not "
+                         f"match the sha256 in the results JSON; restore it (git checkout), or start the row afresh "
+                         f"with --rows {key} --redo")
+    try:
+        return parse_cosines(path.read_text(), plan)
+    except ValueError as error:
+        raise SystemExit(f"reproduce: error: {path} does not fit this sitting's test pieces ({error}); start the row "
+                         f"afresh with --rows {key} --redo") from None
 
 
 class Statistics:
@@ -332,9 +377,13 @@ def ranking_lines(rows: dict[str, dict]) -> list[str]:
 
 
 def yardstick_units(row: dict) -> float | None:
-    """A row's test time in units of its sitting's yardstick: comparable across sittings and machines."""
-    yardstick = row["run"].get("yardstick")
-    return row["run"]["test_seconds"] / yardstick["seconds"] if yardstick else None
+    """A row's test time in units of its sitting's yardstick: comparable across sittings and machines. A row
+    whose test pieces ran in several sittings sums each sitting's seconds over that sitting's yardstick."""
+    run = row["run"]
+    if "test_sittings" in run:
+        return sum(t["seconds"] / t["yardstick"]["seconds"] for t in run["test_sittings"])
+    yardstick = run.get("yardstick")
+    return run["test_seconds"] / yardstick["seconds"] if yardstick else None
 
 
 def with_time(rows: list[dict]) -> dict[str, dict]:
@@ -388,6 +437,10 @@ def markdown(report: dict) -> str:
         pending = ", ".join(f"`{k}`" for k in report["rows_pending"])
         head += [f"**Rows done: {len(report['rows_done'])} of {len(report['rows_planned'])}.** Not yet run: {pending}. "
                  "The command below computes them; finished rows are kept.", ""]
+    if report.get("in_progress"):
+        head += ["**In progress** (kept; the next sitting carries on from there): " + "; ".join(
+            f"`{key}`: {'sweep done, ' if 'sweep' in p else ''}{p.get('cosines', {}).get('pieces', 0)} of "
+            f"{p.get('cosines', {}).get('of', '?')} test pieces" for key, p in report["in_progress"].items()) + ".", ""]
     head += [f"Command (the whole table, resumable by row): `{report['command']}`. Each row's own command "
              "(it recomputes that row alone) is in the table \"How each row was made\".", "",
              "Spearman x100 of cosine vs gold; STS12-16 \"all\", STS-B and SICK-R test; Avg. of the seven. "
@@ -436,11 +489,14 @@ def markdown(report: dict) -> str:
            "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for row in rows:
         c, run = row["sweep"]["cost"], row["run"]
-        yardstick = run.get("yardstick")
-        timed_on = (f"{yardstick['seconds']:.1f} | {machine_text(yardstick['machine'])}" if yardstick
-                    else "n/a | not recorded")
+        sittings = run.get("test_sittings") or ([{"yardstick": run["yardstick"]}] if run.get("yardstick") else [])
+        timed_on = (" + ".join(f"{t['yardstick']['seconds']:.1f}" for t in sittings) + " | "
+                    + "; ".join(dict.fromkeys(machine_text(t["yardstick"]["machine"]) for t in sittings))
+                    if sittings else "n/a | not recorded")
+        test_s = (" + ".join(f"{t['seconds']:.0f}" for t in sittings) if len(sittings) > 1  # one per sitting
+                  else f"{run['test_seconds']:.0f}")
         how.append(f"| {row['label']} | {row['sweep']['rule']} | {c['blocks_computed']:,} | {c['blocks_naive']:,} | "
-                   f"{c['ratio']:.3f} | {run['sweep_seconds']:.0f} | {run['test_seconds']:.0f} | {timed_on} | "
+                   f"{c['ratio']:.3f} | {run['sweep_seconds']:.0f} | {test_s} | {timed_on} | "
                    f"{run['date'][:10]} | `{row['command']}` |")
     figures = [f"![{name}]({name})" for name in report.get("figures", [])]
     run_rows = ["| key | value |", "|---|---|"]
@@ -606,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
                "argv": shlex.join(["python", "tools/reproduce.py", *(argv if argv is not None else sys.argv[1:])]),
                "rows_run": [], "wall_seconds": 0.0, "data_dir": str(dev.data_dir), "model_source": str(model.source)}
     scorer = StsScorer(test_tasks, test_sentences)
+    plan = PiecePlan(test_tasks)
     if todo:
         report["sittings"].append(sitting)
         # warm-up (untimed): the first forward pays one-off costs that would inflate PromptEOL, the time reference
@@ -614,24 +671,44 @@ def main(argv: list[str] | None = None) -> int:
         sitting["yardstick"] = time_yardstick(model, test_sentences, args.batch_size)
     order = {k: i for i, k in enumerate(keys)}
     spec_by_key = {r["key"]: r for r in spec}
+    in_progress = report.setdefault("in_progress", {})
     for key in todo:
         row = spec_by_key[key]
         row_start = time.perf_counter()
         donor = {r["key"]: r for r in report["rows"]}.get(row.get("reuse"))
-        record, codes = run_row(model, row, donor, dev, test_tasks, test_sentences, scorer, args, code,
-                                sitting["yardstick"])
+        partial_path = json_path.parent / f"{pairs_dir(args.model)}/{key}.partial.txt"
+        if args.redo:
+            in_progress.pop(key, None)
+        progress = in_progress.get(key, {})
+        cosines = kept_cosines(json_path.parent, progress, plan, key) if progress else []
+        if progress:
+            print(f"== {row['label']}: resuming ({'sweep done, ' if 'sweep' in progress else ''}"
+                  f"{len(cosines)} of {len(plan.pieces)} test pieces kept)", file=sys.stderr)
+
+        def save(progress: dict, cosines: list[np.ndarray], key: str = key, partial_path: Path = partial_path) -> None:
+            data = cosines_text(plan, cosines)  # the cosines first: a JSON never names a file that is not there
+            atomic_write(partial_path, data)
+            progress["cosines"] = {"file": str(partial_path.relative_to(json_path.parent)), "pieces": len(cosines),
+                                   "of": len(plan.pieces), "sha256": hashlib.sha256(data).hexdigest()}
+            in_progress[key] = progress
+            write_report(report, json_path)
+
+        record, codes = run_row(model, row, donor, dev, plan, scorer, args, code, sitting["yardstick"],
+                                progress, cosines, save)
         relative = f"{pairs_dir(args.model)}/{key}.txt"
         data = codes_text(codes, test_tasks)
         atomic_write(json_path.parent / relative, data)
         record["pairs"] = {"file": relative, "sha256": hashlib.sha256(data).hexdigest()}
         record["command"] = row_command(args, key)
         report["rows"] = sorted([r for r in report["rows"] if r["key"] != key] + [record], key=lambda r: order[r["key"]])
+        in_progress.pop(key, None)
         stats.derive(report, json_path.parent)
         status(report)
         sitting["rows_run"].append(key)
         sitting["wall_seconds"] = round(time.perf_counter() - sitting_start, 1)
         report["figures"] = figures(report, out)
         write_report(report, json_path)
+        partial_path.unlink(missing_ok=True)  # after the JSON that no longer names it
         print(f"   {row['label']}: Avg. {record['avg']:.2f} (dev {record['dev']:.2f}, {record['chosen']}) "
               f"in {time.perf_counter() - row_start:.0f} s; {len(report['rows_done'])} of {len(keys)} rows done; "
               f"to recompute this row alone: {record['command']}", file=sys.stderr)

@@ -90,6 +90,16 @@ def encode_sentences(
     return torch.cat(parts)  # (N, D)
 
 
+def pair_cosines(first: torch.Tensor, second: torch.Tensor, same: np.ndarray) -> np.ndarray:
+    """The cosine of each pair (row i of `first` with row i of `second`), float64. `same` marks pairs of
+    one sentence with itself: exactly 1, one tie (a choice; its effect: the module docstring)."""
+    a, b = first.double(), second.double()  # (P, D)
+    norm_a, norm_b = a.norm(dim=-1), b.norm(dim=-1)  # (P,)
+    cosine = (a * b).sum(-1) / (norm_a * norm_b)  # (P,)
+    cosine = torch.where(torch.as_tensor(same, device=cosine.device) & (norm_a > 0), torch.ones_like(cosine), cosine)
+    return torch.nan_to_num(cosine, nan=0.0).cpu().numpy()  # SentEval: np.nan_to_num
+
+
 class StsScorer:
     """Scores embedding tables of one fixed sentence list against the gold of fixed tasks.
 
@@ -125,22 +135,19 @@ class StsScorer:
         """Per task, the cosine of every pair in subset order, float64. embeddings: (N, D)."""
         if embeddings.dim() != 2 or embeddings.shape[0] != self.num_sentences:
             raise ValueError(f"embeddings have shape {tuple(embeddings.shape)}; expected ({self.num_sentences}, D)")
-        out = []
-        for _, rows1, rows2, _, _ in self._pairs:
-            a = embeddings[rows1.to(embeddings.device)].double()  # (P, D)
-            b = embeddings[rows2.to(embeddings.device)].double()  # (P, D)
-            norm_a, norm_b = a.norm(dim=-1), b.norm(dim=-1)  # (P,)
-            cosine = (a * b).sum(-1) / (norm_a * norm_b)  # (P,)
-            # a sentence paired with itself is exactly 1, one tie (a choice; its effect: the module docstring)
-            cosine = torch.where((rows1 == rows2).to(cosine.device) & (norm_a > 0), torch.ones_like(cosine), cosine)
-            out.append(torch.nan_to_num(cosine, nan=0.0).cpu().numpy())  # SentEval: np.nan_to_num
-        return out
+        return [pair_cosines(embeddings[rows1.to(embeddings.device)], embeddings[rows2.to(embeddings.device)],
+                             (rows1 == rows2).numpy())
+                for _, rows1, rows2, _, _ in self._pairs]
 
     def __call__(self, embeddings: torch.Tensor) -> dict:
         """Scores of every task; see `aggregate` for the layout."""
+        return self.score(self.cosines(embeddings))
+
+    def score(self, cosines: Sequence[np.ndarray]) -> dict:
+        """Scores of every task from its pairs' cosines (`cosines`' layout, however they were computed)."""
         per_task = {}
         for task, cosine, (names, _, _, gold, bounds), (gold_rank, subset_gold_ranks) in zip(
-            self.tasks, self.cosines(embeddings), self._pairs, self._gold_ranks
+            self.tasks, cosines, self._pairs, self._gold_ranks
         ):
             subsets = {}
             for name, a, b, subset_gold_rank in zip(names, bounds[:-1], bounds[1:], subset_gold_ranks):

@@ -158,6 +158,88 @@ def test_other_settings_are_refused_not_mixed(tiny_llama: Path, tmp_path: Path, 
     assert "other settings" in capsys.readouterr().err
 
 
+def killing_piece(monkeypatch, at: int | None = None) -> tuple[list[int], list[str]]:
+    """Record the test pieces encoded and the sweeps run; a kill (KeyboardInterrupt) when piece `at` starts."""
+    pieces, sweeps = [], []
+    real_run, real_sweep = reproduce.PieceEncoder.run, reproduce.sweep_sts
+
+    def run(self, index):
+        if index == at:
+            raise KeyboardInterrupt
+        pieces.append(index)
+        return real_run(self, index)
+
+    def sweep(model, method, *args, **kwargs):
+        sweeps.append(method.name)
+        return real_sweep(model, method, *args, **kwargs)
+    monkeypatch.setattr(reproduce.PieceEncoder, "run", run)
+    monkeypatch.setattr(reproduce, "sweep_sts", sweep)
+    return pieces, sweeps
+
+
+@needs_data
+def test_a_row_killed_between_test_pieces_resumes_from_the_next_piece(tiny_llama: Path, tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """A row longer than a sitting: its sweep and finished test pieces are kept, the next sitting (a fresh
+    process: nothing in memory) encodes only the rest, and the file equals an uninterrupted one's."""
+    name = tiny_llama.name
+    command = ["--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--no-progress", "--rows", "prompteol"]
+    assert reproduce.main([*command, "--output-dir", str(tmp_path / "straight")]) == 0
+    straight = json.loads((tmp_path / "straight" / f"{name}.json").read_text())
+    assert [t["pieces"] for t in straight["rows"][0]["run"]["test_sittings"]] == [7]  # one per task at --limit 2
+
+    pieces, sweeps = killing_piece(monkeypatch, at=3)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.main([*command, "--output-dir", str(tmp_path / "resumed")])
+    partial = json.loads((tmp_path / "resumed" / f"{name}.json").read_text())
+    assert pieces == [0, 1, 2] and partial["rows_done"] == []
+    kept = partial["in_progress"]["prompteol"]
+    assert kept["cosines"]["pieces"] == 3 and kept["sweep"]["options"] == straight["rows"][0]["chosen"]
+    assert (tmp_path / "resumed" / kept["cosines"]["file"]).read_text().count("\n") == 3
+    assert "`prompteol`: sweep done, 3 of 7 test pieces" in (tmp_path / "resumed" / f"{name}.md").read_text()
+
+    monkeypatch.undo()
+    pieces, sweeps = killing_piece(monkeypatch)
+    assert reproduce.main([*command, "--output-dir", str(tmp_path / "resumed")]) == 0
+    assert sweeps == [] and pieces == [3, 4, 5, 6]  # neither the sweep nor a finished piece again
+    resumed = json.loads((tmp_path / "resumed" / f"{name}.json").read_text())
+    assert resumed["in_progress"] == {} and not (tmp_path / "resumed" / kept["cosines"]["file"]).exists()
+    assert without_sittings(resumed) == without_sittings(straight)
+    assert (tmp_path / "resumed" / f"{name}-pairs" / "prompteol.txt").read_bytes() == \
+        (tmp_path / "straight" / f"{name}-pairs" / "prompteol.txt").read_bytes()
+    split = resumed["rows"][0]["run"]["test_sittings"]
+    assert [t["pieces"] for t in split] == [3, 4]
+    assert sum(t["sentences"] for t in split) == straight["settings"]["test_sentences"]  # each timed once
+    assert resumed["rows"][0]["run"]["test_seconds"] == pytest.approx(sum(t["seconds"] for t in split))
+
+
+@needs_data
+def test_altered_kept_pieces_are_refused_with_the_way_out(tiny_llama: Path, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    command = ["--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--no-progress", "--rows", "mean",
+               "--output-dir", str(tmp_path)]
+    killing_piece(monkeypatch, at=2)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.main(command)
+    partial = json.loads((tmp_path / f"{tiny_llama.name}.json").read_text())
+    kept = tmp_path / partial["in_progress"]["mean"]["cosines"]["file"]
+    kept.write_text(kept.read_text().replace("0.", "0.5", 1))
+    monkeypatch.undo()
+    with pytest.raises(SystemExit, match="does not match the sha256.*--rows mean --redo"):
+        reproduce.main(command)
+    assert reproduce.main([*command, "--redo"]) == 0  # the way out named: the row afresh
+    assert json.loads((tmp_path / f"{tiny_llama.name}.json").read_text())["rows_done"] == ["mean"]
+
+
+def test_time_sums_each_sittings_share_over_its_own_yardstick() -> None:
+    """A row whose test pieces ran in two sittings, on machines 4x apart in speed."""
+    def sitting(seconds: float, yardstick: float) -> dict:
+        return {"seconds": seconds, "yardstick": {"seconds": yardstick}}
+    prompteol = {"key": "prompteol", "run": {"test_seconds": 400.0, "yardstick": {"seconds": 20.0}}}
+    metaeol = {"key": "metaeol", "run": {"test_seconds": 2000.0, "test_sittings": [sitting(1600.0, 80.0), sitting(400.0, 20.0)]}}
+    assert reproduce.with_time([prompteol, metaeol])["metaeol"]["time"] == pytest.approx((1600 / 80 + 400 / 20) / (400 / 20))
+
+
 def test_a_kill_during_a_write_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "table.json"
     reproduce.atomic_write(path, b'{"rows": []}\n')
