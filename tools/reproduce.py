@@ -509,7 +509,8 @@ def markdown(report: dict) -> str:
     sittings = ["| date | code | rows run | wall s | machine | command |", "|---|---|---|---:|---|---|"]
     for s in report.get("sittings", []):
         timed_on = machine_text(s["yardstick"]["machine"]) if "yardstick" in s else "not recorded"
-        sittings.append(f"| {s['date']} | `{s['code']}` | {', '.join(s['rows_run']) or '-'} | {s['wall_seconds']:.0f} | "
+        worked = s["rows_run"] + [f"part of {k}" for k in s.get("rows_part_run", []) if k not in s["rows_run"]]
+        sittings.append(f"| {s['date']} | `{s['code']}` | {', '.join(worked) or '-'} | {s['wall_seconds']:.0f} | "
                         f"{timed_on} | `{s['argv']}` |")
     return "\n".join(
         head + ["## Scores", ""] + table + ["", "## 95% bootstrap intervals of each score", ""] + intervals
@@ -691,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
             progress["cosines"] = {"file": str(partial_path.relative_to(json_path.parent)), "pieces": len(cosines),
                                    "of": len(plan.pieces), "sha256": hashlib.sha256(data).hexdigest()}
             in_progress[key] = progress
+            sitting["rows_part_run"] = list(dict.fromkeys([*sitting.get("rows_part_run", []), key]))
+            sitting["wall_seconds"] = round(time.perf_counter() - sitting_start, 1)
             write_report(report, json_path)
 
         record, codes = run_row(model, row, donor, dev, plan, scorer, args, code, sitting["yardstick"],

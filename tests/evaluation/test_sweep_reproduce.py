@@ -196,7 +196,9 @@ def test_a_row_killed_between_test_pieces_resumes_from_the_next_piece(tiny_llama
     kept = partial["in_progress"]["prompteol"]
     assert kept["cosines"]["pieces"] == 3 and kept["sweep"]["options"] == straight["rows"][0]["chosen"]
     assert (tmp_path / "resumed" / kept["cosines"]["file"]).read_text().count("\n") == 3
-    assert "`prompteol`: sweep done, 3 of 7 test pieces" in (tmp_path / "resumed" / f"{name}.md").read_text()
+    md = (tmp_path / "resumed" / f"{name}.md").read_text()
+    assert "`prompteol`: sweep done, 3 of 7 test pieces" in md
+    assert partial["sittings"][-1]["rows_part_run"] == ["prompteol"] and "| part of prompteol |" in md
 
     monkeypatch.undo()
     pieces, sweeps = killing_piece(monkeypatch)
