@@ -25,7 +25,7 @@ import torch
 from minidecoder.evaluation.harness import Encoder, encode_sentences, pair_cosines
 from minidecoder.evaluation.sts_data import StsTask
 
-PIECE_PAIRS = 1000  # SICK-R's 4,927 pairs are five pieces; 38 pieces for the seven full test sets
+PIECE_PAIRS = 1000  # SICK-R's 4,927 pairs are five pieces; 22 pieces for the seven full test sets
 
 
 @dataclass(frozen=True)
