@@ -1,9 +1,9 @@
 """Write STS results as JSON and as a Markdown table, each stamped with how they were made.
 
 The stamp is the caller's metadata (model, dtype, method and every option, tokenizer checksum, ...)
-plus what this module computes: the sha256 of every data file read, the code version
-(the installed package's version, and `git describe --always --dirty` when the package runs
-from a git checkout, else "unknown") and the UTC date. A limited run (`limit=N`) says so in both.
+plus what this module computes: the sha256 of every data file read, the code version (the installed
+package's version, and `describe_checkout` when the package runs from a git checkout, else "unknown")
+and the UTC date. A limited run (`limit=N`) says so in both.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def sha256_file(path: Path) -> str:
 
 
 def code_version() -> dict:
-    """{"version": the installed package's version or "unknown", "git": `git describe --always --dirty` or
-    "unknown"}."""
+    """{"version": the installed package's version or "unknown", "git": `describe_checkout` of the checkout
+    this package lives in, or "unknown"}."""
     from importlib.metadata import PackageNotFoundError, version as installed_version
     try:
         version = installed_version("minidecoder")
@@ -39,14 +39,22 @@ def code_version() -> dict:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=repo, capture_output=True, text=True, timeout=10)
         # only describe the checkout this package lives in, not some repository that happens to hold a venv
         if top.returncode == 0 and Path(top.stdout.strip()).resolve() == repo.resolve():
-            described = subprocess.run(
-                ["git", "describe", "--always", "--dirty"], cwd=repo, capture_output=True, text=True, timeout=10
-            )
-            if described.returncode == 0 and described.stdout.strip():
-                git = described.stdout.strip()
+            git = describe_checkout(repo)
     except (OSError, subprocess.SubprocessError):
         pass
     return {"version": version, "git": git}
+
+
+def describe_checkout(repo: Path) -> str:
+    """`git describe --always`, with "-dirty" when a tracked file outside `results/` differs from HEAD,
+    or "unknown". The results tables are this tool's own output: a sitting that resumes a table always
+    finds the last sitting's rows uncommitted there, and they say nothing about the code that runs."""
+    described = subprocess.run(["git", "describe", "--always"], cwd=repo, capture_output=True, text=True, timeout=10)
+    if described.returncode != 0 or not described.stdout.strip():
+        return "unknown"
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":(exclude)results"],
+                             cwd=repo, capture_output=True, timeout=10)
+    return described.stdout.strip() + ("-dirty" if changed.returncode != 0 else "")
 
 
 def build_stamp(metadata: dict, results: dict) -> dict:

@@ -9,6 +9,7 @@ import argparse
 import hashlib
 import json
 import math
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -21,7 +22,8 @@ import minidecoder.methods
 from minidecoder.cli import common, eval_cmd
 from minidecoder.errors import InputError
 from minidecoder.evaluation import evaluate_sts
-from minidecoder.evaluation.report import build_stamp, code_version, summary_table, to_markdown, write_report
+from minidecoder.evaluation.report import (build_stamp, code_version, describe_checkout, summary_table, to_markdown,
+                                          write_report)
 from minidecoder.methods.text import fill_template, senteval_sentence
 from test_sts_data import DATA, needs_data
 
@@ -152,6 +154,24 @@ def test_code_version_names_this_checkout() -> None:
     assert version["version"] == minidecoder.__version__
     if (Path(minidecoder.__file__).resolve().parent.parent / ".git").exists():
         assert version["git"] != "unknown"
+
+
+def test_code_version_is_dirty_for_changed_code_but_not_for_changed_results(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "table.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    clean = describe_checkout(tmp_path)
+    assert clean != "unknown" and not clean.endswith("-dirty")
+    (tmp_path / "results" / "table.json").write_text('{"rows": []}')  # a sitting's own output
+    assert describe_checkout(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2")
+    assert describe_checkout(tmp_path) == clean + "-dirty"
 
 
 @needs_data
