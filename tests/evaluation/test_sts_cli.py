@@ -156,7 +156,7 @@ def test_code_version_names_this_checkout() -> None:
         assert version["git"] != "unknown"
 
 
-def test_code_version_is_dirty_for_changed_code_but_not_for_changed_results(tmp_path: Path) -> None:
+def test_describe_checkout_is_dirty_for_changed_code_but_not_for_changed_results(tmp_path: Path) -> None:
     def git(*args: str) -> None:
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
                        capture_output=True)
