@@ -14,7 +14,9 @@ the exit status is 1. transformers is not needed: this compares minidecoder with
 (tests/core/test_parity.py ties the CPU side to transformers).
 
 The methods run with their defaults (the reference's layers and options), each through `embed`, so the
-loop's fast paths (prefix cache, attention kernel choice) are those each device picks by itself.
+loop's fast paths (prefix cache, attention kernel choice) are those each device picks by itself. On a
+model too shallow for a default block index (TP's end 7, CP's steer layer 4 on a 4-block test model),
+that index is moved to the last block, so every method still runs.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 import minidecoder
+from minidecoder.methods import build_method
 
 # Lengths from one word to a long sentence, so that a batch mixes padded and unpadded rows.
 SENTENCES = [
@@ -57,6 +60,16 @@ def compare(cpu: torch.Tensor, other: torch.Tensor, what: str, rows: bool) -> Co
     return Comparison(what, relative, cosine)
 
 
+def fitted(name: str, options: dict, num_layers: int) -> dict:
+    """`options` with every default block index past the model's last block moved onto it."""
+    method = build_method(name, **options)
+    last = num_layers - 1
+    uses_end = name in ("tp", "htp") or getattr(method, "tp", False) is True  # CP's end is TP's, unused without it
+    keys = ("end", "steer_layer") if uses_end else ("steer_layer",)
+    moved = {key: last for key in keys if getattr(method, key, 0) > last}
+    return {**options, **moved}
+
+
 def compare_checkpoint(source: str, device: str, batch_size: int = 2, cases: list[tuple[str, dict]] = CASES,
                        other_model=None) -> list[Comparison]:
     """Logits and every case's embeddings of `source` on the CPU against `device`. `other_model`, when
@@ -67,6 +80,7 @@ def compare_checkpoint(source: str, device: str, batch_size: int = 2, cases: lis
     with torch.no_grad():
         results = [compare(cpu_model(ids).logits, other_model(ids.to(other_model.device)).logits, "logits", rows=False)]
     for name, options in cases:
+        options = fitted(name, options, cpu_model.num_layers)
         label = name + "".join(f" {k}={v}" for k, v in options.items())
         try:
             expected = minidecoder.embed(cpu_model, SENTENCES, name, batch_size=batch_size, **options)
@@ -91,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for source in args.sources:
         print(f"{source}: cpu vs {args.device} (float32), tolerance {args.tolerance:g}")
-        print(f"  {'what':<28} {'max rel. diff':>14} {'min cosine':>12}")
+        print(f"  {'what':<34} {'max rel. diff':>14} {'min cosine':>12}")
         for result in compare_checkpoint(source, args.device, args.batch_size):
             cosine = "" if result.cosine is None else f"{result.cosine:.9f}"
             flag = "" if result.ok(args.tolerance) else "  <-- above tolerance"
             failed += not result.ok(args.tolerance)
-            print(f"  {result.what:<28} {result.relative:>14.3e} {cosine:>12}{flag}")
+            print(f"  {result.what:<34} {result.relative:>14.3e} {cosine:>12}{flag}")
     if failed:
         print(f"{failed} comparison(s) above tolerance {args.tolerance:g}", file=sys.stderr)
     return 1 if failed else 0

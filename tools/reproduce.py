@@ -107,16 +107,19 @@ def rows_spec(L: int, tp_ends: list[int], cp_steers: list[int], cp_alphas: list[
 # ---- one row --------------------------------------------------------------------------------------
 
 def machine(model) -> dict:
-    """What the timings ran on: the processor (or GPU), torch's kernel set for it, and the threads."""
+    """What the timings ran on: the processor (or GPU), the kernel set that runs the model on it
+    (torch's CPU capability, or the GPU's compute capability and CUDA version), and the CPU threads."""
     if model.device.type == "cuda":
         name = torch.cuda.get_device_name(model.device)
+        major, minor = torch.cuda.get_device_capability(model.device)
+        kernels = f"sm_{major}{minor}, CUDA {torch.version.cuda}"
     else:
         cpuinfo = Path("/proc/cpuinfo")
         lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
         names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         name = names[0] if names else platform.processor() or platform.machine()
-    return {"name": name, "device": model.device.type, "kernels": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads()}
+        kernels = torch.backends.cpu.get_cpu_capability()
+    return {"name": name, "device": model.device.type, "kernels": kernels, "threads": torch.get_num_threads()}
 
 
 def machine_text(stamp: dict) -> str:

@@ -285,3 +285,17 @@ def test_order_codes_round_trip_through_text() -> None:
         reproduce.parse_codes("STS12 2 0\nSICKRelatedness 1 0\n", layout)
     with pytest.raises(ValueError, match="are not"):
         reproduce.parse_codes("STS13 2 0 1\nSICKRelatedness 1 0\n", layout)
+
+
+def test_a_gpu_sittings_machine_names_the_gpu_and_its_kernels_not_the_host_cpus(monkeypatch):
+    import types
+
+    import torch
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    gpu = reproduce.machine(types.SimpleNamespace(device=torch.device("cuda")))
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["device"] == "cuda"
+    assert gpu["kernels"] == "sm_90, CUDA 13.0"
+    cpu = reproduce.machine(types.SimpleNamespace(device=torch.device("cpu")))
+    assert cpu["device"] == "cpu" and cpu["kernels"] == torch.backends.cpu.get_cpu_capability()

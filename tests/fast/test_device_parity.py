@@ -39,3 +39,16 @@ def test_every_method_on_cuda_equals_the_cpu(family):
     assert len(results) == 1 + len(device_parity.CASES)
     bad = [(r.what, r.relative) for r in results if not r.ok(TOLERANCE)]
     assert not bad, bad
+
+
+def test_default_block_indices_past_a_shallow_model_move_to_its_last_block():
+    assert device_parity.fitted("tp", {}, num_layers=4) == {"end": 3}
+    assert device_parity.fitted("cp", {}, num_layers=4) == {"steer_layer": 3}  # CP's end is unused without tp
+    assert device_parity.fitted("cp", {"tp": True}, num_layers=4) == {"tp": True, "end": 3, "steer_layer": 3}
+    assert device_parity.fitted("tp", {}, num_layers=30) == {}  # deep enough: the defaults stay
+
+
+def test_every_case_runs_on_a_four_block_model():
+    _, folder = checkpoint("llama")
+    results = device_parity.compare_checkpoint(str(folder), "cpu")
+    assert len(results) == 1 + len(device_parity.CASES)  # none skipped: the CUDA test relies on it
