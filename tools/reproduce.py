@@ -582,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=None, help="comma-separated row keys to run now (default: every row not "
                                                      "done yet); finished rows are skipped unless --redo")
     parser.add_argument("--redo", action="store_true", help="recompute the rows named by --rows even if done")
+    parser.add_argument("--retest", action="store_true", help="for rows named by --rows that are in progress: "
+                        "keep the finished sweep, discard the kept test pieces and their timings, and encode the "
+                        "test set again (when a sitting's timing was disturbed, e.g. by other work beside it)")
     parser.add_argument("--replace", action="store_true", help="discard an existing results file made with other "
                         "settings (or by an earlier version of this script) instead of refusing")
     parser.add_argument("--tp-ends", default="2,4,6,8", help="TP end layers to sweep (start is 1)")
@@ -614,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.redo and not args.rows:
         parser.error("--redo recomputes the rows named by --rows; name them (e.g. --rows prompteol+tp --redo)")
+    if args.retest and (not args.rows or args.redo):
+        parser.error("--retest re-encodes the test set of the rows named by --rows, keeping their sweeps; name them "
+                     "(e.g. --rows metaeol --retest), and leave out --redo, which discards the sweep too")
 
     out = Path(args.output_dir) / Path(args.model).name
     json_path = out.with_name(out.name + ".json")
@@ -652,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown row(s) {unknown}; rows are {', '.join(keys)}")
     done = {r["key"]: r for r in report["rows"]}
+    if args.retest:
+        not_started = [k for k in wanted if "sweep" not in report.get("in_progress", {}).get(k, {})]
+        if not_started:
+            parser.error(f"--retest applies to rows in progress with a finished sweep; {', '.join(not_started)} "
+                         f"{'is' if len(not_started) == 1 else 'are'} not (a finished row is redone with --redo, "
+                         "a row not begun needs neither)")
     todo = [k for k in keys if k in wanted and (k not in done or args.redo)]
     for row in spec:  # a reuse row needs its donor: run it first when it is neither done nor asked for
         if row["key"] in todo and row.get("reuse") and row["reuse"] not in done and row["reuse"] not in todo:
@@ -684,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.redo:
             in_progress.pop(key, None)
         progress = in_progress.get(key, {})
+        if args.retest and key in wanted:  # the sweep's choice does not depend on timing; the pieces' seconds do
+            progress = {"sweep": progress["sweep"]}
         cosines = kept_cosines(json_path.parent, progress, plan, key) if progress else []
         if progress:
             print(f"== {row['label']}: resuming ({'sweep done, ' if 'sweep' in progress else ''}"

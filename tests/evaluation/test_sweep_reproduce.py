@@ -299,3 +299,42 @@ def test_a_gpu_sittings_machine_names_the_gpu_and_its_kernels_not_the_host_cpus(
     assert gpu["kernels"] == "sm_90, CUDA 13.0"
     cpu = reproduce.machine(types.SimpleNamespace(device=torch.device("cpu")))
     assert cpu["device"] == "cpu" and cpu["kernels"] == torch.backends.cpu.get_cpu_capability()
+
+
+@needs_data
+def test_retest_keeps_the_sweep_and_times_every_test_piece_again(tiny_llama: Path, tmp_path: Path, monkeypatch,
+                                                                 capsys) -> None:
+    """A sitting whose timing was disturbed: --retest encodes the test set again under the next sitting's
+    yardstick without repeating the sweep, and the scores are the uninterrupted run's."""
+    name = tiny_llama.name
+    command = ["--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--no-progress", "--rows", "prompteol",
+               "--output-dir", str(tmp_path)]
+    with pytest.raises(SystemExit):  # nothing in progress yet: nothing to retest
+        reproduce.main([*command, "--retest"])
+    assert "--retest applies to rows in progress with a finished sweep; prompteol is not" in capsys.readouterr().err
+
+    killing_piece(monkeypatch, at=3)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.main(command)
+    disturbed = json.loads((tmp_path / f"{name}.json").read_text())["in_progress"]["prompteol"]
+    assert disturbed["cosines"]["pieces"] == 3
+
+    monkeypatch.undo()
+    pieces, sweeps = killing_piece(monkeypatch)
+    assert reproduce.main([*command, "--retest"]) == 0
+    assert sweeps == [] and pieces == list(range(7))  # the kept sweep; every piece encoded and timed again
+    report = json.loads((tmp_path / f"{name}.json").read_text())
+    row = report["rows"][0]
+    assert row["chosen"] == disturbed["sweep"]["options"] and row["run"]["sweep_seconds"] == disturbed["sweep"]["seconds"]
+    assert [t["pieces"] for t in row["run"]["test_sittings"]] == [7]  # the disturbed sitting's share is gone
+    assert row["run"]["test_sittings"][0]["yardstick"] == report["sittings"][-1]["yardstick"]
+    assert sum(t["sentences"] for t in row["run"]["test_sittings"]) == report["settings"]["test_sentences"]
+
+    monkeypatch.undo()
+    straight = tmp_path / "straight"
+    assert reproduce.main([*command[:-1], str(straight)]) == 0
+    assert (tmp_path / f"{name}-pairs" / "prompteol.txt").read_bytes() == \
+        (straight / f"{name}-pairs" / "prompteol.txt").read_bytes()
+    with pytest.raises(SystemExit):  # finished now: --retest is for a row in progress; --redo redoes a finished one
+        reproduce.main([*command, "--retest"])
+    assert "a finished row is redone with --redo" in capsys.readouterr().err
