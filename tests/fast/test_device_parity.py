@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import minidecoder
-from tests.repo_paths import REPO
-from tests.tiny_models import FAMILIES, checkpoint
+from repo_paths import REPO
+from tiny_models import FAMILIES, checkpoint
 
 sys.path.insert(0, str(REPO / "tools"))
 import device_parity  # noqa: E402
