@@ -1,0 +1,79 @@
+"""tools/claims_table.py: the claims of every full results table side by side, copied from the tables'
+own records (no statistic computed, no number typed), and results/claims.md kept in step with them."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from repo_paths import REPO
+from minidecoder.evaluation.claims import CLAIMS, judge
+
+SPEC = importlib.util.spec_from_file_location("claims_table", REPO / "tools" / "claims_table.py")
+claims_table = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(claims_table)
+
+
+def record(claim, lo: float, hi: float) -> dict:
+    """A claim's record as reproduce.py writes it, from the real judge(), with a chosen Avg. interval."""
+    return judge(claim, {"avg": (lo + hi) / 2}, {"avg": (lo, hi)})
+
+
+def write_table(folder: Path, model: str, intervals: dict, limit: int | None = None) -> None:
+    """A reproduce.py-shaped JSON holding the claims given as {claim text: (lo, hi)}."""
+    claims = [record(c, *intervals[c.text]) for c in CLAIMS if c.text in intervals]
+    data = {"settings": {"model": model, "limit": limit, "dev_limit": None, "device": "cpu", "dtype": "float32"},
+            "rows_planned": ["a", "b"], "rows_done": ["a", "b"], "claims": claims}
+    (folder / f"{model}.json").write_text(json.dumps(data))
+
+
+def test_cells_counts_and_groups_follow_the_records(tmp_path: Path) -> None:
+    tp, echo, htp, cp = "TP improves PromptEOL", "Echo improves on mean pooling", "HTP improves on mean pooling", \
+        "CP (NS) improves PromptEOL"
+    write_table(tmp_path, "model-a", {tp: (0.2, 0.9), echo: (5.0, 6.0), htp: (-3.0, -1.0), cp: (0.1, 0.3)})
+    write_table(tmp_path, "model-b", {tp: (0.1, 0.4), echo: (1.0, 2.0), htp: (-0.5, 0.5), cp: (-0.4, -0.1)})
+    write_table(tmp_path, "model-c", {tp: (9.0, 9.9)}, limit=5)  # limited: must not be counted
+    text = claims_table.render(*claims_table.load_tables(tmp_path))
+
+    assert "left out: `model-c.json`: a limited run (limit 5" in text
+    assert "model-c |" not in text and "+9.45" not in text
+    row = next(line for line in text.splitlines() if line.startswith(f"| {tp} |"))
+    assert "**holds** +0.55 [+0.20, +0.90]" in row and "**holds** +0.25 [+0.10, +0.40]" in row
+    assert row.endswith("| 2 / 0 / 0 |")
+    htp_row = next(line for line in text.splitlines() if line.startswith(f"| {htp} |"))
+    assert "**reversed** -2.00 [-3.00, -1.00]" in htp_row and "**n.s.** +0.00 [-0.50, +0.50]" in htp_row
+    assert htp_row.endswith("| 0 / 1 / 1 |")
+    assert f"**Holds on every model (2 of 2)**: {tp}; {echo}." in text
+    assert f"**Holds on no model (reversed or not distinguishable on each)**: {htp}." in text
+    assert f"**Depends on the model (holds on some, not on others)**: {cp}." in text
+    # A claim whose rows are not done in a table reads "not yet run" and is not grouped as judged.
+    meta = next(line for line in text.splitlines() if line.startswith("| MetaEOL improves on PromptEOL |"))
+    assert meta.count(claims_table.NOT_RUN) == 3  # two cells and the tally
+    assert "**Not yet judged on every model (rows not run)**" in text
+
+
+def test_a_reversed_interval_changes_the_verdict(tmp_path: Path) -> None:
+    """The verdict text follows the interval: flip one model's interval and the cell and group flip."""
+    tp = "TP improves PromptEOL"
+    write_table(tmp_path, "m", {tp: (0.2, 0.9)})
+    assert "**Holds on every model (1 of 1)**: TP improves PromptEOL." in claims_table.render(
+        *claims_table.load_tables(tmp_path))
+    write_table(tmp_path, "m", {tp: (-0.9, -0.2)})
+    text = claims_table.render(*claims_table.load_tables(tmp_path))
+    assert "**reversed** -0.55 [-0.90, -0.20]" in text
+    assert "**Reversed on every model (1 of 1)**: TP improves PromptEOL." in text
+
+
+def test_check_reports_a_stale_file(tmp_path: Path, capsys) -> None:
+    write_table(tmp_path, "m", {"TP improves PromptEOL": (0.2, 0.9)})
+    assert claims_table.main(["--results", str(tmp_path), "--check"]) == 1  # missing
+    assert claims_table.main(["--results", str(tmp_path)]) == 0
+    assert claims_table.main(["--results", str(tmp_path), "--check"]) == 0
+    write_table(tmp_path, "m", {"TP improves PromptEOL": (-0.9, -0.2)})
+    assert claims_table.main(["--results", str(tmp_path), "--check"]) == 1
+    assert "stale or missing" in capsys.readouterr().err
+
+
+def test_committed_claims_file_matches_the_committed_tables() -> None:
+    """results/claims.md is what the tool makes from results/*.json: no hand edit, no stale verdict."""
+    assert claims_table.main(["--check"]) == 0, "run `python tools/claims_table.py` and commit results/claims.md"
