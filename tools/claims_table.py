@@ -34,7 +34,11 @@ def load_tables(results_dir: Path) -> tuple[list[dict], list[str]]:
     for each table left out (a limited run), saying why."""
     tables, left_out = [], []
     for path in sorted(results_dir.glob("*.json")):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SystemExit(f"{path} is not readable JSON ({err}); restore it with `git checkout -- {path}` or "
+                             "move it out of the results folder") from None
         if "claims" not in data or "settings" not in data:
             continue  # not a reproduce.py table
         settings = data["settings"]

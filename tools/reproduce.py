@@ -741,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(report))
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}; {len(report['rows_done'])} of {len(keys)} rows done",
           file=sys.stderr)
+    print(f"the claims across every table beside it: python tools/claims_table.py --results {json_path.parent}",
+          file=sys.stderr)
     return 0
 
 

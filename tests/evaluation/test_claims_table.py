@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from repo_paths import REPO
 from minidecoder.evaluation.claims import CLAIMS, judge
 
@@ -77,3 +79,10 @@ def test_check_reports_a_stale_file(tmp_path: Path, capsys) -> None:
 def test_committed_claims_file_matches_the_committed_tables() -> None:
     """results/claims.md is what the tool makes from results/*.json: no hand edit, no stale verdict."""
     assert claims_table.main(["--check"]) == 0, "run `python tools/claims_table.py` and commit results/claims.md"
+
+
+def test_a_corrupt_table_is_named_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('{"settings": ')  # e.g. a file cut short by a full disk
+    with pytest.raises(SystemExit, match="broken.json is not readable JSON.*git checkout"):
+        claims_table.main(["--results", str(tmp_path)])
+    assert not (tmp_path / "claims.md").exists()
