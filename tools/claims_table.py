@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from minidecoder.evaluation.claims import CLAIMS, HOLDS, REVERSED, SOURCE, UNDECIDED  # noqa: E402
+from minidecoder.evaluation.claims import CLAIMS, HOLDS, REVERSED, SOURCE, UNDECIDED, Claim  # noqa: E402
 
 NOT_RUN = "not yet run"
 SHORT = {HOLDS: "holds", REVERSED: "reversed", UNDECIDED: "n.s."}  # n.s.: not distinguishable from zero
@@ -69,7 +69,8 @@ def tally(records: list[dict | None]) -> dict[str, int]:
     return counts
 
 
-def paper_size(claim) -> str:
+def paper_size(claim: Claim) -> str:
+    """The papers' Llama-2-7B difference, where the spec gives both numbers."""
     return f"{claim.paper_delta:+.2f}" if claim.paper_delta is not None else "direction only"
 
 
