@@ -488,14 +488,15 @@ def markdown(report: dict) -> str:
             per_dataset.append(f"| {labels[record['method']]} vs {labels[record['base']]} | " + " | ".join(
                 _cell(record["scores"][n]) if n in record["scores"] else "" for n in [*ALL_SEVEN, "avg"]) + " |")
     how = ["| Row | sharing rule | rows x blocks computed | separate runs | ratio | dev sweep s | test s | "
-           "yardstick s | machine | date | command |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+           "yardstick s | test in yardsticks | machine | date | command |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for row in rows:
         c, run = row["sweep"]["cost"], row["run"]
         sittings = run.get("test_sittings") or ([{"yardstick": run["yardstick"]}] if run.get("yardstick") else [])
-        timed_on = (" + ".join(f"{t['yardstick']['seconds']:.1f}" for t in sittings) + " | "
+        units = yardstick_units(row)  # the cost that compares across CPUs (results/README quotes it)
+        timed_on = (" + ".join(f"{t['yardstick']['seconds']:.1f}" for t in sittings) + f" | {units:.0f} | "
                     + "; ".join(dict.fromkeys(machine_text(t["yardstick"]["machine"]) for t in sittings))
-                    if sittings else "n/a | not recorded")
+                    if sittings else "n/a | n/a | not recorded")
         test_s = (" + ".join(f"{t['seconds']:.0f}" for t in sittings) if len(sittings) > 1  # one per sitting
                   else f"{run['test_seconds']:.0f}")
         how.append(f"| {row['label']} | {row['sweep']['rule']} | {c['blocks_computed']:,} | {c['blocks_naive']:,} | "

@@ -24,7 +24,9 @@ def record(claim, lo: float, hi: float) -> dict:
 def write_table(folder: Path, model: str, intervals: dict, limit: int | None = None) -> None:
     """A reproduce.py-shaped JSON holding the claims given as {claim text: (lo, hi)}."""
     claims = [record(c, *intervals[c.text]) for c in CLAIMS if c.text in intervals]
-    data = {"settings": {"model": model, "limit": limit, "dev_limit": None, "device": "cpu", "dtype": "float32"},
+    bootstrap = {"resamples": 1000, "seed": 0, "level": 0.95, "interval": "percentile"}
+    data = {"settings": {"model": model, "limit": limit, "dev_limit": None, "device": "cpu", "dtype": "float32",
+                         "bootstrap": bootstrap},
             "rows_planned": ["a", "b"], "rows_done": ["a", "b"], "claims": claims}
     (folder / f"{model}.json").write_text(json.dumps(data))
 
@@ -38,6 +40,7 @@ def test_cells_counts_and_groups_follow_the_records(tmp_path: Path) -> None:
     text = claims_table.render(*claims_table.load_tables(tmp_path))
 
     assert "left out: `model-c.json`: a limited run (limit 5" in text
+    assert "bootstrap 1,000 resamples within each subset, seed 0, 95% percentile" in text  # from the settings
     assert "model-c |" not in text and "+9.45" not in text
     row = next(line for line in text.splitlines() if line.startswith(f"| {tp} |"))
     assert "**holds** +0.55 [+0.20, +0.90]" in row and "**holds** +0.25 [+0.10, +0.40]" in row
