@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(record.format())
     if args.plot:
-        from minidecoder.evaluation.explain_plot import plot_explanation
+        from minidecoder.running.explain_plot import plot_explanation
         path = plot_explanation(record, args.plot)
         if not args.json:
             print(f"plot: {path}")

@@ -300,12 +300,14 @@ class Decoder(nn.Module):
         they are treated like every other row, so Gemma's scaling applies to them too.
         """
         if extra_rows:
+            # Selected with `where`, not a boolean-mask assignment: the same values, and no nonzero()
+            # for the device to report back to the host.
             is_extra = torch.zeros_like(input_ids, dtype=torch.bool)
             for token_id in extra_rows:
                 is_extra |= input_ids == token_id
             h = self.model.embed_tokens(input_ids.masked_fill(is_extra, 0))
             for token_id, row in extra_rows.items():
-                h[input_ids == token_id] = row.to(device=h.device, dtype=h.dtype)
+                h = torch.where((input_ids == token_id)[..., None], row.to(device=h.device, dtype=h.dtype), h)
         else:
             h = self.model.embed_tokens(input_ids)
         if self.config.scale_embeddings:  # Gemma: sqrt(E), rounded to the weight dtype first
@@ -323,7 +325,7 @@ class Decoder(nn.Module):
 
     def context(self, attention_mask: torch.Tensor | None, num_new: int, batch_size: int,
                 cache: KVCache | None = None, position_ids: torch.Tensor | None = None,
-                explicit_attention: bool = False) -> Context:
+                explicit_attention: bool = False, longest: int | None = None) -> Context:
         """Masks and RoPE tables for `num_new` new tokens after `cache.length` cached ones.
 
         attention_mask: (B, T_new) or (B, cache + T_new), 1 = real token, 0 = padding (left or right).
@@ -332,6 +334,8 @@ class Decoder(nn.Module):
         row; with RoPE a constant shift cancels in q.k, so both give the same scores up to rounding.
         Pass `position_ids` to choose them yourself (parity tests do, to match transformers bit for bit).
         explicit_attention: every block takes the explicit attention kernel (see the module docstring).
+        longest: the number of positions the longest row reaches, when the caller knows it on the host
+        (the method loop does); otherwise it is read back from the positions, which waits for a GPU.
         """
         past = 0 if cache is None else cache.length
         device = self.device
@@ -344,7 +348,10 @@ class Decoder(nn.Module):
                 position_ids = torch.arange(past, S, device=device).expand(batch_size, num_new)
             else:
                 position_ids = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
-        seq_len = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        if longest is not None:
+            seq_len = longest
+        else:
+            seq_len = int(position_ids.max()) + 1 if position_ids.numel() else 1
         if self.max_context is not None and seq_len > self.max_context:  # every entry point passes here
             from minidecoder.errors import ContextLengthError
             raise ContextLengthError(

@@ -9,6 +9,7 @@ side tokenizes as it would in the reference code after `tokenizer.add_tokens([..
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -24,6 +25,7 @@ class Tokenizer:
         self._fast = None
         self._sp = None
         self._placeholders: dict[str, int] = {}  # sentencepiece backend only
+        self._derived: dict[tuple[str, ...], Tokenizer] = {}  # `with_placeholders` copies
         if (folder / "tokenizer.json").is_file():
             from tokenizers import Tokenizer as FastTokenizer
             try:
@@ -157,20 +159,30 @@ class Tokenizer:
         piece = self._sp.PieceToId(token)
         return None if piece == self._sp.unk_id() and token != self._sp.IdToPiece(piece) else piece
 
-    def add_placeholder(self, token: str) -> int:
-        """Add `token` as one unsplittable added token (as `tokenizer.add_tokens([token])` does in the
-        reference code) and return its id; the id of an existing token is returned unchanged."""
-        existing = self.token_to_id(token)
-        if existing is not None:
-            return existing
-        if self._fast is not None:
-            from tokenizers import AddedToken
-            # transformers' add_tokens(["<PST>"]) makes a non-special AddedToken; normalized=False keeps
-            # byte-level normalizers from touching it, which is what its fast tokenizer stores.
-            self._fast.add_tokens([AddedToken(token, normalized=False, special=False)])
-            return self._fast.token_to_id(token)
-        self._placeholders[token] = self._sp.GetPieceSize() + len(self._placeholders)
-        return self._placeholders[token]
+    def with_placeholders(self, *tokens: str) -> "Tokenizer":
+        """This tokenizer with `tokens` added as unsplittable added tokens (as `tokenizer.add_tokens([...])`
+        does in the reference code), each one id after the vocabulary, in order. A copy: this tokenizer
+        is never changed, so a text that holds the literal string `<PST>` tokenizes everywhere else as in
+        a fresh process. Copies are kept, one per tuple of tokens."""
+        key = tuple(tokens)
+        if key not in self._derived:
+            derived = copy.copy(self)
+            derived._derived = {}
+            if self._fast is not None:
+                from tokenizers import AddedToken
+                from tokenizers import Tokenizer as FastTokenizer
+                derived._fast = FastTokenizer.from_str(self._fast.to_str())
+                # transformers' add_tokens(["<PST>"]) makes a non-special AddedToken; normalized=False keeps
+                # byte-level normalizers from touching it, which is what its fast tokenizer stores.
+                derived._fast.add_tokens([AddedToken(t, normalized=False, special=False) for t in tokens
+                                          if self.token_to_id(t) is None])
+            else:
+                derived._placeholders = dict(self._placeholders)
+                for t in tokens:
+                    if derived.token_to_id(t) is None:
+                        derived._placeholders[t] = self._sp.GetPieceSize() + len(derived._placeholders)
+            self._derived[key] = derived
+        return self._derived[key]
 
     def _sp_encode(self, text: str) -> list[int]:
         return self.encode_with_offsets(text)[0]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minidecoder.errors import MinidecoderError
+from minidecoder.running.figures import pyplot
 
 Curve = tuple[Sequence[Any], Sequence[float | None]]  # (x values, scores; None = not computed)
 
@@ -22,22 +22,11 @@ AXIS_LABELS = {
 }
 
 
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise MinidecoderError("plots need matplotlib, which is not installed",
-                               "pip install 'minidecoder[plots]' (or pip install matplotlib), or drop --plot") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def plot_curves(curves: dict[str, Curve], path: str | Path, xlabel: str, title: str,
                 ylabel: str = "STS-B dev Spearman x100", marks: dict[str, tuple[Any, float]] | None = None) -> Path:
     """One line per label; points whose score is None are left out. `marks` (label -> (x, score)):
     a point to ring on that label's line in its colour, e.g. the point chosen on dev. Returns the PNG path."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for label, (xs, ys) in curves.items():
         kept = [(x, y) for x, y in zip(xs, ys) if y is not None]

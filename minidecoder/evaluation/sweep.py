@@ -1,29 +1,25 @@
-"""Hyper-parameter sweeps on STS-B dev, sharing every block that two grid points have in common.
+"""Hyper-parameter sweeps on STS-B dev, sharing every block that two grid points compute alike.
 
 A grid is the product of a few option axes of one method (`layer`, TP's `end`, CP's `steer_layer` and
 `alpha`, or any other option); each point is scored by Spearman x100 on **STS-B dev only** (spec
-`methods.md` section 9: tune on dev, never on a test split). What is shared, per batch:
+`methods.md` section 9: tune on dev, never on a test split).
 
-    output layer   one forward keeps every hidden_states index asked for (early exit at the deepest);
-                   each is pooled by the method's own `pool`                  (`sweep_layers`)
-    TP end layer   one trunk runs TP's step; at each candidate end it forks (`loop.Forward.fork`) and
-                   the branch continues with TP's step at that end              (`sweep_tp`)
-    CP steer/alpha one auxiliary pass reads b at every candidate block, one unsteered trunk forks before
-                   each steer block, and the branch continues with CP's step     (`sweep_cp`)
+No rule here knows a method. Each point is the method with the point's options, and its forwards are
+its own `passes` (minidecoder.methods.loop.Pass). Per batch, the sweep advances every point's passes
+together; passes of the same tokens share one forward, which forks (`Forward.fork`) where their steps
+stop agreeing (`Step.same_before`), so each block is computed once per distinct history:
 
-No rule restates a method: the steps, poolings and templates are the methods' own (`TP.step`,
-`CP.step`, `ReadsOneLayer.pool`), so a change to a method reaches its sweep (tests/evaluation/test_sweep.py).
-
-Any other axis (e.g. a template) splits the grid into groups that are run one after another; a method
-without a sharing rule (HTP, ReBA, ... for now) runs each point separately (`embed_batch`), which is
-always correct, only not shared.
+    output layers     one forward, read at every layer               (any method)
+    TP's end layer    copies agree until the smaller end: one trunk, a branch at each end
+    CP's steer block  one auxiliary pass recording every candidate block; the prompt's forward is the
+                      same until the first steered block, then a branch per (block, alpha)
+    ReBA's layer      one forward folds every block; each layer read from it
 
 Every branch performs exactly the operations of a separate run of that point on the same batch (same
 length-sorted batches as `minidecoder.embed`), so the sweep's embeddings equal separate runs' to float
-tolerance (tests/evaluation/test_sweep.py compares scores to 1e-6). The cost is measured, not claimed: a
-forward pre-hook on every block counts rows x blocks actually computed; the naive cost is what
-separate runs of every valid point compute (`naive_blocks`, checked against measured separate runs
-in the tests).
+tolerance (tests/evaluation/test_sweep.py compares scores to 1e-6). The cost is measured, not claimed:
+a forward pre-hook on every block counts rows x blocks actually computed; the naive cost is what the
+points' passes would compute run separately (the blocks each pass runs, times its rows).
 """
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,15 +38,12 @@ from tqdm import tqdm
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
 from minidecoder.evaluation.sts_data import StsTask, load_tasks
-from minidecoder.methods.base import Method
-from minidecoder.methods.inputs import encode_prompts
+from minidecoder.methods import Method
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, Steps, hidden_states, last_token
-from minidecoder.methods.reading import ReadsOneLayer
+from minidecoder.methods.loop import Forward, Pass
 
 DEV_TASK = "STSBenchmark-dev"
 Point = dict[str, Any]  # option name -> value of one grid point
-Sweeper = Callable[[Method, Any, list[str], list[Point]], list[torch.Tensor]]  # -> one (B, E) per point
 
 
 # ---- the grid ------------------------------------------------------------------------------------
@@ -98,135 +91,93 @@ def method_at(method: Method, point: Point) -> Method:
     return dataclasses.replace(method, **point)
 
 
-def _index(method: Method, model) -> int:
-    """The hidden_states index a method reads (`layer=None`: TP's depth-scaled, CP's prompt's reference)."""
-    return resolve_output_layer(method.output_layer(model), model.num_layers)
+# ---- running many configurations' passes together -------------------------------------------------
+RULE = "shared forwards: one per distinct history of the points' steps, forked where they differ"
 
 
-# ---- sharing rules: each forks the shared block loop at a method's own hook ------------------------
-def sweep_layers(method: ReadsOneLayer, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """Methods that read one layer: one forward per template keeps every requested layer, each pooled by
-    the method's own `pool` (reading.ReadsOneLayer)."""
-    indices = [_index(method_at(method, p), model) for p in points]
-    texts = method.prepare(texts)
-    per_template = []  # per template: {index: (B, E)}
-    for template in method.templates():
-        batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
-        states = hidden_states(model, batch, set(indices))
-        per_template.append({i: method.pool(h, batch) for i, h in states.items()})
-    return [torch.stack([pooled[i] for pooled in per_template]).mean(dim=0).float() for i in indices]
+def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[torch.Tensor], int]:
+    """Each configuration's (B, E) embeddings of `texts` (one batch), and the rows x blocks their separate
+    runs would compute. The configurations' passes advance together: the k-th pass of every one that has
+    one runs at once (`run_shared`), and each gets its own finished forward back, as `run_passes` gives it."""
+    generators = [method.passes(model, texts) for method in methods]
+    pooled: list[list[torch.Tensor]] = [[] for _ in methods]
+    sent: list[Forward | None] = [None] * len(methods)
+    live, naive = list(range(len(methods))), 0
+    while live:
+        current = {}
+        for k in live:
+            try:
+                current[k] = generators[k].send(sent[k])
+            except StopIteration:
+                pass
+        live = list(current)
+        for group in _same_inputs(current):
+            for k, forward in zip(group, run_shared(model, [current[k] for k in group])):
+                p = current[k]
+                naive += p.blocks * p.batch.input_ids.shape[0]
+                sent[k] = forward
+                if p.pool is not None:
+                    pooled[k].append(p.pool(forward).float())
+    return [torch.stack(vectors).mean(dim=0) for vectors in pooled], naive
 
 
-def sweep_tp(method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """TP over output layers x end layers. The trunk runs TP's step with copies before every block from
-    `start` up to the last candidate end; at each candidate end e it forks, and the branch continues
-    with the step of TP at end=e (`TP.step`), which copies no more (except `resume_at`'s):
-
-        embed ─ 0 ─ [copy] 1 ─ [copy] 2 ─ [copy] 3 ─ ...      trunk: TP at the largest end
-                               └ e=2 branch: 2 ─ 3 ─ ... L      TP at end=2, from the trunk's state
-                                         └ e=3 branch: 3 ─ ... L
-    """
-    from minidecoder.methods.prompts import prepare_texts
-    from minidecoder.methods.tp_inputs import tp_templates
-
-    keys = [(method_at(method, p).end, _index(method_at(method, p), model)) for p in points]
-    ends = sorted({e for e, _ in keys})
-    wanted = {e: sorted({i for e2, i in keys if e2 == e}) for e in ends}
-    texts = prepare_texts(texts, method.senteval_text)
-    per_template = []
-    for template in tp_templates(method.prompt, method.num_pst):
-        inputs = method.encode(model, template, texts)
-        trunk_step = dataclasses.replace(method, end=ends[-1]).step(model, inputs)
-        trunk = Forward(model, inputs.batch.input_ids, inputs.batch.attention_mask, trunk_step,
-                        keep=set(ends) | {i for v in wanted.values() for i in v},
-                        extra_rows={inputs.placeholder_id: inputs.row})
-        states: dict[tuple[int, int], torch.Tensor] = {}
-        for e in ends:
-            trunk.run_to(e)
-            branch = trunk.fork(dataclasses.replace(method, end=e).step(model, inputs))
-            for index in wanted[e]:
-                states[(e, index)] = last_token(branch.hidden(index), inputs.batch)
-        per_template.append(states)
-    return [torch.stack([states[key] for states in per_template]).mean(dim=0).float() for key in keys]
+def _same_inputs(passes: dict[int, Pass]) -> list[list[int]]:
+    """The keys of `passes` grouped by their tokens and placeholder rows (what a shared forward needs)."""
+    groups: list[list[int]] = []
+    for k, p in passes.items():
+        for group in groups:
+            if p.same_inputs(passes[group[0]]):
+                group.append(k)
+                break
+        else:
+            groups.append([k])
+    return groups
 
 
-def sweep_cp(method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """CP over output layers x steer layers x alphas: one auxiliary pass reads b at every candidate
-    block l (CP's `ReadLastToken`), one unsteered trunk of each normal prompt forks before each l, and
-    the branch continues with CP's own step at (l, alpha) (`CP.step`)."""
-    from minidecoder.methods.cp import ReadLastToken
-    from minidecoder.methods.cp_prompts import resolve_aux_prompt, resolve_prompts
-    from minidecoder.methods.prompts import prepare_texts
-
-    uses_alpha = method.mode in ("ns", "nr_scaled")  # nr / nr_head ignore alpha: one branch serves all
-    keys = []
-    for p in points:
-        m = method_at(method, p)
-        keys.append((m.steer_layer, float(m.alpha) if uses_alpha else None, _index(m, model)))
-    steers = sorted({l for l, _, _ in keys})
-    branches = sorted({(l, a) for l, a, _ in keys}, key=lambda x: (x[0], x[1] if x[1] is not None else 0.0))
-    wanted = {br: sorted({i for l, a, i in keys if (l, a) == br}) for br in branches}
-    sentences = prepare_texts(texts, method.senteval_text)
-
-    aux = encode_prompts(model.tokenizer, resolve_aux_prompt(method.aux_prompt), sentences)
-    reads = {l: ReadLastToken(l, method.site, aux.last_positions()) for l in steers}
-    Forward(model, aux.input_ids, aux.attention_mask, Steps(*reads.values()), keep={steers[-1] + 1}).run_to(steers[-1] + 1)
-    b = {l: read.value() for l, read in reads.items()}
-    per_template = []
-    for template in resolve_prompts(method.prompt):
-        batch = encode_prompts(model.tokenizer, template, sentences)
-        trunk = Forward(model, batch.input_ids, batch.attention_mask,
-                        keep=set(steers) | {i for v in wanted.values() for i in v})
-        states = {}
-        for l, alpha in branches:
-            trunk.run_to(l)
-            point = method_at(method, {"steer_layer": l, **({"alpha": alpha} if alpha is not None else {})})
-            branch = trunk.fork(point.step(batch, b[l]))
-            for index in wanted[(l, alpha)]:
-                states[(l, alpha, index)] = last_token(branch.hidden(index), batch).float()
-        per_template.append(states)
-    return [torch.stack([states[key] for states in per_template]).mean(dim=0) for key in keys]
-
-
-def sweep_separately(method: Method, model, texts: list[str], points: list[Point]) -> list[torch.Tensor]:
-    """No sharing: each point's own `embed_batch` (correct for any method)."""
-    return [method_at(method, p).embed_batch(model, texts).float() for p in points]
+def run_shared(model, passes: list[Pass]) -> list[Forward]:
+    """The finished forward of every pass (all of the same tokens), computing each block once per distinct
+    history of the passes' steps: a group of passes shares a forward while their steps agree, and a
+    cluster whose step does something else at block i gets a fork of it there."""
+    depth = [p.blocks for p in passes]
+    keep = set(depth) | {p.layer for p in passes if p.layer is not None}
+    record: dict[int, set[str]] = {}
+    for p in passes:
+        for block, names in p.record.items():
+            record.setdefault(block, set()).update(names)
+    trunk = passes[0].start(model, touched_by=[p.step for p in passes[1:]], also_keep=keep, record=record)
+    groups = [(trunk, passes[0].step, list(range(len(passes))))]  # (forward, its step in batch columns, members)
+    finished: list[Forward | None] = [None] * len(passes)
+    for i in range(max(depth) + 1):  # every forward of `groups` has run blocks 0..i-1
+        next_groups = []
+        for forward, step, members in groups:
+            for m in members:
+                if depth[m] == i:
+                    finished[m] = forward.fork(passes[m].step)  # a snapshot: later blocks stay the group's
+            clusters: list[list[int]] = []  # the members still running, by what their step does at block i
+            for m in (m for m in members if depth[m] > i):
+                for cluster in clusters:
+                    if passes[m].step.same_before(passes[cluster[0]].step, i + 1):
+                        cluster.append(m)
+                        break
+                else:
+                    clusters.append([m])
+            continued = False
+            for cluster in clusters:
+                lead = passes[cluster[0]].step
+                if not continued and step.same_before(lead, i + 1):
+                    next_groups.append((forward, step, cluster))
+                    continued = True
+                else:
+                    next_groups.append((forward.fork(lead), lead, cluster))
+        groups = next_groups
+        for forward, _, _ in groups:
+            forward.run_to(i + 1)
+    return finished
 
 
-def sharing_rule(method: Method) -> tuple[str, frozenset[str], Sweeper]:
-    """(rule name, the axes it shares, the sweeper) for a method."""
-    from minidecoder.methods.cp import CP
-    from minidecoder.methods.tp import TP
-
-    if isinstance(method, ReadsOneLayer):
-        return "one forward, every output layer", frozenset({"layer"}), sweep_layers
-    if type(method) is TP:
-        return "TP: one trunk, forks at each end layer", frozenset({"layer", "end"}), sweep_tp
-    if type(method) is CP and not method.tp:
-        return "CP: one auxiliary pass, one trunk, a branch per (steer, alpha)", \
-            frozenset({"layer", "steer_layer", "alpha"}), sweep_cp
-    return "separate runs (no sharing rule for this method)", frozenset(), sweep_separately
-
-
-def naive_blocks(method: Method, model) -> int:
-    """Blocks (per text) that a separate run of `method` computes: what the sweep is compared with.
-    Layer-reading and TP: the output index per template; CP adds its auxiliary pass (l + 1 blocks);
-    ReBA runs every block. Other methods: their output index (per template where they have several)."""
-    from minidecoder.methods.cp import CP
-    from minidecoder.methods.cp_prompts import resolve_prompts
-    from minidecoder.methods.reba import ReBA
-    from minidecoder.methods.tp import TP
-    from minidecoder.methods.tp_inputs import tp_templates
-
-    if isinstance(method, ReadsOneLayer):
-        return _index(method, model) * len(method.templates())
-    if type(method) is TP:
-        return _index(method, model) * len(tp_templates(method.prompt, method.num_pst))
-    if type(method) is CP:
-        return method.steer_layer + 1 + _index(method, model) * len(resolve_prompts(method.prompt))
-    if type(method) is ReBA:
-        return model.num_layers
-    return _index(method, model) if hasattr(method, "layer") else model.num_layers
+def sweep_points(method: Method, model, texts: list[str], points: list[Point]) -> tuple[list[torch.Tensor], int]:
+    """Every point's (B, E) embeddings of one batch, and the naive cost (rows x blocks)."""
+    return embed_points(model, [method_at(method, p) for p in points], texts)
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -283,32 +234,22 @@ def sentence_order(model, texts: Sequence[str]) -> list[int]:
 def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = 32,
                progress: bool = True) -> tuple[list[torch.Tensor], dict]:
     """Every point's (N, E) embeddings of `texts`, sharing computation; and the cost dict:
-    {"blocks_computed", "blocks_naive" (rows x blocks), "ratio", "rule", "groups"}."""
-    rule, shared_axes, sweeper = sharing_rule(method)
-    # group points by the options the rule does not share; each group runs with those options set
-    groups: dict[tuple, list[int]] = {}
-    for k, point in enumerate(points):
-        other = tuple(sorted((name, repr(value)) for name, value in point.items() if name not in shared_axes))
-        groups.setdefault(other, []).append(k)
+    {"blocks_computed", "blocks_naive" (rows x blocks), "ratio", "rule", "groups", "seconds"}."""
     out = [torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32) for _ in points]
-    naive = sum(naive_blocks(method_at(method, p), model) for p in points) * len(texts)
     order = sentence_order(model, texts)
-    start = time.perf_counter()
-    with tqdm(total=len(texts) * len(groups), unit="sent", desc=f"sweep {method.name}", file=sys.stderr,
+    naive, start = 0, time.perf_counter()
+    with tqdm(total=len(texts), unit="sent", desc=f"sweep {method.name}", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar, BlockCounter(model) as counter, torch.inference_mode():
-        for members in groups.values():
-            base = method_at(method, {n: v for n, v in points[members[0]].items() if n not in shared_axes})
-            shared = [{n: v for n, v in points[k].items() if n in shared_axes} for k in members]
-            for first in range(0, len(order), batch_size):
-                index = order[first:first + batch_size]
-                vectors = sweeper(base, model, [texts[i] for i in index], shared)
-                for k, v in zip(members, vectors):
-                    out[k][index] = v.float().cpu()
-                bar.update(len(index))
-                bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
-    cost = {"rule": rule, "groups": len(groups), "blocks_computed": counter.count, "blocks_naive": naive,
-            "ratio": counter.count / naive if naive else None,
-            "seconds": time.perf_counter() - start}
+        for first in range(0, len(order), batch_size):
+            index = order[first:first + batch_size]
+            vectors, blocks = sweep_points(method, model, [texts[i] for i in index], points)
+            naive += blocks
+            for k, v in enumerate(vectors):
+                out[k][index] = v.float().cpu()
+            bar.update(len(index))
+            bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
+    cost = {"rule": RULE, "groups": 1, "blocks_computed": counter.count, "blocks_naive": naive,
+            "ratio": counter.count / naive if naive else None, "seconds": time.perf_counter() - start}
     return out, cost
 
 

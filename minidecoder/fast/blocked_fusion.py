@@ -2,7 +2,7 @@
 
 ReBA (arXiv 2502.20726, spec `methods.md` section 7) needs, for every block and every head, the
 post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
-ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold_pattern`; the
+ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold`; the
 method loop either hands it each block's whole (B, H, T, T) pattern from the eager path, or, from
 `FastPaths.blocked_fusion_from` tokens on, the patterns of a few heads at a time from
 `head_group_patterns` below, for less memory:

@@ -27,10 +27,16 @@ tokens are not one run at the left or right end. A method's step also bounds the
 cuts it before the first column the step reads or writes (TP's `<PST>`, CP's last token), and turns
 it off for a step that reads every column (ReBA's attention) or hides keys from block 0.
 
-This module holds the pieces; the loop that runs the two passes is `minidecoder.methods.loop`
-(the one block loop). Tested equal to the plain path in tests/fast/test_fast_paths.py.
+The contract with a method's step is written once, here: a step declares which of its fields hold
+batch columns (`column_field`); the loop cuts the prefix before the first column any of them names
+(`first_touched`) and hands the rest pass a copy of the step with those fields shifted (`shifted`).
+No step reasons about columns. The loop that runs the two passes is `minidecoder.methods.loop`.
+Tested equal to the plain path in tests/fast/test_fast_paths.py.
 """
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import torch
 
@@ -38,6 +44,63 @@ import torch
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
 # (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine.
 MIN_PREFIX = 4
+
+
+NOWHERE = 1 << 30  # the first column of a row no column field names
+COLUMNS = "batch columns"  # metadata key of a step field that holds positions in the padded batch's rows
+
+
+def column_field(rows: str | None = None) -> Any:
+    """Declare a step field that holds batch columns (a long tensor): one entry per batch row in dimension
+    0, or, with `rows`, (K,) entries whose batch rows are in the field named `rows`. The shared prefix is
+    cut before the first column such a field names, and the rest's copy of the step has it shifted."""
+    return dataclasses.field(metadata={COLUMNS: rows})
+
+
+def _column_fields(obj: Any):
+    """(value, rows or None) of every column field of a step, its nested dataclasses and tuples of steps."""
+    if isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from _column_fields(item)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if COLUMNS in f.metadata:
+                rows = f.metadata[COLUMNS]
+                yield value, None if rows is None else getattr(obj, rows)
+            else:
+                yield from _column_fields(value)
+
+
+def shifted(obj: Any, columns: int) -> Any:
+    """`obj` (a step) on a stream whose column j is batch column j + `columns`: every column field minus
+    `columns`, through nested dataclasses and tuples; other fields are shared, not copied."""
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(shifted(item, columns) for item in obj)
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return obj
+    changes = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if COLUMNS in f.metadata:
+            changes[f.name] = None if value is None else value - columns
+        elif dataclasses.is_dataclass(value) or isinstance(value, (tuple, list)):
+            changes[f.name] = shifted(value, columns)
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def first_touched(obj: Any, batch_size: int) -> torch.Tensor:
+    """(B,) the first column each row's column fields name (NOWHERE for a row they never name)."""
+    first = torch.full((batch_size,), NOWHERE, dtype=torch.long)
+    for value, rows in _column_fields(obj):
+        if value is None or value.numel() == 0:
+            continue
+        value = value.cpu().long()
+        if rows is None:  # one entry (or several) per batch row
+            first = torch.minimum(first, value.reshape(batch_size, -1).amin(dim=1))
+        else:
+            first = first.scatter_reduce(0, rows.cpu().long(), value.reshape(-1), reduce="amin")
+    return first
 
 
 def first_real_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -91,13 +154,14 @@ def split(ids: torch.Tensor, mask: torch.Tensor, p: int) -> tuple[torch.Tensor, 
 
 
 def assemble(prefix_state: torch.Tensor, rest_state: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(1, p, E) prefix states and (B, T - p, E) rest states -> (B, T, E) in the plain batch's layout:
-    row b = [padding][prefix][rest]; padded positions hold zeros, which no pooling reads."""
-    B, W, E = rest_state.shape
+    """(1, p, ...) prefix values and (B, T - p, ...) rest values -> (B, T, ...) in the plain batch's layout:
+    row b = [padding][prefix][rest]; padded positions hold zeros, which no pooling reads. Any value whose
+    dimension 1 is the token (hidden states; the sites z, attn_out, resid_mid, mlp_out, resid_post)."""
+    B, W = rest_state.shape[:2]
     p = prefix_state.shape[1]
-    full = rest_state.new_zeros(B, W + p, E)
+    full = rest_state.new_zeros(B, W + p, *rest_state.shape[2:])
     full[:, p:] = rest_state
     rows = torch.arange(B, device=rest_state.device)[:, None]  # (B, 1)
     prefix_cols = first_real_positions(mask)[:, None] + torch.arange(p, device=rest_state.device)[None, :]  # (B, p)
-    full[rows, prefix_cols] = prefix_state.expand(B, p, E)
+    full[rows, prefix_cols] = prefix_state.expand(B, *prefix_state.shape[1:])
     return full

@@ -1,5 +1,17 @@
 """What every embedding method is: a small configuration dataclass with the paper's names for its
-knobs, a registry name, and `embed_batch(model, texts) -> (B, E) float32`.
+knobs, a registry name, and a description of its forwards, `passes(model, texts)`.
+
+    class MyMethod(Method):
+        name = "mine"
+        layer: int = option(-1, "output layer")
+
+        def passes(self, model, texts):        # one Pass per forward (minidecoder.methods.loop)
+            batch = encode_prompts(model.tokenizer, "{text}", texts)
+            yield Pass(batch, layer=..., pool=lambda run: last_token(run.hidden(...), batch))
+
+`embed_batch` runs those passes through the one block loop and averages what they pool; the sweeps
+(minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.running.explain)
+watches them, so nothing outside this package restates a method.
 
 Each field's `metadata["help"]` is its one-line documentation; the CLI's `--help` and the README's
 method table are generated from it, so the options a user sees are exactly the fields that exist.
@@ -7,13 +19,15 @@ method table are generated from it, so the options a user sees are exactly the f
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
 
 from minidecoder.errors import InputError
+from minidecoder.methods.loop import run_passes
 
-METHODS: dict[str, type["Method"]] = {}
+METHODS: dict[str, type["Method"]] = {}  # filled by `register` as minidecoder.methods imports each module
 
 
 def option(default: Any, help: str, **kwargs: Any) -> Any:
@@ -35,9 +49,15 @@ class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what it does, with its paper
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        """(B, E) float32 embeddings of `texts`, in order."""
+    def passes(self, model, texts: list[str]) -> Iterator:
+        """The forwards this configuration runs on `texts`, as `loop.Pass`es, in order (a generator: a
+        pass may use what an earlier one recorded, which the runner sends back, e.g. CP's auxiliary b)."""
         raise NotImplementedError
+
+    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+        """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool."""
+        self.check(model)
+        return run_passes(model, self.passes(model, texts))
 
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""
@@ -47,13 +67,50 @@ class Method:
         `layer` option; TP and CP override this where `layer=None` means a default of their own."""
         return self.layer
 
+    def baseline(self, model) -> tuple["Method", str] | None:
+        """A configuration that differs from this one only by its intervention (the audit view's net effect
+        compares with it), and that difference in words; None for a method that only reads."""
+        return None
+
+    def option_values(self) -> dict[str, Any]:
+        """Every option and its value: what rebuilds this configuration (`build_method(name, **values)`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def describe(self) -> dict[str, Any]:
-        """Name and every option value: the stamp written next to results."""
-        return {"method": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        """Name, every option value and any detail a reader of the results needs: the stamp written next to
+        results. Only `option_values` round-trips."""
+        return {"method": self.name, **self.option_values()}
 
     @classmethod
     def options(cls) -> list[dataclasses.Field]:
         return list(dataclasses.fields(cls))
+
+
+# ---- option checks, shared by every method's __post_init__ -----------------------------------------
+def check_int(value: object, what: str, minimum: int | None = None, allow_none: bool = False,
+              example: str | None = None) -> int | None:
+    """An integer option (not a bool), at least `minimum`; None where `allow_none`."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{what} {value!r} is not an integer{' or None' if allow_none else ''}",
+                         f"pass e.g. {what}={example if example is not None else max(minimum or 0, 1)}")
+    if minimum is not None and value < minimum:
+        raise InputError(f"{what} {value} must be at least {minimum}",
+                         f"pass e.g. {what}={example if example is not None else minimum}")
+    return value
+
+
+def check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{what} {value!r} is not true or false", f"pass {what}=true or {what}=false")
+    return value
+
+
+def check_choice(value: object, what: str, allowed) -> str:
+    if value not in allowed:
+        raise InputError(f"{what} {value!r} is unknown", f"use one of {', '.join(map(str, allowed))}")
+    return value
 
 
 def mistyped_options(cls: type[Method], options: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -68,13 +125,11 @@ def mistyped_options(cls: type[Method], options: dict[str, Any]) -> list[tuple[s
     return wrong
 
 
-def build_method(name: str, **options: Any) -> Method:
+def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, Any]) -> Method:
     """A method by its registry name with options by their field names; unknown names are errors."""
-    import minidecoder.methods  # noqa: F401  (registers every method module)
-
-    if not isinstance(name, str) or name not in METHODS:
-        raise InputError(f"unknown method {name!r}", f"available methods: {', '.join(sorted(METHODS))}")
-    cls = METHODS[name]
+    if not isinstance(name, str) or name not in methods:
+        raise InputError(f"unknown method {name!r}", f"available methods: {', '.join(sorted(methods))}")
+    cls = methods[name]
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -16,22 +16,21 @@ left padding, i.e. the last real token).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from minidecoder.core.model import Sites
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.cp_prompts import REFERENCE_LAYER, resolve_aux_prompt, resolve_prompts
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
-from minidecoder.methods.layers import check_block_index, resolve_output_layer
-from minidecoder.methods.loop import Forward, Step, Steps, hidden_at, last_token
-from minidecoder.methods.prompts import prepare_texts
-from minidecoder.methods.tp import TP, tp_embedding
-from minidecoder.methods.tp_inputs import PST, with_placeholders
+from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
+from minidecoder.methods.loop import Pass, Step, Steps, column_field, last_token
+from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
+from minidecoder.methods.prompts import REFERENCE_LAYERS, resolve_aux_prompt, resolve_prompts
+from minidecoder.methods.text import SENTEVAL_HELP, prepare_texts
+from minidecoder.methods.tp import PST, TPStep, encode_tp, with_placeholders
 
 SITE_NAMES = {"head": "z", "ffn": "mlp_out", "hidden": "resid_post"}  # CP site -> model.Sites name
 MODES = ("ns", "nr", "nr_head", "nr_scaled")
@@ -52,66 +51,47 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float) -> torch.Te
     return alpha * nr if mode == "nr_scaled" else nr  # reference `scaled_norm`: alpha * NR
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SteerLastToken(Step):
-    """At block `block`, each row's last-token value a of `site` becomes replace(a) = steer(a, b)."""
+    """At block l, each row's last-token value a of `site` becomes steer(a, b) (spec 6.3)."""
 
-    def __init__(self, block: int, site: str, last: torch.Tensor, replace: Callable[[torch.Tensor], torch.Tensor]):
-        self.block, self.site, self.last, self.replace = block, site, last, replace
+    blocks: frozenset[int]  # {l}
+    site: str  # a model.Sites name: z, mlp_out or resid_post
+    last: torch.Tensor = column_field()  # (B,) each row's last real token
+    b: torch.Tensor | None = None  # (B, ...) the auxiliary prompt's value there
+    mode: str = "ns"
+    alpha: float = 0.5
 
-    def sites(self, i: int) -> Sites | None:
-        if i != self.block:
-            return None
+    def edits(self, i: int) -> dict:
+        return {self.site: self.steered} if i in self.blocks else {}
 
-        def edit(value: torch.Tensor) -> torch.Tensor:  # (B, T, ...) -> the same, last token replaced
-            value, last = value.clone(), self.last.to(value.device)
-            rows = torch.arange(value.shape[0], device=value.device)
-            value[rows, last] = self.replace(value[rows, last]).to(value.dtype)  # a <- f(a, b)
-            return value
-        return Sites(edit={SITE_NAMES[self.site]: edit})
+    def steered(self, value: torch.Tensor) -> torch.Tensor:  # (B, T, ...) -> the same, last token replaced
+        value, rows = value.clone(), torch.arange(value.shape[0], device=value.device)
+        value[rows, self.last] = steer(value[rows, self.last], self.b, self.mode, self.alpha).to(value.dtype)  # a <- f(a, b)
+        return value
 
-    def first_touched(self, batch_size: int) -> torch.Tensor:
-        return self.last.cpu()
+    def acts_on(self, row: int) -> list[dict]:
+        return [{"position": int(self.last[row]), "what": f"a: {self.site} steered to steer(a, b)",
+                 "blocks": sorted(self.blocks), "note": f"mode {self.mode}, alpha {self.alpha}"}]
 
-    def shifted(self, columns: int) -> "SteerLastToken":
-        return SteerLastToken(self.block, self.site, self.last - columns, self.replace)
-
-
-class ReadLastToken(Step):
-    """The auxiliary pass: record `site` of block `block` and read b at each row's last token."""
-
-    def __init__(self, block: int, site: str, last: torch.Tensor, recorded: dict | None = None) -> None:
-        self.block, self.site, self.last = block, site, last
-        self.recorded = {} if recorded is None else recorded  # shared with `shifted` copies
-
-    def sites(self, i: int) -> Sites | None:
-        if i != self.block:
-            return None
-        sites = Sites(record={SITE_NAMES[self.site]})
-        self.recorded["sites"], self.recorded["last"] = sites, self.last
-        return sites
-
-    def value(self) -> torch.Tensor:
-        """b: (B, H, D) at the head site, (B, E) at the others."""
-        value = self.recorded["sites"].store[SITE_NAMES[self.site]]
-        last = self.recorded["last"].to(value.device)
-        return value[torch.arange(value.shape[0], device=value.device), last]
-
-    def first_touched(self, batch_size: int) -> torch.Tensor:
-        return self.last.cpu()
-
-    def shifted(self, columns: int) -> "ReadLastToken":
-        return ReadLastToken(self.block, self.site, self.last - columns, self.recorded)
+    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
+        """a, b, a - b and the steering term a' written in a's place (norms and cosines), per head for z."""
+        if where != self.site:
+            return []
+        row = int(self.last[0])
+        a, steered, b = old[0, row].float().cpu(), new[0, row].float().cpu(), self.b[0].float().cpu()
+        event = {"block": i, "site": where, "position": row + shift, "total": _norms(a, b, steered)}
+        if a.dim() == 2:  # z: (H, D), one row per head
+            event["heads"] = [{"head": h, **_norms(a[h], b[h], steered[h])} for h in range(a.shape[0])]
+        return [event]
 
 
-def auxiliary_activation(model, batch: PromptBatch, steer_layer: int, site: str, step: Step | None = None,
-                         extra_rows: dict | None = None) -> torch.Tensor:
-    """b of every row: blocks 0..steer_layer only (the reference's `exit_layer` break). `step`: another
-    step in the same pass (CP + TP: the auxiliary prompt's own copies)."""
-    read = ReadLastToken(steer_layer, site, batch.last_positions())
-    forward = Forward(model, batch.input_ids, batch.attention_mask, Steps(step, read) if step else read,
-                      keep={steer_layer + 1}, extra_rows=extra_rows)
-    forward.run_to(steer_layer + 1)
-    return read.value()
+def _norms(a: torch.Tensor, b: torch.Tensor, steered: torch.Tensor) -> dict:
+    def cos(x: torch.Tensor, y: torch.Tensor) -> float:
+        return float(torch.nn.functional.cosine_similarity(x.flatten(), y.flatten(), dim=0))
+    return {"a_norm": float(a.norm()), "b_norm": float(b.norm()), "a_minus_b_norm": float((a - b).norm()),
+            "steering_norm": float(steered.norm()), "cos_a_b": cos(a, b),
+            "cos_steering_a": cos(steered, a) if float(steered.norm()) > 0 else 0.0}
 
 
 # ---- the method: options, validation --------------------------------------------------------------
@@ -136,8 +116,7 @@ class CP(Method):
                        "concatenated vector; nr_head = NR per head (site=head); nr_scaled = alpha*NR (reference only)")
     site: str = option("head", "head = z, every head's output before o_proj (default), ffn = the block's MLP output, "
                        "hidden = the block's output residual (paper Table 5)")
-    senteval_text: bool = option(True, "prepare each text as the SentEval batchers did (append '.', '\"' -> \"'\", "
-                                 "final '?' -> '.') before templating, as the reference; false embeds it verbatim")
+    senteval_text: bool = option(True, SENTEVAL_HELP)
     tp: bool = option(False, "minidecoder extension (in no paper): Token Prepending in the same forward -- a <PST> "
                       "before the quote takes the last token's row before blocks [start, end), as method tp")
     start: int = option(1, "tp only: first 0-based block before which <PST> takes the last token's row (TP's start)")
@@ -148,59 +127,61 @@ class CP(Method):
     tp_aux: bool = option(True, "tp only: the auxiliary prompt gets the same <PST> and copies (a and b come from "
                           "matched forwards); false runs it plain")
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        self.check(model)
+    steer: bool = option(True, "false: the normal prompts run unsteered and no auxiliary pass runs (the baseline the "
+                         "audit view compares with: PromptEOL, or TP with tp=true)")
+
+    def passes(self, model, texts: list[str]):
+        """The auxiliary pass (blocks 0..l; b recorded at the last token), then one forward per normal prompt
+        with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged."""
         sentences = prepare_texts(texts, self.senteval_text)
-        if self.tp:
-            return self.embed_with_tp(model, sentences)
-        b = auxiliary_activation(model, encode_prompts(model.tokenizer, resolve_aux_prompt(self.aux_prompt), sentences),
-                                 self.steer_layer, self.site)  # (B, ...): one pass serves every normal prompt
-        outputs = []
+        site, l = SITE_NAMES[self.site], self.steer_layer
+        index = resolve_output_layer(self.output_layer(model), model.num_layers)
+        b = None
+        if self.steer:
+            aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux)
+            run = yield Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
+                             reads=f"b = {site} of block {l} at the last token; blocks after {l} never run")
+            b = last_token(run.recorded(l, site), aux)  # (B, H, D) at z, (B, E) at the others
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
-            batch = encode_prompts(model.tokenizer, template, sentences)
-            h = hidden_at(model, batch, self.output_layer(model), self.step(batch, b))  # (B, T, E)
-            outputs.append(last_token(h, batch).float())  # (B, E)
-        return torch.stack(outputs).mean(dim=0)
+            batch, step, rows = self.encode(model, template, sentences, True)
+            if self.steer:
+                steering = SteerLastToken(blocks=frozenset({l}), site=site, last=batch.last, b=b, mode=self.mode,
+                                          alpha=self.alpha)
+                step = Steps(parts=(step, steering)) if self.tp else steering  # TP's copies, then CP's edit
+            yield Pass(batch, step, layer=index, extra_rows=rows, reads="the last token",
+                       pool=lambda run, batch=batch: last_token(run.hidden(index), batch))
 
-    def embed_with_tp(self, model, sentences: list[str]) -> torch.Tensor:
-        """CP + TP in one forward per prompt (a minidecoder extension, in no paper): TP's copies and CP's
-        steering are two steps of the same loop; with `tp_aux` the auxiliary prompt gets TP's too."""
-        tp = self.tp_method(model)
-        place = lambda template: template if PST in template else with_placeholders(template, 1)  # noqa: E731
-        aux_template = resolve_aux_prompt(self.aux_prompt)
-        if self.tp_aux:
-            aux = tp.encode(model, place(aux_template), sentences)
-            b = auxiliary_activation(model, aux.batch, self.steer_layer, self.site, tp.step(model, aux),
-                                     {aux.placeholder_id: aux.row})
-        else:
-            b = auxiliary_activation(model, encode_prompts(model.tokenizer, aux_template, sentences),
-                                     self.steer_layer, self.site)
-        outputs = []
-        for template in resolve_prompts(self.prompt):
-            inputs = tp.encode(model, place(template), sentences)
-            both = Steps(tp.step(model, inputs), self.step(inputs.batch, b))  # TP's copies, then CP's edit
-            outputs.append(tp_embedding(model, inputs, both, self.output_layer(model)).float())  # (B, E)
-        return torch.stack(outputs).mean(dim=0)
+    def encode(self, model, template: str, sentences: list[str], with_tp: bool) -> tuple[PromptBatch, Step, dict]:
+        """A prompt's batch, and with `tp` (a minidecoder extension, in no paper) TP's <PST> before the quote
+        and TP's copies before blocks [start, end) as its step, with the <PST> input row."""
+        if not (self.tp and with_tp):
+            return encode_prompts(model.tokenizer, template, sentences), Step(), {}
+        template = template if PST in template else with_placeholders(template, 1)
+        batch, pst_id, pst = encode_tp(model.tokenizer, template, sentences)
+        step = TPStep.of(batch, pst, set(range(self.start, self.end)), hide_pst_in_block_0=False)
+        return batch, step, {pst_id: placeholder_row(model, self.pst_init, self.seed)}
 
-    def step(self, batch: PromptBatch, b: torch.Tensor) -> SteerLastToken:
-        """The step of this configuration on one encoded prompt (what `embed_batch` and the sweep run)."""
-        return SteerLastToken(self.steer_layer, self.site, batch.last_positions(),
-                              lambda a: steer(a, b, self.mode, self.alpha))
+    def baseline(self, model) -> tuple[Method, str]:
+        what = "the same prompt(s) with TP's copies" if self.tp else "the same prompt(s)"
+        return (dataclasses.replace(self, steer=False),
+                f"{what}, unsteered: the same tokens, the last token at the same output layer "
+                f"{self.output_layer(model)}, no edit at block {self.steer_layer}")
 
     def output_layer(self, model) -> int:
         """`layer`, or with `layer=None` the prompt's reference layer (the same on every model)."""
-        return REFERENCE_LAYER.get(self.prompt, -1) if self.layer is None else self.layer
+        return REFERENCE_LAYERS.get(self.prompt, -1) if self.layer is None else self.layer
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha):
             raise InputError(f"CP alpha {self.alpha!r} is not a finite number", "pass e.g. alpha=0.5")
-        if self.mode not in MODES:
-            raise InputError(f"CP mode {self.mode!r} is unknown", f"use one of {', '.join(MODES)}")
-        if self.site not in SITE_NAMES:
-            raise InputError(f"CP site {self.site!r} is unknown", f"use one of {', '.join(SITE_NAMES)}")
-        for name in ("senteval_text", "tp", "tp_aux"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"CP {name} {getattr(self, name)!r} is not true or false", f"pass {name}=true or false")
+        check_choice(self.mode, "CP mode", MODES)
+        check_choice(self.site, "CP site", SITE_NAMES)
+        for name in ("senteval_text", "tp", "tp_aux", "steer"):
+            check_bool(getattr(self, name), f"CP {name}")
+        for name in ("start", "end", "seed"):
+            check_int(getattr(self, name), name)
+        check_int(self.layer, "layer", allow_none=True, example="-1")
+        check_placeholder_init(self.pst_init)
         if self.mode == "nr_head" and self.site != "head":
             raise InputError(f"CP mode nr_head needs site='head' (got site={self.site!r})",
                              "per-head norms exist only for the attention heads' output z")
@@ -217,9 +198,7 @@ class CP(Method):
                 f"comes before the steered block {self.steer_layer}, so the steering would change nothing",
                 f"pick an output layer above {self.steer_layer} (e.g. -1), or a steer_layer below {index}")
         if self.tp:
-            self.tp_method(model).check(model)
-
-    def tp_method(self, model) -> TP:
-        """Method tp with this CP's TP options (CP + TP shares TP's option names)."""
-        return TP(prompt="prompteol", layer=self.output_layer(model), start=self.start, end=self.end,
-                  pst_init=self.pst_init, seed=self.seed, senteval_text=False)
+            check_block_range(self.start, self.end, L, "CP + TP")
+            if self.end > index:
+                raise InputError(f"CP + TP range [{self.start}, {self.end}) reaches past the output layer "
+                                 f"{self.output_layer(model)} (blocks 0..{index - 1} run)", "lower `end` or raise `layer`")

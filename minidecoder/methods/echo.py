@@ -33,11 +33,11 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import option, register
+from minidecoder.methods.base import check_bool, option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.prompts import check_bool, check_template
-from minidecoder.methods.reading import ReadsOneLayer
 from minidecoder.methods.loop import mean_over_spans
+from minidecoder.methods.reading import ReadsOneLayer
+from minidecoder.methods.text import SENTEVAL_HELP, check_template
 
 ECHO_TEMPLATE = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
 
@@ -52,8 +52,7 @@ class Echo(ReadsOneLayer):
     template: str = option(ECHO_TEMPLATE, "prompt with {text} at least twice; the last copy is pooled")
     pooling: str = option("mean", "'mean' over the last copy's tokens (EchoPooling 'mean'), or 'last': its last "
                                   "token (EchoPooling 'last')")
-    senteval_text: bool = option(False, "apply the SentEval batcher steps to each text first (the Echo reference "
-                                        "does not)")
+    senteval_text: bool = option(False, SENTEVAL_HELP)  # off: the Echo reference prepares nothing
 
     def __post_init__(self) -> None:
         check_template(self.template, min_occurrences=2)

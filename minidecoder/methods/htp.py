@@ -59,37 +59,38 @@ same run without copies scored 53.8. `literal_bos=False` keeps the tokenizer's p
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.htp_inputs import HTPBatch, encode_htp
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
+from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Step, hidden_at
-from minidecoder.methods.placeholders import CopyStep, check_placeholder_init
-from minidecoder.methods.prompts import check_bool, check_template, require_text
-from minidecoder.methods.sentences import SPLITTER
+from minidecoder.methods.loop import Pass, to_device
+from minidecoder.methods.placeholders import CopyRows, check_placeholder_init, placeholder_row
+from minidecoder.methods.text import SPLITTER, check_template, require_text, split_sentences
 
 SOURCES = ("last_text_token", "after_text")
+PST, BPST = "<PST>", "<B-PST>"
 
 
 # ---- the paper's loop -----------------------------------------------------------------------------
-def htp_step(inputs: HTPBatch, blocks: set[int]) -> CopyStep:
+def htp_step(inputs: "HTPInputs", blocks: set[int]) -> CopyRows:
     """HTP's intervention in the block loop (spec 5.3; reference `MistralModel.forward`, plan
-    `tp_sentence_begin`):
+    `tp_sentence_begin`), a `CopyRows`:
 
         for i in blocks:                              # [start, end)
             h_i[<PST>_m]   = h_i[end of text-block m]  # local summary, before block m + 1
             h_i[<B-PST>_m] = h_i[end of text-block m]  # the same row, global block at the front
-    (the pairs are built in `htp_inputs.encode_htp`)."""
-    return CopyStep(inputs.plan, blocks)
+    (the pairs are built in `encode_htp`)."""
+    return CopyRows.of_pairs(blocks, inputs.pairs)
 
 
-def htp_embedding(model, inputs: HTPBatch, step: Step, layer: int) -> torch.Tensor:
-    """(B, E): mean of hidden_states[layer] over the text tokens, placeholders excluded (spec 5.4)."""
-    h = hidden_at(model, inputs.batch, layer, step, extra_rows=inputs.rows).float()  # (B, T, E), summed in fp32
-    pool = inputs.pool.to(h.device).unsqueeze(-1).float()  # (B, T, 1)
+def htp_embedding(h: torch.Tensor, inputs: "HTPInputs") -> torch.Tensor:
+    """(B, E): mean of hidden_states[layer] (B, T, E) over the text tokens, placeholders excluded (spec 5.4)."""
+    h = h.float()  # summed in float32
+    pool = to_device(inputs.pool, h.device).unsqueeze(-1).float()  # (B, T, 1)
     return (h * pool).sum(dim=1) / pool.sum(dim=1)  # reference Pooling 'mean'
 
 
@@ -123,26 +124,18 @@ class HTP(Method):
     padding_side: str = option("right", "right (the reference) or left; an embedding does not depend on it")
 
     def __post_init__(self) -> None:
-        for name in ("layer", "start", "end", "sentences_per_block", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{name} {value!r} is not an integer", f"pass an integer {name}")
-        if self.sentences_per_block < 1:
-            raise InputError(f"sentences_per_block {self.sentences_per_block} must be at least 1", "the reference uses 1")
-        if self.every_n_tokens is not None and (isinstance(self.every_n_tokens, bool)
-                                                or not isinstance(self.every_n_tokens, int) or self.every_n_tokens < 1):
-            raise InputError(f"every_n_tokens {self.every_n_tokens!r} must be a positive integer or None",
-                             "e.g. every_n_tokens=32")
+        for name in ("layer", "start", "end", "seed"):
+            check_int(getattr(self, name), name)
+        check_int(self.sentences_per_block, "sentences_per_block", minimum=1)
+        check_int(self.every_n_tokens, "every_n_tokens", minimum=1, allow_none=True, example="32")
         for name in ("literal_bos", "append_eos", "local_only", "global_only"):
             check_bool(getattr(self, name), name)
         if self.local_only and self.global_only:
             raise InputError("local_only and global_only are both set: no placeholder would remain",
                              "set at most one of them")
-        if self.last_block_source not in SOURCES:
-            raise InputError(f"last_block_source {self.last_block_source!r}", f"use one of {', '.join(SOURCES)}")
+        check_choice(self.last_block_source, "last_block_source", SOURCES)
         check_placeholder_init(self.pst_init)
-        if self.padding_side not in ("left", "right"):
-            raise InputError(f"padding_side {self.padding_side!r}", "use 'left' or 'right'")
+        check_choice(self.padding_side, "padding_side", ("left", "right"))
         check_template(self.template)
         if self.template.count("{text}") != 1:
             raise InputError(f"template {self.template!r} must hold {{text}} exactly once", "e.g. '{text}'")
@@ -162,15 +155,94 @@ class HTP(Method):
             raise InputError(f"HTP range [{self.start}, {self.end}) reaches past the output layer {self.layer} "
                              f"(blocks 0..{output_index - 1} run)", "lower `end` or raise `layer`")
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        self.check(model)
+    def passes(self, model, texts: list[str]):
+        """One forward: HTP's copies, then the mean over the text tokens at `layer`."""
         require_text(texts)
-        inputs = self.encode(model, texts)
-        return htp_embedding(model, inputs, self.step(inputs), self.layer).float()
+        inputs = encode_htp(self, model, texts)
+        index = resolve_output_layer(self.layer, model.num_layers)
+        yield Pass(inputs.batch, htp_step(inputs, set(range(self.start, self.end))), layer=index,
+                   extra_rows=inputs.rows, role="the text", reads="the mean over the text tokens, placeholders excluded",
+                   pool=lambda run: htp_embedding(run.hidden(index), inputs))
 
-    def step(self, inputs: HTPBatch) -> CopyStep:
-        """The step of this configuration on one encoded batch (what `embed_batch` and the sweep run)."""
-        return htp_step(inputs, set(range(self.start, self.end)))
+    def baseline(self, model) -> tuple[Method, str]:
+        return (dataclasses.replace(self, end=self.start),
+                "the same tokens with the placeholders in place, the same mean pooling at output layer "
+                f"{self.layer}, no copies (empty block range)")
 
-    def encode(self, model, texts: list[str]) -> HTPBatch:
-        return encode_htp(self, model, texts)
+
+# ---- HTP's inputs: sentence blocks, placeholders, the copy pairs, the pooled positions -------------------
+@dataclass(frozen=True, eq=False)
+class HTPInputs:
+    batch: PromptBatch
+    pairs: list[tuple[int, int, int]]  # (row, target, source): <PST>_m and <B-PST>_m <- the end of text-block m
+    pool: torch.Tensor  # (B, T) bool: the text tokens the mean runs over (placeholders excluded)
+    blocks: list[int]  # M per row
+    rows: dict[int, torch.Tensor]  # placeholder id -> input-embedding row (E,) float32
+
+
+def text_ids_with_placeholders(options, tokenizer, text: str, pst: int) -> list[int]:
+    """The text piece's ids with a local <PST> before every block (spec 5.1-5.2)."""
+    if options.every_n_tokens is not None:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        n = options.every_n_tokens
+        return [t for first in range(0, len(ids), n) for t in [pst, *ids[first:first + n]]]
+    sentences = split_sentences(text)  # never empty here: require_text ran first
+    K = options.sentences_per_block
+    blocks = [" ".join(sentences[i:i + K]) for i in range(0, len(sentences), K)]
+    return tokenizer.encode(" ".join(f"{PST} {block}" for block in blocks), add_special_tokens=False)
+
+
+def encode_htp(options, model, texts: list[str]) -> HTPInputs:
+    """The batch, the copy pairs (spec 5.3) and the pooled positions (spec 5.4) for `options` (an HTP);
+    the placeholders are added tokens of a copy of the tokenizer."""
+    tokenizer = model.tokenizer.with_placeholders(PST, BPST)
+    pst, bpst = tokenizer.token_to_id(PST), tokenizer.token_to_id(BPST)
+    prefix, suffix = options.template.split("{text}")
+    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+    suffix_ids = tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
+    literal = options.literal_bos and tokenizer.bos_id is not None  # the reference's "<s> {text} </s>"
+    head = [tokenizer.bos_id] if literal or tokenizer.add_bos else []
+    tail = [tokenizer.eos_id] if options.append_eos and tokenizer.eos_id is not None else []
+    rows, spans, pairs, blocks = [], [], [], []
+    for row, text in enumerate(texts):
+        if PST in text or BPST in text:
+            raise InputError(f"text {row} contains a placeholder string ({PST} or {BPST})",
+                             "remove it from the text; HTP places the placeholders itself")
+        text_ids = text_ids_with_placeholders(options, tokenizer, text, pst)
+        local = [i for i, t in enumerate(text_ids) if t == pst]
+        M = len(local)
+        ends = [p - 1 for p in local[1:]] + [len(text_ids) - 1]  # last token of each text-block
+        if options.last_block_source == "after_text":
+            ends[-1] = len(text_ids)  # reference: `eos_positions.append(text_end_idx)`, one past the text
+        if options.global_only:  # drop the local PSTs after their blocks are known (tp_sentence_omit_pst)
+            kept = [i for i in range(len(text_ids)) if i not in set(local)]
+            new_index = {old: new for new, old in enumerate(kept)}
+            ends = [new_index.get(e, len(kept)) for e in ends]
+            text_ids, local = [text_ids[i] for i in kept], []
+        globals_ = [] if options.local_only else [bpst] * M
+        offset = len(head) + len(prefix_ids) + len(globals_)  # where the text piece starts
+        ids = head + prefix_ids + globals_ + text_ids + suffix_ids + tail
+        sources = [offset + e for e in ends]
+        if sources[-1] >= len(ids):
+            raise InputError("last_block_source='after_text' needs a token after the text, and this template "
+                             "has none", "set append_eos=True or a template with text after {text}")
+        for m, source in enumerate(sources):
+            if not options.global_only:
+                pairs.append((row, offset + local[m], source))  # <PST>_m <- end of block m
+            if not options.local_only:
+                pairs.append((row, offset - len(globals_) + m, source))  # <B-PST>_m <- the same row
+        rows.append(ids)
+        spans.append([(offset - len(globals_), offset + len(text_ids))])
+        blocks.append(M)
+    batch = pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, options.padding_side,
+                {pst: PST, bpst: BPST})
+    width = batch.input_ids.shape[1]
+    shift = [width - len(r) if options.padding_side == "left" else 0 for r in rows]
+    pairs = [(b, t + shift[b], s + shift[b]) for b, t, s in pairs]
+    pool = torch.zeros_like(batch.attention_mask)
+    for b, ((first, last),) in enumerate(batch.text_spans):
+        pool[b, first:last] = True
+    pool &= (batch.input_ids != pst) & (batch.input_ids != bpst)  # spec 5.4: placeholders excluded
+    rows = {pst: placeholder_row(model, options.pst_init, options.seed, index=0),  # <PST>: the first draw
+            bpst: placeholder_row(model, options.pst_init, options.seed, index=1)}  # <B-PST>: the second
+    return HTPInputs(batch, pairs, pool, blocks, rows)

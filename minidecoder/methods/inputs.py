@@ -8,7 +8,7 @@ Padding is on the left, as the references padded for last-token pooling.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,33 +16,36 @@ from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods.text import fill_template
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class PromptBatch:
+    """A padded batch of prompts, on the host; the loop moves what it needs to the model's device."""
+
     input_ids: torch.Tensor  # (B, T)
     attention_mask: torch.Tensor  # (B, T) bool, True = real token; padding on the left (or right)
     text_spans: list[list[tuple[int, int]]]  # per row, per {text} occurrence: token [start, end) in the padded row
     lengths: list[int]  # real tokens per row
+    placeholders: dict[int, str] = field(default_factory=dict)  # id -> text of the added tokens it holds (<PST>)
+
+    @property
+    def last(self) -> torch.Tensor:
+        """(B,) index of each row's last real token (left or right padding)."""
+        return self.attention_mask.shape[1] - 1 - torch.argmax(self.attention_mask.flip(-1).long(), dim=-1)
 
     def positions_of(self, token_id: int) -> list[list[int]]:
         """Per row, the (padded) positions holding `token_id`, in order."""
         return [torch.nonzero(row == token_id).flatten().tolist() for row in self.input_ids]
 
-    def first_positions(self, device: torch.device | None = None) -> torch.Tensor:
-        """(B,) index of each row's first real token (left or right padding)."""
-        mask = self.attention_mask.to(device)
-        return torch.argmax(mask.long(), dim=-1)
-
-    def last_positions(self, device: torch.device | None = None) -> torch.Tensor:
-        """(B,) index of each row's last real token (left or right padding)."""
-        mask = self.attention_mask.to(device)
-        return mask.shape[1] - 1 - torch.argmax(mask.flip(-1).long(), dim=-1)
-
-    def to(self, device: torch.device) -> "PromptBatch":
-        return PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.text_spans, self.lengths)
+    def same_tokens(self, other: "PromptBatch") -> bool:
+        """The same ids and padding (two configurations that encode a batch alike can share its forward)."""
+        return (self.input_ids.shape == other.input_ids.shape and torch.equal(self.input_ids, other.input_ids)
+                and torch.equal(self.attention_mask, other.attention_mask))
 
 
 def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int | None = None,
-                   padding_side: str = "left", add_special_tokens: bool = True) -> PromptBatch:
+                   padding_side: str = "left", add_special_tokens: bool = True,
+                   placeholders: dict[int, str] | None = None) -> PromptBatch:
+    """The filled template of every text, tokenized as one string and padded. placeholders: id -> text of
+    the added tokens the tokenizer holds (for reading the batch back)."""
     declared = getattr(tokenizer, "model_max_length", None)  # tokenizer_config.json's context, if any
     limit = max_length if max_length is not None else declared
     rows, spans = [], []
@@ -60,7 +63,7 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
             )
         rows.append(ids)
         spans.append(text_spans)
-    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, padding_side)
+    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, padding_side, placeholders)
 
 
 def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = True
@@ -87,7 +90,7 @@ def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = T
 
 
 def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,
-        padding_side: str = "left") -> PromptBatch:
+        padding_side: str = "left", placeholders: dict[int, str] | None = None) -> PromptBatch:
     if padding_side not in ("left", "right"):
         raise InputError(f"padding_side {padding_side!r}", "use 'left' or 'right'")
     width = max(len(r) for r in rows)
@@ -99,7 +102,7 @@ def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,
         ids[i, offset:offset + len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, offset:offset + len(row)] = True
         shifted.append([(s + offset, e + offset) if e > s else (offset, offset) for s, e in spans[i]])
-    return PromptBatch(ids, mask, shifted, [len(r) for r in rows])
+    return PromptBatch(ids, mask, shifted, [len(r) for r in rows], dict(placeholders or {}))
 
 
 def _snippet(text: str, width: int = 40) -> str:

@@ -1,33 +1,43 @@
-"""The one block loop every method runs: embed, blocks with the method's step, final norm, early exit.
+"""The one block loop every method runs, and the passes that describe a method's forwards.
 
     h = embed(ids)                                   hidden_states[0]
-    for i in 0 .. deepest-1:                         (blocks after the deepest output never run)
+    for i in 0 .. depth-1:                           (blocks after the deepest output never run)
         h = step.before(i, h)                        TP / HTP: copy rows into the placeholders
-        h = block_i(h, ctx, step.sites(i))           CP: edit a site; CP's auxiliary pass: record one
-        step.fold_pattern(i, P_i)                    ReBA: fold the block's attention patterns
+        h = block_i(h, ctx, sites)                   sites: what `record` keeps, the step's edits (CP)
+        A = step.fold(A, P_i)                        ReBA: fold the block's attention patterns
         keep h if i + 1 is an output asked for       hidden_states[i + 1]
     hidden_states[L] = norm(h)                       only the last entry is normed (transformers)
 
-A method says what it does here with a `Step` and reads `Forward.hidden(index)`; this module alone
-decides, from the model's `FastPaths` and what the step declares (`first_touched`), which fast path
-applies, and a method never branches on one:
+A method describes each forward it runs as a `Pass` (its batch, its `Step`, the layer it reads, its
+pooling), yielded by `Method.passes(model, texts)`. `run_passes` runs them in order, sends each
+finished `Forward` back to the generator (CP's auxiliary pass records b for the passes after it) and
+averages what the passes pool. The sweeps fork the same passes (`Forward.fork`) and the audit view
+watches them (`watch`), so nothing outside a method's file restates it.
+
+A step is a frozen dataclass: what it does is fixed when it is built, and a variant is
+`dataclasses.replace(step, ...)`. Fields that hold batch columns are declared with `column_field`;
+this module alone decides, from the model's `FastPaths`, the device and those declarations, which
+fast path applies (a method never branches on one):
 
     shared prompt prefix   the leading tokens every row shares run once (batch 1) and are reused through
-                           the KV cache; the step sees only the rest of each row (`Step.shifted`)
+                           the KV cache; the step's column fields are shifted for the rest (fast.prefix_cache)
     explicit attention     short inputs on a CPU take the explicit kernel (fast.attention)
     compiled blocks        site-free block calls go through torch.compile (fast.compiled)
     blocked fusion         a step that folds patterns gets a few heads at a time (fast.blocked_fusion)
 
-Sweeps fork a forward at a block (`Forward.fork`): the branch continues from the trunk's state with
-another step, which is how they share work without restating any method's step.
+Nothing inside a forward reads a device value back to the host: the decisions above are made on the
+host's copy of the batch, and index tensors are built there and moved once, so a GPU never waits on
+the Python loop (tests/fast/test_no_sync.py runs every method on the `meta` device, which cannot be
+read back).
 
 Layer numbers follow `minidecoder.methods.layers`: an output index k is hidden_states[k].
 """
 from __future__ import annotations
 
-import contextlib
-import copy
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
@@ -37,112 +47,246 @@ from minidecoder.fast.attention import explicit_is_faster
 from minidecoder.fast.blocked_fusion import head_group_patterns
 from minidecoder.fast.compiled import compiled_block_forward
 from minidecoder.fast.options import FastPaths, fast_paths_of
+from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.layers import resolve_output_layer
 
-NOWHERE = 1 << 30  # `first_touched` of a row the step never reads or writes
+TOKEN_MAJOR_SITES = frozenset({"resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post"})  # (B, T, ...)
+__all__ = ["Step", "Steps", "Pass", "Forward", "run_passes", "column_field", "last_token", "mean_over_spans",
+           "hidden_at", "to_device"]
 
 
+# ---- steps: what a method does inside the loop --------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Step:
-    """What a method does inside the loop. This base step does nothing (PromptEOL, pooling, Echo).
+    """What a method does inside the loop; this base step does nothing (PromptEOL, pooling, Echo).
 
-    Positions a step holds are columns of the stream it is handed: the padded batch's columns, or,
-    when the loop runs a shared prefix once, the rest's (`shifted`)."""
+    `blocks`: the 0-based blocks it acts at (before them, at their sites, or on their patterns);
+    a subclass declares it as a field. `hidden_keys`: (B, T) bool, keys block 0 must not attend to."""
 
-    folds_patterns = False  # True: the loop calls `fold_pattern` with every block's attention patterns
+    blocks: ClassVar[frozenset[int]] = frozenset()
+    hidden_keys: ClassVar[torch.Tensor | None] = None
+    folds: ClassVar[bool] = False  # True: the loop hands every block's attention patterns to `fold`
 
     def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        """The residual stream (B, T, E) entering block i, rewired."""
+        """The residual stream (B, T, E) entering block i, rewired (a new tensor; `h` stays untouched)."""
         return h
 
-    def sites(self, i: int) -> Sites | None:
-        """What block i should record or edit (minidecoder.core.model.Sites), or None."""
-        return None
+    def edits(self, i: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        """Site name (minidecoder.core.model.SITES) -> a function replacing its value in block i."""
+        return {}
 
-    def fold_pattern(self, i: int, pattern: torch.Tensor) -> None:
-        """Post-softmax attention of some of block i's heads, (B, heads, T, S); every head comes once,
-        in groups the loop chooses, so the fold must not depend on the grouping."""
+    def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:
+        """The running fold of post-softmax attention patterns (B, heads, T, S), given some of a block's
+        heads at a time in groups the loop chooses (so it must not depend on the grouping); A starts None."""
+        raise NotImplementedError
 
-    def hides_first_block_keys(self) -> torch.Tensor | None:
-        """(B, T) bool: keys block 0 must not attend to (TP's mask_pst_first_layer), or None."""
-        return None
+    # ---- for the audit view (minidecoder.running.explain): declared here, so it restates nothing ------
+    def acts_on(self, row: int) -> list[dict]:
+        """The positions this step acts on in batch row `row`, in batch columns."""
+        return []
 
-    def first_touched(self, batch_size: int) -> torch.Tensor | None:
-        """(B,) the first batch column of each row this step reads or writes (NOWHERE if none);
-        None: it reads every column. The shared prefix is cut before these columns."""
-        return torch.full((batch_size,), NOWHERE, dtype=torch.long)
+    def report(self, i: int, where: str, old: Any, new: Any, shift: int) -> list[dict]:
+        """What the step did at block i: `where` is "stream" (before the block: old/new h), a site name
+        (old/new value of an edit) or "fold" (old/new A). `shift`: batch column of the stream's column 0."""
+        return []
 
-    def shifted(self, columns: int) -> "Step":
-        """This step on a stream whose column j is batch column j + `columns`."""
-        return self
+    # ---- what the sweeps compare ---------------------------------------------------------------------
+    def acting_before(self, block: int) -> frozenset[int]:
+        """The blocks < `block` at which this step acts (block 0 too where it hides keys there)."""
+        acting = {i for i in self.blocks if i < block}
+        if self.hidden_keys is not None and block > 0:
+            acting.add(0)
+        return frozenset(acting)
+
+    def same_before(self, other: "Step", block: int) -> bool:
+        """This step and `other` compute the same stream up to block `block`, so a forward run with one
+        can continue with the other from there (`Forward.fork`)."""
+        mine, theirs = self.acting_before(block), other.acting_before(block)
+        if not mine and not theirs:
+            return True
+        return type(self) is type(other) and mine == theirs and _same_fields(self, other, skip={"blocks"})
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Steps(Step):
+    """Several steps in one forward, applied in order (CP's steering on top of TP's copies)."""
+
+    parts: tuple[Step, ...]
+
+    @property
+    def blocks(self) -> frozenset[int]:
+        return frozenset().union(*(part.blocks for part in self.parts))
+
+    @property
+    def hidden_keys(self) -> torch.Tensor | None:
+        hidden = [part.hidden_keys for part in self.parts if part.hidden_keys is not None]
+        return torch.stack(hidden).any(dim=0) if hidden else None
+
+    @property
+    def folds(self) -> bool:
+        return any(part.folds for part in self.parts)
+
+    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        for part in self.parts:
+            h = part.before(i, h)
+        return h
+
+    def edits(self, i: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        merged: dict[str, Callable] = {}
+        for part in self.parts:
+            found = part.edits(i)
+            if set(found) & set(merged):
+                raise ValueError(f"two steps edit the same site(s) {sorted(set(found) & set(merged))} of block {i}")
+            merged.update(found)
+        return merged
+
+    def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:
+        for part in self.parts:
+            if part.folds:
+                A = part.fold(A, pattern)
+        return A
+
+    def acts_on(self, row: int) -> list[dict]:
+        return [act for part in self.parts for act in part.acts_on(row)]
+
+    def report(self, i: int, where: str, old: Any, new: Any, shift: int) -> list[dict]:
+        return [event for part in self.parts for event in part.report(i, where, old, new, shift)]
+
+    def same_before(self, other: Step, block: int) -> bool:
+        if isinstance(other, Steps) and len(other.parts) == len(self.parts):
+            return all(a.same_before(b, block) for a, b in zip(self.parts, other.parts))
+        return super().same_before(other, block)
+
+
+def _same_fields(a: Any, b: Any, skip: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Field-by-field equality of two steps (tensors by value)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and torch.equal(a, b.to(a.device)))
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and all(_same_fields(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a) if f.name not in skip)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_fields(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_fields(a[k], b[k]) for k in a)
+    return a == b
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """A tensor (or every tensor field of a step, through nested dataclasses and tuples) on `device`.
+    To a GPU the copy is made from pinned memory without blocking, so the host never waits for the GPU."""
+    if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value
+        if device.type == "cuda" and value.device.type == "cpu":
+            return value.pin_memory().to(device, non_blocking=True)
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_device(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: to_device(item, device) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: to_device(getattr(value, f.name), device) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+# ---- one forward --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Setup:
+    """What a forward and all its forks share: nothing here changes once the forward is built."""
+
+    model: Any
+    fast: FastPaths
+    ids: torch.Tensor  # (B, T') on the device: the batch, or its rest after the shared prefix
+    mask: torch.Tensor | None  # (B, T) bool on the device: the whole batch's (assembles states)
+    stream_mask: torch.Tensor | None  # (B, T') the stream's
+    extra_rows: Mapping[int, torch.Tensor]
+    keep: frozenset[int]
+    deepest: int
+    record: Mapping[int, frozenset[str]]
+    prefix: "Forward | None"
+    explicit: bool
+    longest: int  # positions the longest row reaches (host-known: no read-back)
+    watch: Any
 
 
 class Forward:
     """One forward pass of a batch, advanced block by block (`run_to`), read at the hidden-state indices
-    in `keep` (`hidden`), and forked into a branch that continues with another step (`fork`)."""
+    in `keep` (`hidden`) and at the recorded sites (`recorded`), and forked into a branch that continues
+    with another step (`fork`)."""
 
     def __init__(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 step: Step | None = None, keep: Iterable[int] = (), extra_rows: dict | None = None,
-                 fast: FastPaths | None = None, cache: KVCache | None = None) -> None:
+                 step: Step | None = None, keep: Iterable[int] = (), extra_rows: Mapping | None = None,
+                 fast: FastPaths | None = None, cache: KVCache | None = None,
+                 record: Mapping[int, Iterable[str]] | None = None, touched_by: Iterable[Step] = (),
+                 watch: Any = None) -> None:
         """keep: hidden_states indices to keep (0..L); the forward can run no deeper than max(keep).
         extra_rows: input-embedding rows of placeholder ids (`Decoder.embed`).
-        cache: a KV cache to fill (the shared-prefix pass); then no other fast path is considered."""
-        self.model, self.keep = model, set(keep)
-        self.deepest = max(self.keep, default=0)
-        self.fast = fast if fast is not None else fast_paths_of(model)
+        record: block -> the sites whose values `recorded` gives (CP's auxiliary read, the NaN tracer).
+        cache: a KV cache to fill (the shared-prefix pass); then no other fast path is considered.
+        touched_by: steps that will later `fork` from this forward; the shared prefix stays clear of them.
+        watch: the audit view's observer (`started`, `ran`, `saw`), or None."""
         step = step if step is not None else Step()
-        if cache is None:  # the audit view (running.explain) may watch this forward's step
-            step = watched(model, self, step, input_ids, attention_mask)
+        keep = frozenset(keep)
+        record = {i: frozenset(names) for i, names in (record or {}).items()}
+        fast = fast if fast is not None else fast_paths_of(model)
         device = model.device
-        ids = input_ids.to(device)
-        mask = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)
-        self.mask = mask
-        self.prefix: Forward | None = None
-        hidden = step.hides_first_block_keys()  # (B, T) keys block 0 must not see, or None
-        p = self._prefix_length(ids, mask, step) if cache is None and hidden is None else 0
+        ids = input_ids.cpu()  # decisions are made on the host's copy: no device value is read back
+        mask = None if attention_mask is None else attention_mask.cpu().bool()
+        p = 0
+        if cache is None:
+            p = _prefix_length(model, fast, ids, mask, (step, *touched_by), record)
+        prefix = None
+        stream_ids, stream_mask = ids, mask
         if p:
             # The shared prefix, once (batch 1), through every block this forward may run; its keys and
             # values are then broadcast to the batch, and the rest of every row runs against them.
-            prefix_ids, ids, mask = prefix_cache.split(ids, mask, p)
-            self.prefix = Forward(model, prefix_ids, None, keep=self.keep | {self.deepest}, fast=self.fast,
-                                  cache=KVCache.empty(model.num_layers))
-            self.prefix.run_to(self.deepest)
-            step = step.shifted(p)
-        self.ids, self.stream_mask, self.extra_rows, self.step = ids, mask, extra_rows, step
-        B, T = ids.shape
-        S = T + (p if p else cache.length if cache is not None else 0)
-        self.explicit = self.fast.explicit_attention and explicit_is_faster(device, model.dtype, S)
+            prefix_ids, stream_ids, stream_mask = prefix_cache.split(ids, mask, p)
+            prefix = Forward(model, prefix_ids, None, keep=keep | {max(keep, default=0)}, fast=fast,
+                             cache=KVCache.empty(model.num_layers), record=record)
+            prefix.run_to(prefix.setup.deepest)
+        past = p or (cache.length if cache is not None else 0)
+        real = stream_ids.shape[1] if stream_mask is None else int(stream_mask.sum(dim=1).max())
+        explicit = fast.explicit_attention and explicit_is_faster(device, model.dtype, stream_ids.shape[1] + past)
+        self.setup = _Setup(model, fast, to_device(stream_ids, device), to_device(mask, device),
+                            to_device(stream_mask, device), to_device(dict(extra_rows or {}), device), keep,
+                            max(keep, default=0), record, prefix, explicit, past + real, watch)
+        self.step = to_device(prefix_cache.shifted(step, p) if p else step, device)
         self.ctx = self._context(cache)
-        self.first_ctx = self.ctx
-        if hidden is not None:  # a key column zeroed in the mask is hidden from every query of block 0;
-            # positions are passed explicitly, or mask-derived positions would skip the hidden token
-            visible = mask & ~hidden.to(device)
-            self.first_ctx = model.context(visible, T, B, position_ids=self.ctx.positions,
-                                           explicit_attention=self.explicit)
-        self.h = model.embed(ids, extra_rows)  # (B, T, E): hidden_states[0]
+        self.first_ctx = self._first_context()
+        self.h = model.embed(self.setup.ids, self.setup.extra_rows)  # (B, T, E): hidden_states[0]
         self.next_block = 0
-        self.states = {0: self.h} if 0 in self.keep else {}
-
-    def _prefix_length(self, ids: torch.Tensor, mask: torch.Tensor | None, step: Step) -> int:
-        if not self.fast.prefix_cache or mask is None:
-            return 0
-        p = prefix_cache.cacheable_prefix(self.model.config, ids, mask)
-        touched = step.first_touched(ids.shape[0])
-        if not p or touched is None:
-            return 0
-        first = prefix_cache.first_real_positions(mask)
-        p = min(p, int((touched.to(first.device) - first).min()))  # cut before the step's first column
-        return p if p >= prefix_cache.MIN_PREFIX else 0
+        self.states: dict[int, torch.Tensor] = {0: self.h} if 0 in keep else {}
+        self.records: dict[tuple[int, str], torch.Tensor] = {}
+        self.folded: torch.Tensor | None = None  # the step's fold of every pattern so far (ReBA's A)
+        if watch is not None:
+            watch.started(self)
 
     def _context(self, cache: KVCache | None):
-        B, T = self.ids.shape
-        if self.prefix is not None:
-            cache = self.prefix.cache.expand(B)  # a fresh broadcast view: each branch appends its own keys
-        return self.model.context(self.stream_mask, T, B, cache, explicit_attention=self.explicit)
+        s = self.setup
+        B, T = s.ids.shape
+        if s.prefix is not None:
+            cache = s.prefix.cache.expand(B)  # a fresh broadcast view: each branch appends its own keys
+        return s.model.context(s.stream_mask, T, B, cache, explicit_attention=s.explicit, longest=s.longest)
+
+    def _first_context(self):
+        """Block 0's context: the step's hidden keys are masked out for every query (TP's Table 15);
+        positions are passed explicitly, or mask-derived positions would skip the hidden token."""
+        hidden = self.step.hidden_keys
+        if hidden is None:
+            return self.ctx
+        s = self.setup
+        B, T = s.ids.shape
+        real = s.stream_mask if s.stream_mask is not None else torch.ones(B, T, dtype=torch.bool, device=s.ids.device)
+        return s.model.context(real & ~hidden, T, B, position_ids=self.ctx.positions,
+                               explicit_attention=s.explicit, longest=s.longest)
 
     @property
     def prefix_length(self) -> int:
         """Tokens every row shares that ran once (0: the plain loop)."""
-        return 0 if self.prefix is None else self.prefix.ids.shape[1]
+        return 0 if self.setup.prefix is None else self.setup.prefix.setup.ids.shape[1]
 
     @property
     def cache(self) -> KVCache | None:
@@ -150,108 +294,177 @@ class Forward:
 
     def run_to(self, index: int) -> "Forward":
         """Run blocks until hidden_states[index] exists (index <= max(keep))."""
-        if index > self.deepest:
-            raise ValueError(f"this forward keeps hidden states up to {self.deepest}, not {index}")
+        if index > self.setup.deepest:
+            raise ValueError(f"this forward keeps hidden states up to {self.setup.deepest}, not {index}")
         while self.next_block < index:
             i = self.next_block
-            self.h = self._block(i, self.step.before(i, self.h))
+            h = self.step.before(i, self.h)
+            if self.setup.watch is not None:
+                self.setup.watch.ran(self, i)
+                if h is not self.h:
+                    self.setup.watch.saw(self, i, "stream", self.h, h)
+            self.h = self._block(i, h)
             self.next_block = i + 1
-            if i + 1 in self.keep:
+            if i + 1 in self.setup.keep:
                 self.states[i + 1] = self.h
         return self
 
     def _block(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        block, ctx = self.model.layers[i], (self.first_ctx if i == 0 else self.ctx)
-        sites = self.step.sites(i)
-        blocked = False
-        if self.step.folds_patterns:
-            start = self.fast.blocked_fusion_from
-            blocked = start is not None and h.shape[1] >= start
-            sites = _with_records(sites, {"q", "k"} if blocked else {"pattern"})
-        if sites is None and self.fast.compiled:
+        s = self.setup
+        block, ctx = s.model.layers[i], (self.first_ctx if i == 0 else self.ctx)
+        record, edits = set(s.record.get(i, ())), self.step.edits(i)
+        folding = self.step.folds and i in self.step.blocks
+        blocked = folding and s.fast.blocked_fusion_from is not None and h.shape[1] >= s.fast.blocked_fusion_from
+        wanted = record | ({"q", "k"} if blocked else {"pattern"} if folding else set())
+        if not wanted and not edits and s.fast.compiled:
             return compiled_block_forward(block, h, ctx)
+        if s.watch is not None:
+            edits = {name: self._watched(i, name, edit) for name, edit in edits.items()}
+        sites = Sites(record=wanted, edit=edits) if wanted or edits else None
         h = block(h, ctx, sites)
-        if self.step.folds_patterns:
+        for name in record:
+            self.records[(i, name)] = sites.store[name]
+        if folding:
+            before = self.folded
             if blocked:  # recompute the pattern a head at a time from q and k: T^2 memory once
                 attn = block.self_attn
                 for pattern in head_group_patterns(attn, sites.store["q"], sites.store["k"], ctx.masks[attn.layer_type]):
-                    self.step.fold_pattern(i, pattern)
+                    self.folded = self.step.fold(self.folded, pattern)
             else:
-                self.step.fold_pattern(i, sites.store.pop("pattern"))
+                self.folded = self.step.fold(self.folded, sites.store["pattern"])
+            if s.watch is not None:
+                s.watch.saw(self, i, "fold", before, self.folded)
         return h
+
+    def _watched(self, i: int, name: str, edit: Callable) -> Callable:
+        def watched(value: torch.Tensor) -> torch.Tensor:
+            out = edit(value)
+            self.setup.watch.saw(self, i, name, value, out)
+            return out
+        return watched
 
     def hidden(self, index: int) -> torch.Tensor:
         """hidden_states[index] (B, T, E) in the padded batch's layout, running the blocks it needs.
         Index L is after the final norm; when the prefix ran once, padded positions hold zeros."""
         self.run_to(index)
         state = self.states[index]
-        if self.prefix is not None:
-            state = prefix_cache.assemble(self.prefix.states[index], state, self.mask)
-        return self.model.norm(state) if index == self.model.num_layers else state
+        prefix = self.setup.prefix
+        if prefix is not None:
+            state = prefix_cache.assemble(prefix.states[index], state, self.setup.mask)
+        return self.setup.model.norm(state) if index == self.setup.model.num_layers else state
+
+    def recorded(self, block: int, site: str) -> torch.Tensor:
+        """The value of `site` in block `block` (asked for with `record`), in the padded batch's layout,
+        as `hidden` reads a layer: (B, T, H, D) for z, (B, T, E) for the residual sites."""
+        self.run_to(block + 1)
+        value = self.records[(block, site)]
+        prefix = self.setup.prefix
+        if prefix is not None:
+            value = prefix_cache.assemble(prefix.records[(block, site)], value, self.setup.mask)
+        return value
 
     def fork(self, step: Step) -> "Forward":
         """A branch that continues from this forward's current state with `step` (a sweep's grid point).
         The step is given in batch columns, like the one this forward was built with; it must not touch
-        the shared prefix, which was cut for the original step."""
-        if self.prefix is not None:
-            touched = step.first_touched(self.ids.shape[0])
-            first = prefix_cache.first_real_positions(self.mask)
-            p = self.prefix.ids.shape[1]
-            if touched is None or int((touched.to(first.device) - first).min()) < p:
-                raise ValueError("the forked step touches the shared prefix; build the forward with that step")
-            step = step.shifted(p)
-        branch = copy.copy(self)
-        branch.step, branch.states = step, dict(self.states)
-        if self.prefix is not None:
-            branch.ctx = branch.first_ctx = branch._context(None)  # its own broadcast of the prefix's cache
+        the shared prefix, which was cut for the original step (pass it in `touched_by` to keep it clear)."""
+        s = self.setup
+        if s.prefix is None and self.ctx.cache is not None:
+            raise ValueError("a forward that fills a KV cache cannot be forked (its branches would share the cache)")
+        p = self.prefix_length
+        if p:
+            first = prefix_cache.first_real_positions(s.mask.cpu())
+            touched = prefix_cache.first_touched(step, s.ids.shape[0])
+            if step.folds or step.hidden_keys is not None or int((touched - first).min()) < p:
+                raise ValueError("the forked step touches the shared prefix; build the forward with it in touched_by")
+            step = prefix_cache.shifted(step, p)
+        branch = object.__new__(Forward)
+        branch.setup, branch.step = s, to_device(step, s.model.device)
+        branch.ctx = branch._context(None) if s.prefix is not None else self.ctx  # its own broadcast of the prefix
+        branch.first_ctx = branch._first_context() if self.next_block == 0 else self.first_ctx
+        branch.h, branch.next_block, branch.folded = self.h, self.next_block, self.folded  # tensors never change
+        branch.states, branch.records = dict(self.states), dict(self.records)  # in place: each branch its own dict
         return branch
 
 
-# ---- the audit view's hook: `minidecoder.explain` runs a method's own embed_batch and watches -------------
-def watched(model, forward: Forward, step: Step, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Step:
-    """The step a forward runs: `step` itself, unless a watcher is set on the model (`watching`), which may
-    return an observer that delegates every call to `step` and writes down what it did."""
-    watcher = getattr(model, "step_watcher", None)
-    return step if watcher is None else watcher.watch(forward, step, input_ids, attention_mask)
+def _prefix_length(model, fast: FastPaths, ids: torch.Tensor, mask: torch.Tensor | None, steps: tuple[Step, ...],
+                   record: Mapping[int, frozenset[str]]) -> int:
+    """How many leading tokens every row shares and may run once (0: the plain loop), from the host's ids."""
+    if not fast.prefix_cache or mask is None:
+        return 0
+    if any(step.folds or step.hidden_keys is not None for step in steps):
+        return 0  # a fold reads every column's attention; hidden keys change block 0 for every query
+    if any(not names <= TOKEN_MAJOR_SITES for names in record.values()):
+        return 0  # q, k, v and pattern have no token-major layout to assemble
+    p = prefix_cache.cacheable_prefix(model.config, ids, mask)
+    if not p:
+        return 0
+    first = prefix_cache.first_real_positions(mask)
+    for step in steps:  # cut before the first column any step reads or writes
+        p = min(p, int((prefix_cache.first_touched(step, ids.shape[0]) - first).min()))
+    return p if p >= prefix_cache.MIN_PREFIX else 0
 
 
-@contextlib.contextmanager
-def watching(model, watcher):
-    """Every forward on `model` inside the block hands its step to `watcher.watch(forward, step, input_ids,
-    attention_mask)` (running.explain's Recorder); outside it nothing is watched."""
-    previous = getattr(model, "step_watcher", None)
-    model.step_watcher = watcher
-    try:
-        yield watcher
-    finally:
-        model.step_watcher = previous
+# ---- passes: a method's forwards, described -------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Pass:
+    """One forward of a method: what `run_passes`, the sweeps and the audit view all read.
+
+    layer: the hidden_states index read (None: the pass only records, as CP's auxiliary pass);
+    depth: blocks to run (default: up to `layer`; ReBA folds every block whatever it reads);
+    pool: the finished forward -> (B, E) (None: nothing pooled); record: block -> sites kept."""
+
+    batch: Any  # a methods.inputs.PromptBatch
+    step: Step = Step()
+    layer: int | None = None
+    pool: Callable[[Forward], torch.Tensor] | None = None
+    depth: int | None = None
+    record: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    extra_rows: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    role: str = "prompt"  # the audit view's name for it ("auxiliary prompt", ...)
+    reads: str = ""  # what `pool` takes, in words (the audit view)
+    details: Callable[[Forward], dict] | None = None  # the audit view's extra tensors (ReBA: A and w)
+
+    def same_inputs(self, other: "Pass") -> bool:
+        """The same tokens and placeholder rows: the two passes can share one forward (the sweeps)."""
+        return self.batch.same_tokens(other.batch) and _same_fields(dict(self.extra_rows), dict(other.extra_rows))
+
+    @property
+    def blocks(self) -> int:
+        """The blocks this pass runs."""
+        return self.depth if self.depth is not None else (self.layer or 0)
+
+    def start(self, model, touched_by: Iterable[Step] = (), watch: Any = None, also_keep: Iterable[int] = (),
+              record: Mapping[int, Iterable[str]] | None = None) -> Forward:
+        """This pass's forward, built (nothing run yet)."""
+        keep = {self.blocks, *also_keep} | ({self.layer} if self.layer is not None else set())
+        return Forward(model, self.batch.input_ids, self.batch.attention_mask, self.step, keep, self.extra_rows,
+                       record=self.record if record is None else record, touched_by=touched_by, watch=watch)
 
 
-def _with_records(sites: Sites | None, names: set[str]) -> Sites:
-    if sites is None:
-        return Sites(record=set(names))
-    sites.record = set(sites.record) | names
-    return sites
+PassGenerator = Generator[Pass, Forward, None]
 
 
-def hidden_at(model, batch, layer: int, step: Step | None = None, extra_rows: dict | None = None) -> torch.Tensor:
-    """hidden_states[layer] (B, T, E) of `batch` (a PromptBatch; negative layers count from the end),
-    running only the blocks it needs (early exit)."""
-    index = resolve_output_layer(layer, model.num_layers)
-    return Forward(model, batch.input_ids, batch.attention_mask, step, keep={index}, extra_rows=extra_rows).hidden(index)
+def run_passes(model, passes: PassGenerator, watch: Any = None) -> torch.Tensor:
+    """(B, E) float32: each pass run to its depth in order, each finished forward sent back to the generator,
+    and the mean of what the passes pool (MetaEOL's eight prompts, CP's normal prompts...)."""
+    pooled, finished = [], None
+    while True:
+        try:
+            p = passes.send(finished)  # the first send(None) starts the generator
+        except StopIteration:
+            break
+        finished = p.start(model, watch=watch).run_to(p.blocks)
+        if watch is not None:
+            watch.finished(p, finished)
+        if p.pool is not None:
+            pooled.append(p.pool(finished).float())
+    return torch.stack(pooled).mean(dim=0)  # one pass: the vector itself
 
 
-def hidden_states(model, batch, indices: Iterable[int], step: Step | None = None,
-                  extra_rows: dict | None = None) -> dict[int, torch.Tensor]:
-    """hidden_states[k] (B, T, E) for every k in `indices`, from one forward that stops at the deepest."""
-    indices = set(indices)
-    forward = Forward(model, batch.input_ids, batch.attention_mask, step, keep=indices, extra_rows=extra_rows)
-    return {index: forward.hidden(index) for index in sorted(indices)}
-
-
+# ---- poolings and shortcuts -------------------------------------------------------------------------------
 def last_token(h: torch.Tensor, batch) -> torch.Tensor:
-    """(B, T, E) -> (B, E): the last real token of each row (left or right padding)."""
-    last = batch.last_positions(h.device)  # (B,)
+    """(B, T, ...) -> (B, ...): the last real token of each row (left or right padding)."""
+    last = to_device(batch.last, h.device)  # (B,), built on the host
     return h[torch.arange(h.shape[0], device=h.device), last]
 
 
@@ -266,48 +479,8 @@ def mean_over_spans(h: torch.Tensor, spans: list[list[tuple[int, int]]], occurre
     return torch.stack(rows)
 
 
-class Steps(Step):
-    """Several steps in one forward, applied in order (CP's steering on top of TP's copies)."""
-
-    def __init__(self, *steps: Step) -> None:
-        self.steps = steps
-        self.folds_patterns = any(s.folds_patterns for s in steps)
-
-    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        for step in self.steps:
-            h = step.before(i, h)
-        return h
-
-    def sites(self, i: int) -> Sites | None:
-        found = [s for s in (step.sites(i) for step in self.steps) if s is not None]
-        if len(found) <= 1:
-            return found[0] if found else None
-        merged = Sites(record=set().union(*(s.record for s in found)))
-        for s in found:
-            if set(s.edit) & set(merged.edit):
-                raise ValueError(f"two steps edit the same site(s) {sorted(set(s.edit) & set(merged.edit))} of block {i}")
-            merged.edit.update(s.edit)
-        return _sharing_store(merged, found)
-
-    def fold_pattern(self, i: int, pattern: torch.Tensor) -> None:
-        for step in self.steps:
-            if step.folds_patterns:
-                step.fold_pattern(i, pattern)
-
-    def hides_first_block_keys(self) -> torch.Tensor | None:
-        hidden = [h for h in (s.hides_first_block_keys() for s in self.steps) if h is not None]
-        return None if not hidden else torch.stack(hidden).any(dim=0)
-
-    def first_touched(self, batch_size: int) -> torch.Tensor | None:
-        touched = [s.first_touched(batch_size) for s in self.steps]
-        return None if any(t is None for t in touched) else torch.stack(touched).amin(dim=0)
-
-    def shifted(self, columns: int) -> "Steps":
-        return Steps(*(s.shifted(columns) for s in self.steps))
-
-
-def _sharing_store(merged: Sites, parts: list[Sites]) -> Sites:
-    """One Sites for the block whose store is also every part's store (each step reads its own)."""
-    for part in parts:
-        part.store = merged.store
-    return merged
+def hidden_at(model, batch, layer: int, step: Step | None = None, extra_rows: Mapping | None = None) -> torch.Tensor:
+    """hidden_states[layer] (B, T, E) of `batch` (negative layers count from the end), running only the
+    blocks it needs (early exit): the plain loop in one line, for tests and tools."""
+    index = resolve_output_layer(layer, model.num_layers)
+    return Forward(model, batch.input_ids, batch.attention_mask, step, keep={index}, extra_rows=extra_rows).hidden(index)

@@ -1,74 +1,65 @@
 """Placeholder tokens and the row copies into them: the pieces TP, HTP and CP's TP extension share.
 
 A placeholder (`<PST>`, `<B-PST>`) is an added token whose input-embedding row the method chooses
-(`placeholder_row`). Between blocks, the residual-stream row at a placeholder is overwritten by the
-row of another position of the same sequence (`CopyPlan`), before given blocks (`CopyStep`).
+(`placeholder_row`); it is added to a copy of the tokenizer (`Tokenizer.with_placeholders`), never to
+the model's own. Between blocks, the residual-stream row at a placeholder is overwritten by the row of
+another position of the same sequence, before given blocks (`CopyRows`).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.loop import NOWHERE, Step
+from minidecoder.methods.loop import Step, column_field
 
 PLACEHOLDER_INITS = ("zeros", "ones", "uniform", "gaussian", "mean", "token:<text>")
 
 
-@dataclass
-class CopyPlan:
-    """Row copies inside the residual stream: h[batch[k], target[k]] <- h[batch[k], source[k]] for
-    every k, all sources read before any target is written. Index tensors are (K,) long."""
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CopyRows(Step):
+    """Before every block in `blocks`: h[rows[k], target[k]] <- h[rows[k], source[k]] for every k, all
+    sources read before any target is written (TP's and HTP's step). Index tensors are (K,) long."""
 
-    batch: torch.Tensor
-    target: torch.Tensor
-    source: torch.Tensor
+    blocks: frozenset[int]
+    rows: torch.Tensor
+    target: torch.Tensor = column_field(rows="rows")
+    source: torch.Tensor = column_field(rows="rows")
 
     @classmethod
-    def from_pairs(cls, pairs: list[tuple[int, int, int]]) -> "CopyPlan":
-        """pairs: (row, target position, source position) triples."""
-        index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 3)  # (K, 3)
-        return cls(index[:, 0], index[:, 1], index[:, 2])
-
-    def apply(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, T, E) -> a new (B, T, E) with the rows copied; `h` itself is left untouched, so hidden
-        states handed out earlier keep their values (the references wrote in place)."""
-        out = h.clone()
-        out[self.batch, self.target] = h[self.batch, self.source]  # the whole vector is replaced
-        return out
-
-    def to(self, device: torch.device) -> "CopyPlan":
-        return CopyPlan(self.batch.to(device), self.target.to(device), self.source.to(device))
-
-    def shifted(self, columns: int) -> "CopyPlan":
-        return CopyPlan(self.batch, self.target - columns, self.source - columns)
-
-    def first_touched(self, batch_size: int) -> torch.Tensor:
-        """(B,) each row's first column read or written (NOWHERE for a row without copies)."""
-        first = torch.full((batch_size,), NOWHERE, dtype=torch.long)
-        touched = torch.minimum(self.target, self.source).cpu()
-        return first.scatter_reduce(0, self.batch.cpu(), touched, reduce="amin")
-
-
-class CopyStep(Step):
-    """Before every block in `blocks`, apply `plan` to the residual stream (TP's and HTP's step)."""
-
-    def __init__(self, plan: CopyPlan, blocks: set[int]) -> None:
-        self.plan, self.blocks = plan, set(blocks)
-        self._on: dict[torch.device, CopyPlan] = {}
+    def of_pairs(cls, blocks: set[int], pairs: list[tuple[int, int, int]], **fields) -> "CopyRows":
+        """From (row, target, source) triples."""
+        rows, target, source = (torch.tensor([p[k] for p in pairs], dtype=torch.long) for k in range(3))
+        return cls(blocks=frozenset(blocks), rows=rows, target=target, source=source, **fields)
 
     def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
         if i not in self.blocks:
             return h
-        plan = self._on.setdefault(h.device, self.plan.to(h.device))
-        return plan.apply(h)  # h[b, target] <- h[b, source], on the block's input (before its norm)
+        out = h.clone()  # a copy: rows read later keep their values (the references wrote in place)
+        out[self.rows, self.target] = h[self.rows, self.source]  # the whole vector is replaced
+        return out
 
-    def first_touched(self, batch_size: int) -> torch.Tensor:
-        return self.plan.first_touched(batch_size)
+    def acts_on(self, row: int) -> list[dict]:
+        return [{"position": t, "source": s, "blocks": sorted(self.blocks),
+                 "note": "h[position] <- h[source] before each of these blocks"}
+                for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()) if b == row]
 
-    def shifted(self, columns: int) -> "CopyStep":
-        return CopyStep(self.plan.shifted(columns), self.blocks)
+    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
+        """Each row written: its norm, the norm of the row it replaced, and their cosine."""
+        if where != "stream":
+            return []
+        events = []
+        for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()):
+            written, replaced = new[b, t].float(), old[b, t].float()
+            events.append({"block": i, "target": t + shift, "source": s + shift,
+                           "written_norm": float(written.norm()), "replaced_norm": float(replaced.norm()),
+                           "cosine": float(torch.nn.functional.cosine_similarity(written, replaced, dim=0))})
+        return events
+
+
+_ROWS: dict[int, tuple[weakref.ref, dict]] = {}  # id of an embedding table -> (the table, its rows by init)
 
 
 def placeholder_row(model, init: str, seed: int = 0, index: int = 0) -> torch.Tensor:
@@ -80,10 +71,11 @@ def placeholder_row(model, init: str, seed: int = 0, index: int = 0) -> torch.Te
     placeholder uses index 1); mean: the mean row of the embedding table (what transformers'
     `resize_token_embeddings` gives a new row, up to its 1e-9-covariance noise; HTP's reference
     default); token:<text>: a copy of that token's row (the TP paper's Table 4 uses a space).
+    Rows read from the table are computed once per table (and again if it changes).
     """
+    check_placeholder_init(init)
     weight = model.model.embed_tokens.weight
     E = weight.shape[1]
-    check_placeholder_init(init)
     if init == "zeros":
         return torch.zeros(E)
     if init == "ones":
@@ -94,6 +86,17 @@ def placeholder_row(model, init: str, seed: int = 0, index: int = 0) -> torch.Te
         for _ in range(index):
             draw(E, generator=generator)
         return draw(E, generator=generator)
+    key = (init, weight._version)
+    table, known = _ROWS.get(id(weight), (None, {}))
+    if table is None or table() is not weight:  # a new table (or one at a recycled address)
+        known = {}
+        _ROWS[id(weight)] = (weakref.ref(weight), known)
+    if key not in known:
+        known[key] = _table_row(model, weight, init)
+    return known[key]
+
+
+def _table_row(model, weight: torch.Tensor, init: str) -> torch.Tensor:
     if init == "mean":
         return weight.detach().float().mean(dim=0).cpu()
     text = init[len("token:"):]

@@ -22,22 +22,19 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import option, register
+from minidecoder.methods.base import check_bool, option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.prompts import check_bool, check_template
+from minidecoder.methods.loop import last_token, mean_over_spans, to_device
 from minidecoder.methods.reading import ReadsOneLayer
-from minidecoder.methods.loop import last_token, mean_over_spans
-from minidecoder.methods.text import template_fields
+from minidecoder.methods.text import SENTEVAL_HELP, check_template, template_fields
 
 _LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
 _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' embeds the bare text"
-_SENTEVAL_HELP = ("apply the SentEval batcher steps (append '.', '\"' -> \"'\", final '?' -> '.') to each text "
-                  "first; off by default for the bare-text baselines")
 
 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's real tokens (padding excluded, BOS included)."""
-    mask = batch.attention_mask.to(device=h.device, dtype=h.dtype).unsqueeze(-1)  # (B, T, 1)
+    mask = to_device(batch.attention_mask, h.device).to(h.dtype).unsqueeze(-1)  # (B, T, 1)
     return (h * mask).sum(dim=1) / mask.sum(dim=1)
 
 
@@ -60,7 +57,7 @@ class MeanPooling(ReadsOneLayer):
                                "token: template and BOS included)")
     occurrence: int = option(-1, "with over=text and a template that repeats {text}: which copy to average "
                                  "(0 = first, -1 = last)")
-    senteval_text: bool = option(False, _SENTEVAL_HELP)
+    senteval_text: bool = option(False, SENTEVAL_HELP)
 
     def __post_init__(self) -> None:
         check_template(self.template)
@@ -85,7 +82,7 @@ class LastTokenPooling(ReadsOneLayer):
     summary = "last-token pooling: hidden state of the last real token at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
     template: str = option("{text}", _TEMPLATE_HELP)
-    senteval_text: bool = option(False, _SENTEVAL_HELP)
+    senteval_text: bool = option(False, SENTEVAL_HELP)
 
     def __post_init__(self) -> None:
         check_template(self.template)

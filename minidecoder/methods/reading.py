@@ -1,12 +1,21 @@
 """Methods that only read: the plain block loop, one output layer, a pooling. PromptEOL, Pretended CoT,
-Knowledge, any template, mean and last pooling, MetaEOL (8 templates averaged) and Echo are this loop
-with their own templates and pooling:
+Knowledge, any template (this file), mean and last pooling (pooling.py), MetaEOL (metaeol.py) and Echo
+(echo.py) are this loop with their own templates and pooling:
 
     for each template t:  e_t = pool(hidden_states[layer] of the filled template t)
     e = mean over templates of e_t            (MetaEOL: e = (1/8) sum_k h_last(prompt_k(text)))
 
-Each declares `templates()` and `pool()`; the sweep reads every output layer of one forward through
-the same two hooks (minidecoder.evaluation.sweep), so what it scores is what `embed_batch` computes.
+A prompt asks the model to compress the sentence into "one word"; its embedding is the hidden state
+of the prompt's last token (the position that would predict that word) at an output layer, the
+references' `hidden_states[layer][:, -1, :]` under left padding. The prompts and their provenance
+are in `minidecoder.methods.prompts`.
+
+Text handling (spec `methods.md` section 2): every reference batcher prepares the sentence with the
+SentEval steps of `minidecoder.methods.text.senteval_sentence` (append `.`, `"` -> `'`, final `?` -> `.`)
+before filling the template; `senteval_text=True` (the default) does the same, `False` embeds the
+text verbatim. Padding is on the left, as in the references; positions are derived from the mask
+(`Decoder.context`), which gives a padded row exactly its unpadded positions (the references fed
+0..T-1 over the padded row; with RoPE the shift cancels, see tests/methods/test_methods_invariants.py).
 """
 from __future__ import annotations
 
@@ -14,11 +23,12 @@ import dataclasses
 
 import torch
 
-from minidecoder.methods.base import Method
+from minidecoder.methods.base import Method, check_bool, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import hidden_at
-from minidecoder.methods.prompts import prepare_texts
+from minidecoder.methods.loop import Pass, last_token
+from minidecoder.methods.prompts import REFERENCE_LAYERS, TEMPLATES
+from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
 
 
 @dataclasses.dataclass
@@ -32,16 +42,87 @@ class ReadsOneLayer(Method):
         """(B, T, E) hidden states of one filled template -> (B, E)."""
         raise NotImplementedError
 
-    def prepare(self, texts: list[str]) -> list[str]:
-        return prepare_texts(texts, self.senteval_text)
-
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        texts = self.prepare(texts)
-        vectors = []
+    def passes(self, model, texts: list[str]):
+        """One plain forward per template, read at `layer` and pooled by `pool`."""
+        texts = prepare_texts(texts, self.senteval_text)
+        index = resolve_output_layer(self.layer, model.num_layers)
         for template in self.templates():
             batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
-            vectors.append(self.pool(hidden_at(model, batch, self.layer), batch))  # (B, E)
-        return torch.stack(vectors).mean(dim=0).float()  # one template: the vector itself
+            yield Pass(batch, layer=index, reads=f"{type(self).__name__}.pool",
+                       pool=lambda run, batch=batch: self.pool(run.hidden(index), batch))  # (B, E)
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
+
+
+@dataclasses.dataclass
+class LastTokenPrompt(ReadsOneLayer):
+    """One template, last token at `layer`. Subclasses fix the template (or make it an option)."""
+
+    layer: int = option(-1, "output layer (hidden_states index: -1 = final normed output, -2 = raw output "
+                            "of the second-to-last block)")
+    senteval_text: bool = option(True, SENTEVAL_HELP)
+
+    def prompt_template(self) -> str:
+        raise NotImplementedError
+
+    def templates(self) -> list[str]:
+        return [self.prompt_template()]
+
+    def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+        return last_token(h, batch)  # the references' hidden_states[layer][:, -1, :] under left padding
+
+    def __post_init__(self) -> None:
+        check_template(self.prompt_template())
+        check_bool(self.senteval_text, "senteval_text")
+
+
+@register
+@dataclasses.dataclass
+class PromptEOL(LastTokenPrompt):
+    name = "prompteol"
+    summary = ('PromptEOL (Jiang et al. 2023): last token of \'This sentence : "{text}" means in one word:"\' '
+               "at the final normed layer")
+    layer: int = option(REFERENCE_LAYERS["prompteol"], "output layer (hidden_states index); the reference reads -1, "
+                                                       "the final normed output")
+
+    def prompt_template(self) -> str:
+        return TEMPLATES["prompteol"]
+
+
+@register
+@dataclasses.dataclass
+class PretendedCoT(LastTokenPrompt):
+    name = "pretended_cot"
+    summary = ("Pretended CoT (Zhang et al. 2024): PromptEOL prefixed with 'After thinking step by step ,', "
+               "last token at layer -2")
+    layer: int = option(REFERENCE_LAYERS["pretended_cot"], "output layer (hidden_states index); the reference reads -2, "
+                                                           "the raw output of the second-to-last block")
+
+    def prompt_template(self) -> str:
+        return TEMPLATES["pretended_cot"]
+
+
+@register
+@dataclasses.dataclass
+class Knowledge(LastTokenPrompt):
+    name = "knowledge"
+    summary = ("Knowledge Enhancement (Zhang et al. 2024): PromptEOL after a sentence on what carries meaning, "
+               "last token at layer -2")
+    layer: int = option(REFERENCE_LAYERS["knowledge"], "output layer (hidden_states index); the reference reads -2, "
+                                                       "the raw output of the second-to-last block")
+
+    def prompt_template(self) -> str:
+        return TEMPLATES["knowledge"]
+
+
+@register
+@dataclasses.dataclass
+class Prompt(LastTokenPrompt):
+    name = "prompt"
+    summary = "any template: last token of the filled template at an output layer (PromptEOL's recipe, your words)"
+    template: str = option(TEMPLATES["prompteol"], "the prompt, with {text} where the sentence goes (tokenized as "
+                                                   "one string)")
+
+    def prompt_template(self) -> str:
+        return self.template

@@ -10,7 +10,7 @@ Paper: arXiv 2502.20726 (spec `methods.md` section 7). Reference code: cqdyf099/
     e_i = sum_{k >= i} A[i, k] h_k                            h: hidden_states[layer] (default -1)
 
 Only one (B, T, T) running maximum is kept (A is B*T*T*4 bytes, 64 MiB per row at T = 4096): the
-loop hands each block's patterns to the step's `fold_pattern`, which folds them into A and drops them
+loop hands each block's patterns to the step's `fold`, which folds them into A and drops them
 (for long inputs the loop hands them over a head at a time, minidecoder.fast.blocked_fusion; a max
 does not depend on the grouping). Padded keys and queries are zeroed in A, so a
 padded row equals its unpadded self up to float rounding.
@@ -19,6 +19,7 @@ Pooling (see `weight_vector`), rows R and weights w_k, embedding = sum_k w_k h_k
     pooled     (reference code) w = sum_{i in R} M[i] / sum_{i in R, k} M[i, k]
     normalized (per row)        w = mean_{i in R} M[i] / sum_k M[i, k]
     raw        (paper formula)  w = mean_{i in R} M[i]
+    uniform    (no fusion)      w = 1/|R| on R: plain mean pooling of the same forward (the baseline)
 with M = A restricted to k >= i (`backward`) or the full row (`full`). For one row (last token)
 pooled and normalized coincide. The reference's mean pooling (`LLM_ours_mean_pool`) is `pooled`
 over backward rows and further multiplies by 1/(T//2), a per-vector scale that cosine similarity
@@ -26,18 +27,51 @@ ignores and minidecoder omits.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, Step
+from minidecoder.methods.loop import Forward, Pass, Step, to_device
 
-WEIGHTS = ("pooled", "normalized", "raw")
+WEIGHTS = ("pooled", "normalized", "raw", "uniform")
 ROWS = ("backward", "full")
+
+
+# ---- the paper's loop -----------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FoldAttention(Step):
+    """ReBA's fusion (spec 7.2): for every block and every head, S = (P + P^T) / 2 and
+    A = max(A, S), elementwise; A starts at 0 and is one (B, T, T) float32 matrix."""
+
+    blocks: frozenset[int]  # every block: the reference fuses all of the model's attention maps
+    folds = True
+
+    def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:  # pattern P: (B, heads, T, T)
+        P = pattern.float()
+        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+        heads = S.amax(dim=1)  # max over heads ...
+        return torch.maximum(torch.zeros_like(heads) if A is None else A, heads)  # ... then over blocks
+
+    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
+        """How much block i raised the running maximum (entries raised, largest and total increase)."""
+        if where != "fold":
+            return []
+        delta = new - (torch.zeros_like(new) if old is None else old)  # >= 0: a running maximum only rises
+        return [{"block": i, "raised": int((delta > 0).sum()), "max_increase": float(delta.max()),
+                 "total_increase": float(delta.sum())}]
+
+
+def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
+    """A (B, T, T) fp32 of a finished forward with `FoldAttention`, padded rows and columns zeroed: queries
+    on padding see a uniform pattern (core/model.py), which P^T would carry into real rows."""
+    mask = to_device(batch.attention_mask, forward.folded.device)
+    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
+    return forward.folded.masked_fill(~valid, 0.0)
 
 
 def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "") -> PromptBatch:
@@ -61,37 +95,15 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
     return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left")
 
 
-class FoldAttention(Step):
-    """ReBA's fusion (spec 7.2): for every block and every head, S = (P + P^T) / 2 and
-    A = max(A, S), elementwise; A starts at 0 and is one (B, T, T) float32 matrix."""
-
-    folds_patterns = True
-
-    def __init__(self, batch_size: int, length: int, device: torch.device) -> None:
-        self.A = torch.zeros(batch_size, length, length, dtype=torch.float32, device=device)  # (B, T, T)
-
-    def fold_pattern(self, i: int, pattern: torch.Tensor) -> None:  # pattern P: (B, heads, T, T)
-        P = pattern.float()
-        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
-        torch.maximum(self.A, S.amax(dim=1), out=self.A)  # max over heads, then over blocks
-
-    def first_touched(self, batch_size: int) -> None:
-        return None  # every column's attention is read: no shared prefix
-
-
 def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded
-    rows and columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs (the
-    reference fuses all of the model's attention maps whatever layer it reads)."""
-    B, T = batch.input_ids.shape
-    fold = FoldAttention(B, T, model.device)
-    forward = Forward(model, batch.input_ids, batch.attention_mask, fold, keep={output_index, model.num_layers})
+    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
+    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs."""
+    L = model.num_layers
+    forward = Forward(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
+                      keep={output_index, L})
     h = forward.hidden(output_index)
-    forward.run_to(model.num_layers)
-    # Queries on padding see a uniform pattern (core/model.py), which P^T would carry into real rows.
-    mask = batch.attention_mask.to(fold.A.device)
-    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
-    return fold.A.masked_fill(~valid, 0.0), h
+    forward.run_to(L)
+    return fused(forward, batch), h
 
 
 def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
@@ -105,6 +117,8 @@ def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: b
         w = torch.einsum("bi,bik->bk", R / M.sum(dim=-1).clamp_min(torch.finfo(A.dtype).tiny), M)
     elif weights == "raw":  # the paper's formula: e_i = sum_{k >= i} A[i, k] h_k, averaged
         w = torch.einsum("bi,bik->bk", R, M)
+    elif weights == "uniform":  # no fused attention at all: the mean of h over the rows R
+        w = R
     else:
         raise AssertionError(weights)
     return w / R.sum(dim=-1, keepdim=True)
@@ -115,7 +129,8 @@ def aggregate(A: torch.Tensor, h: torch.Tensor, rows: torch.Tensor, weights: str
     return torch.einsum("bk,bke->be", weight_vector(A, rows, weights, backward), h.float())
 
 
-def _rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torch.Tensor:
+def rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torch.Tensor:
+    """(B, T) bool: the rows R pooled (the first copy's tokens, the first half, or the last token)."""
     B, T = batch.input_ids.shape
     rows = torch.zeros(B, T, dtype=torch.bool)
     for b in range(B):
@@ -147,28 +162,43 @@ class ReBA(Method):
     last_row: str = option("full", "pooling=last only: full = the whole row of A (reference), backward = k >= i "
                            "(collapses to h_last)")
     weights: str = option("pooled", "pooled = reference code (rows' weights summed, normalized once); normalized = "
-                          "each e_i normalized per row; raw = the paper's unnormalized sum")
+                          "each e_i normalized per row; raw = the paper's unnormalized sum; uniform = no fused "
+                          "attention, the plain mean of h over the same rows (the baseline)")
     first_half_split: bool = option(False, "reference quirk: mean over rows 0..T//2-1 of the whole sequence (BOS "
                                     "included, the first copy's last token left out) instead of the first copy")
 
     def __post_init__(self) -> None:
-        if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) or self.repetitions < 1:
-            raise InputError(f"ReBA repetitions {self.repetitions!r} must be a positive integer", "e.g. 2")
-        for name, value, allowed in (("pooling", self.pooling, ("mean", "last")), ("last_row", self.last_row, ROWS),
-                                     ("weights", self.weights, WEIGHTS)):
-            if value not in allowed:
-                raise InputError(f"ReBA {name} {value!r} is unknown", f"use one of {', '.join(allowed)}")
+        check_int(self.repetitions, "ReBA repetitions", minimum=1, example="2")
+        check_choice(self.pooling, "ReBA pooling", ("mean", "last"))
+        check_choice(self.last_row, "ReBA last_row", ROWS)
+        check_choice(self.weights, "ReBA weights", WEIGHTS)
+        check_bool(self.first_half_split, "first_half_split")
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        index = resolve_output_layer(self.layer, model.num_layers)
+    def passes(self, model, texts: list[str]):
+        """One forward of the repeated texts through every block, folding every pattern into A; the
+        embedding sums hidden_states[layer] with weights from A's rows R."""
+        L, index = model.num_layers, resolve_output_layer(self.layer, model.num_layers)
         batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
-        A, h = fused_attention(model, batch, index)
-        rows = _rows_mask(batch, self.pooling, self.first_half_split).to(A.device)
+        rows = rows_mask(batch, self.pooling, self.first_half_split)  # (B, T) R
         backward = self.pooling == "mean" or self.last_row == "backward"
-        return aggregate(A, h, rows, self.weights, backward)
+
+        def weights(run: Forward) -> torch.Tensor:  # (B, T)
+            A = fused(run, batch)
+            return weight_vector(A, to_device(rows, A.device), self.weights, backward)
+
+        yield Pass(batch, FoldAttention(blocks=frozenset(range(L))), layer=index, depth=L, role="the repeated text",
+                   reads="sum_k w_k h_k, w from the fused attention's rows R (the first copy's tokens, or the last "
+                         "token with pooling=last)",
+                   pool=lambda run: torch.einsum("bk,bke->be", weights(run), run.hidden(index).float()),
+                   details=lambda run: {"fused_attention": fused(run, batch)[0], "weights": weights(run)[0]})
+
+    def baseline(self, model) -> tuple[Method, str]:
+        return (dataclasses.replace(self, weights="uniform"),
+                f"uniform weights over the same rows R of the same repeated input at output layer {self.layer} "
+                "(plain mean pooling, no fused attention)")
 
 
 def reba_word_embedding(model, text: str, char_start: int, char_end: int, repetitions: int = 2,

@@ -1,4 +1,7 @@
-"""Text handling shared by the STS harness and the prompt methods (spec `methods.md` section 2).
+"""Text handling shared by the STS harness and the methods: the SentEval preparation of a sentence,
+templates with `{text}`, the checks every text must pass, and HTP's sentence splitting.
+
+SentEval preparation (spec `methods.md` section 2).
 
 Every prompt-based reference (PromptEOL, Pretended CoT / Knowledge, MetaEOL, TP, CP) receives a
 sentence from SentEval as a list of words and prepares it in its `batcher` in this exact order:
@@ -20,10 +23,16 @@ minidecoder writes `{text}` (spec section 3) and `fill_template` substitutes it 
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
 from minidecoder.errors import InputError
+
+# The help of every method's `senteval_text` option (the prompt methods default to True, the bare-text
+# baselines and Echo to False).
+SENTEVAL_HELP = ("prepare each text as the SentEval batchers of the references did (append '.', '\"' -> \"'\", "
+                 "final '?' -> '.') before filling the template; false embeds the text verbatim")
 
 # A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the only one
 # known. Lone braces and tokens such as `<PST>` are literal text.
@@ -85,3 +94,73 @@ def fill_template(template: str, text: str) -> str:
         )
     # str.replace is one pass over the template, so braces inside `text` are never re-read.
     return template.replace("{text}", text).strip()
+
+
+def check_template(template: str, min_occurrences: int = 1) -> str:
+    """A template must be a string with `{text}` (at least `min_occurrences` times) and no other field."""
+    if not isinstance(template, str):
+        raise InputError(f"template {template!r} is not a string", 'pass e.g. \'This sentence : "{text}" means in one word:"\'')
+    fill_template(template, "x")  # raises for a missing {text} or an unknown {field}
+    count = template_fields(template).count("text")
+    if count < min_occurrences:
+        raise InputError(f"template {template!r} has {count} {{text}} placeholder(s); this method needs {min_occurrences}",
+                         "write {text} where each copy of the sentence goes")
+    return template
+
+
+def require_text(texts: Sequence[str]) -> None:
+    """Every text must be a non-empty, non-whitespace string: an embedding of nothing is undefined."""
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"text {row} is a {type(text).__name__}, not a string", "pass a list of strings")
+        if not text.strip():
+            raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
+                             "remove that row or give it some text; an embedding of nothing is undefined")
+
+
+def prepare_texts(texts: Sequence[str], senteval_text: bool) -> list[str]:
+    """Validate, then apply the SentEval batcher steps (spec section 2) when `senteval_text`."""
+    require_text(texts)
+    return [senteval_sentence(text) if senteval_text else text for text in texts]
+
+
+# ---- sentence splitting (HTP) ----------------------------------------------------------------------
+# Offline sentence splitting for HTP (spec `methods.md` section 5.1).
+#
+# The HTP reference (snap-research/HTP, `parser/parser.py`, `add_pst_to_sentences`) splits with spaCy's
+# `en_core_web_sm` (a dependency parse). minidecoder uses **pysbd** instead: a rule-based port of the
+# "Golden Rules" sentence-boundary suite, pure Python, deterministic, no model download, and it handles
+# the cases that matter for STS/retrieval text (abbreviations such as "Mr." / "e.g." / "p.m.",
+# decimals, quotes, ellipses). blingfire is faster but is a compiled finite-state model whose rules
+# cannot be read; spaCy needs a 12 MB model and a parser. Boundaries may differ from spaCy's on
+# unusual text; the HTP method reports the splitter it used.
+#
+# After splitting, each sentence is processed as the reference does: strip, and append "." unless it
+# already ends with one of `. ! ? "`. Text without a boundary is one sentence; text that is empty after
+# stripping gives no sentence (the caller decides; HTP follows the reference's `"<PST> ."`).
+SPLITTER = "pysbd 'en' (clean=False)"
+_SENTENCE_ENDINGS = (".", "!", "?", '"')  # parser.py: `if not s.endswith(('.', '!', '?', "\""))`
+
+
+@functools.lru_cache(maxsize=1)
+def _segmenter():
+    import pysbd
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The stripped, non-empty sentences of `text`, each ending in `. ! ?` or `"` (a `.` is appended
+    otherwise, as the reference does). Never raises on text without boundaries: that is one sentence.
+
+    >>> split_sentences("Mr. Smith arrived at 5 p.m. on Monday. He left")
+    ['Mr. Smith arrived at 5 p.m. on Monday.', 'He left.']
+    """
+    sentences = []
+    for piece in _segmenter().segment(text.strip()) if text.strip() else []:
+        s = piece.strip()
+        if not s:
+            continue
+        if not s.endswith(_SENTENCE_ENDINGS):
+            s += "."
+        sentences.append(s)
+    return sentences

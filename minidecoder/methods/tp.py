@@ -8,63 +8,69 @@ Sentence Embeddings from LLMs" (ACL 2025, arXiv 2412.11556). Spec `methods.md` s
 A causal model's early tokens cannot see the end of the sentence; the placeholder `<PST>` before the
 quote carries the last token's state (a summary of the whole sentence built by blocks < i) to where
 every sentence token can attend to it in block i.
+
+Reference code (fuyuchenIfyw/token_prepending, commit ab3081d6), read for every convention here:
+- `senllm/modeling_llama.py`, `LlamaModel.forward`, plan "tp": for `index` in
+  [tp_starting_index, tp_exiting_index): `hidden_states[arange(B), pst_token_indices] =
+  hidden_states[:, -1].clone()` before calling decoder layer `index`; the same loop in
+  `senllm/modeling_qwen2.py` and `senllm/modeling_gemma2.py`. `find_token_indices` takes the *first*
+  `<PST>` of each row only; with `num_pst > 1` (paper Table 14) minidecoder overwrites every `<PST>`.
+- `evaluate.py`: `tokenizer.add_tokens(["<PST>"])`, `resize_token_embeddings`, and the new row set
+  to `torch.randn(hidden)` (unscaled N(0, I), on the GPU RNG seeded 3407 -- not reproducible on CPU;
+  minidecoder draws its N(0, I) row from a CPU generator with `seed`, stated in `describe()`). Gemma2
+  multiplies it by sqrt(hidden) like every embedding row (`modeling_gemma2.py`, `normalizer`).
+  Left padding with `pad_token_id = 0`; the prompt strings are PromptEOL's / Pretended CoT's /
+  Knowledge's / MetaEOL's with `<PST> ` inserted before the opening quote; MetaEOL+TP averages the
+  last tokens of the 8 prompts (`outputs.view(-1, 8, E).mean(1)`).
+- `config.yaml`: the reference (prompt, output layer, start, end) per model, listed in
+  docs/methods.md (the TP row).
+- The ablations `mask_pst_first_layer` (paper Table 15) and `resume_at` (Table 16) are not in the
+  released code; they follow the paper's text (see the option help).
+
+Layer numbers follow `minidecoder.methods.layers`: `layer` indexes hidden_states (0 = embeddings,
+-1 = final normed output), `start`/`end` are 0-based block indices of a half-open range, so the
+reference's `tp_starting_index=1, tp_exiting_index=7` is `start=1, end=7`: copies before blocks 1..6.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, option, register
-from minidecoder.methods.inputs import PromptBatch
+from minidecoder.methods.base import Method, check_bool, check_int, option, register
+from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Step, hidden_at, last_token
-from minidecoder.methods.placeholders import CopyPlan, CopyStep, check_placeholder_init, placeholder_row
-from minidecoder.methods.prompts import check_bool, prepare_texts
-from minidecoder.methods.tp_inputs import PST, TPInputs, encode_tp, tp_templates
+from minidecoder.methods.loop import Pass, last_token
+from minidecoder.methods.placeholders import CopyRows, check_placeholder_init, placeholder_row
+from minidecoder.methods.prompts import METAEOL_TEMPLATES, TEMPLATES
+from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
+
+PST = "<PST>"
 
 
 # ---- the paper's loop -----------------------------------------------------------------------------
-class TPStep(CopyStep):
+@dataclass(frozen=True, eq=False, kw_only=True)
+class TPStep(CopyRows):
     """TP's intervention in the block loop (spec 4.2; reference `senllm/modeling_llama.py`,
-    `LlamaModel.forward`, plan "tp"):
+    `LlamaModel.forward`, plan "tp"), a `CopyRows` from each row's last token to its <PST>:
 
         for i in blocks:                    # [start, end), plus [resume_at, L) for paper Table 16
             h_i[b, <PST>] = h_i[b, last_b]  # before block i: hidden_states[arange(B), pst] = hidden_states[:, -1]
     """
 
-    def __init__(self, batch: PromptBatch, pst_positions: list[list[int]], blocks: set[int],
-                 hide_pst_in_block_0: bool = False) -> None:
-        last = batch.last_positions().tolist()
-        super().__init__(CopyPlan.from_pairs([(b, p, last[b]) for b, row in enumerate(pst_positions) for p in row]),
-                         blocks)
-        self.hidden_keys = None
-        if hide_pst_in_block_0:  # paper Table 15: no query attends to <PST> in block 0
+    hidden_keys: torch.Tensor | None = None  # (B, T): paper Table 15, no query attends to <PST> in block 0
+
+    @classmethod
+    def of(cls, batch: PromptBatch, pst: list[list[int]], blocks: set[int], hide_pst_in_block_0: bool) -> "TPStep":
+        last = batch.last.tolist()
+        hidden = None
+        if hide_pst_in_block_0:
             hidden = torch.zeros_like(batch.attention_mask)
-            for b, row in enumerate(pst_positions):
+            for b, row in enumerate(pst):
                 hidden[b, row] = True
-            self.hidden_keys = hidden
-
-    def hides_first_block_keys(self) -> torch.Tensor | None:
-        return self.hidden_keys
-
-
-def tp_embedding(model, inputs: TPInputs, step: Step, layer: int) -> torch.Tensor:
-    """(B, E): the last token of hidden_states[layer] of the forward with `step` (TP's, or TP's with
-    CP's steering on top)."""
-    h = hidden_at(model, inputs.batch, layer, step, extra_rows={inputs.placeholder_id: inputs.row})  # (B, T, E)
-    return last_token(h, inputs.batch)  # e = h_layer[last]
-
-
-# ---- the method: options, validation, inputs ------------------------------------------------------
-LLAMA2_LAYERS, LLAMA2_OUTPUT = 32, 27  # the reference's PromptEOL output layer on 32-block Llama-2-7B
-
-
-def depth_scaled_layer(num_layers: int) -> int:
-    """TP's default output layer on a model of `num_layers` blocks: the reference's 27 of 32, at the same
-    relative depth, round(27 * L / 32) (SmolLM2's 30 blocks: 25; Qwen2.5-0.5B's 24: 20; Gemma-3-270M's 18: 15)."""
-    return round(LLAMA2_OUTPUT * num_layers / LLAMA2_LAYERS)
+        return cls.of_pairs(blocks, [(b, p, last[b]) for b, row in enumerate(pst) for p in row], hidden_keys=hidden)
 
 
 @register
@@ -92,21 +98,18 @@ class TP(Method):
                                                "overwritten before block `start` anyway")
     resume_at: int | None = option(None, "paper Table 16: copy again before every block from this 0-based block up to "
                                          "the output layer (None = off); must be >= end")
-    senteval_text: bool = option(True, "prepare each text as the SentEval batchers did (append '.', '\"' -> \"'\", "
-                                       "final '?' -> '.'); false embeds the text verbatim")
+    senteval_text: bool = option(True, SENTEVAL_HELP)
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        self.check(model)
+    def passes(self, model, texts: list[str]):
+        """One forward per template (MetaEOL's eight are averaged): TP's step, the last token at `layer`."""
         texts = prepare_texts(texts, self.senteval_text)
-        vectors = []
-        for template in tp_templates(self.prompt, self.num_pst):  # MetaEOL: 8 templates, averaged
-            inputs = self.encode(model, template, texts)
-            vectors.append(tp_embedding(model, inputs, self.step(model, inputs), self.output_layer(model)))  # (B, E)
-        return torch.stack(vectors).mean(dim=0).float()
-
-    def step(self, model, inputs: TPInputs) -> TPStep:
-        """The step of this configuration on one encoded template (what `embed_batch` and the sweep run)."""
-        return TPStep(inputs.batch, inputs.positions, self.copy_blocks(model), self.mask_pst_first_layer)
+        row = placeholder_row(model, self.pst_init, self.seed)
+        index = resolve_output_layer(self.output_layer(model), model.num_layers)
+        for template in tp_templates(self.prompt, self.num_pst):
+            batch, pst_id, pst = encode_tp(model.tokenizer, template, texts)
+            step = TPStep.of(batch, pst, self.copy_blocks(model), self.mask_pst_first_layer)
+            yield Pass(batch, step, layer=index, extra_rows={pst_id: row}, reads="the last token",
+                       pool=lambda run, batch=batch: last_token(run.hidden(index), batch))  # e = h_layer[last]
 
     def copy_blocks(self, model) -> set[int]:
         """The 0-based blocks before which the copy happens: [start, end), plus [resume_at, L)."""
@@ -118,20 +121,17 @@ class TP(Method):
     def output_layer(self, model) -> int:
         return depth_scaled_layer(model.num_layers) if self.layer is None else self.layer
 
-    def encode(self, model, template: str, texts: list[str]) -> TPInputs:
-        return encode_tp(model, template, texts, placeholder_row(model, self.pst_init, self.seed))
+    def baseline(self, model) -> tuple[Method, str]:
+        return (dataclasses.replace(self, end=self.start, resume_at=None),
+                "PromptEOL with the placeholder: the same tokens (the <PST> keeps its input row), the same output "
+                f"layer {self.output_layer(model)}, no copies (empty block range)")
 
     def __post_init__(self) -> None:
-        for name in ("start", "end", "num_pst", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{name} {value!r} is not an integer", f"pass an integer {name}")
-        if self.layer is not None and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
-            raise InputError(f"layer {self.layer!r} is not an integer or None", "pass e.g. layer=-1, or leave it unset")
-        if self.num_pst < 1:
-            raise InputError(f"num_pst {self.num_pst} must be at least 1", "the paper's Table 14 uses 1 to 4")
-        if self.resume_at is not None and (isinstance(self.resume_at, bool) or not isinstance(self.resume_at, int)):
-            raise InputError(f"resume_at {self.resume_at!r} is not an integer or None", "e.g. resume_at=20")
+        for name in ("start", "end", "seed"):
+            check_int(getattr(self, name), name)
+        check_int(self.num_pst, "num_pst", minimum=1)
+        check_int(self.layer, "layer", allow_none=True, example="-1")
+        check_int(self.resume_at, "resume_at", allow_none=True, example="20")
         check_bool(self.mask_pst_first_layer, "mask_pst_first_layer")
         check_bool(self.senteval_text, "senteval_text")
         check_placeholder_init(self.pst_init)
@@ -159,4 +159,55 @@ class TP(Method):
                              "lower `end` or raise `layer`")
 
 
-__all__ = ["PST", "TP", "TPStep", "tp_embedding", "depth_scaled_layer"]
+# ---- TP's inputs: the templates with <PST>, tokenized with the placeholder as an added token -----------
+LLAMA2_LAYERS, LLAMA2_OUTPUT = 32, 27  # the reference's PromptEOL output layer on 32-block Llama-2-7B
+
+
+def depth_scaled_layer(num_layers: int) -> int:
+    """TP's default output layer on a model of `num_layers` blocks: the reference's 27 of 32 blocks, at the same
+    relative depth, round(27 * L / 32) (SmolLM2's 30 blocks: 25; Qwen2.5-0.5B's 24: 20; Gemma-3-270M's 18: 15)."""
+    return round(LLAMA2_OUTPUT * num_layers / LLAMA2_LAYERS)
+
+
+def with_placeholders(template: str, num_pst: int) -> str:
+    """A prompt template with `num_pst` `<PST>` put right before its opening quote: the reference's TP
+    strings (`This sentence : <PST> "*sent 0*" means in one word:"`, evaluate.py)."""
+    if template.count('"{text}"') != 1:
+        raise InputError(f"template {template!r} has no single '\"{{text}}\"' to put <PST> before",
+                         "pass a custom template with <PST> where you want it")
+    return template.replace('"{text}"', PST * num_pst + ' "{text}"')
+
+
+def tp_templates(prompt: str, num_pst: int) -> list[str]:
+    """The TP template(s) of a named prompt, or a custom template that already holds `<PST>`."""
+    if prompt in TEMPLATES:
+        return [with_placeholders(TEMPLATES[prompt], num_pst)]
+    if prompt == "metaeol":
+        return [with_placeholders(t, num_pst) for t in METAEOL_TEMPLATES]
+    if not isinstance(prompt, str) or PST not in prompt or "{text}" not in prompt:
+        raise InputError(f"prompt {prompt!r} is neither a known prompt nor a template with {PST} and {{text}}",
+                         f"use one of {', '.join([*TEMPLATES, 'metaeol'])}, or e.g. "
+                         "'This sentence : <PST> \"{text}\" means in one word:\"'")
+    check_template(prompt)
+    if prompt.count(PST) != num_pst:
+        raise InputError(f"the template holds {prompt.count(PST)} {PST} but num_pst is {num_pst}",
+                         f"set num_pst={prompt.count(PST)} (a custom template places its own placeholders)")
+    return [prompt]
+
+
+def encode_tp(tokenizer, template: str, texts: list[str]) -> tuple[PromptBatch, int, list[list[int]]]:
+    """One TP template filled with prepared texts (left padding, `<PST>` as an added token of a copy of
+    the tokenizer), the id of `<PST>`, and per row the padded positions of its `<PST>` tokens."""
+    tokenizer = tokenizer.with_placeholders(PST)
+    pst_id = tokenizer.token_to_id(PST)
+    batch = encode_prompts(tokenizer, template, texts, padding_side="left", placeholders={pst_id: PST})
+    positions = batch.positions_of(pst_id)
+    expected = template.count(PST)
+    for index, found in enumerate(positions):
+        if len(found) != expected:
+            raise InputError(f"text {index} ({texts[index]!r}) gives {len(found)} {PST} tokens; the template has "
+                             f"{expected}", f"the text must not contain the placeholder string {PST}")
+    return batch, pst_id, positions
+
+
+__all__ = ["PST", "TP", "TPStep", "depth_scaled_layer", "encode_tp", "tp_templates", "with_placeholders"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from minidecoder.core.model import SITES, Sites
+from minidecoder.core.model import SITES
 from minidecoder.fast.options import FastPaths
-from minidecoder.methods.loop import Forward, Step
+from minidecoder.methods.loop import Forward
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,6 @@ class NonFinite:
                 f"({self.count} values, dtype {str(self.dtype).replace('torch.', '')})")
 
 
-class RecordEverySite(Step):
-    """Record every TransformerLens site of every block (the tracer's step in the shared loop)."""
-
-    def __init__(self) -> None:
-        self.last: Sites | None = None
-
-    def sites(self, i: int) -> Sites:
-        self.last = Sites(record=set(SITES))
-        return self.last
-
-    def first_touched(self, batch_size: int) -> None:
-        return None  # every position is checked: no shared prefix
-
-
 def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | None = None) -> NonFinite | None:
     """Rerun `model` on `batch_or_ids` (a (B, T) id tensor, a list of id lists, or a PromptBatch) and
     return the first site with NaN/inf at a real position, or None if every activation is finite."""
@@ -65,15 +51,15 @@ def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | No
     real = mask if mask is not None else torch.ones(ids.shape, dtype=torch.bool, device=ids.device)  # (B, T)
     L = model.num_layers
     with torch.inference_mode():
-        step = RecordEverySite()
-        forward = Forward(model, ids, mask, step, keep=range(L + 1), fast=FastPaths(prefix_cache=False))
+        every_site = {i: set(SITES) for i in range(L)}
+        forward = Forward(model, ids, mask, keep=range(L + 1), record=every_site, fast=FastPaths(prefix_cache=False))
         found = _check(forward.hidden(0), real, "embed", None, 0, model.dtype)
         if found:
             return found
         for i in range(L):
             forward.run_to(i + 1)
             for name in SITES:  # forward order
-                found = _check(step.last.store[name], real, name, i, i + 1, model.dtype)
+                found = _check(forward.recorded(i, name), real, name, i, i + 1, model.dtype)
                 if found:
                     return found
         return _check(forward.hidden(L), real, "final_norm", None, L, model.dtype)

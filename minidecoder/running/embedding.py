@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
-from minidecoder.methods.base import Method, build_method
+from minidecoder.methods import Method, build_method
 from minidecoder.running.memory import split_for_memory
 
 

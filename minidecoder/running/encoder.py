@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, build_method
+from minidecoder.methods import Method, build_method
 
 _logger = logging.getLogger("minidecoder")
 

@@ -57,7 +57,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
     truncated rows.
     """
-    from minidecoder.methods.base import Method, build_method
+    from minidecoder.methods import Method, build_method
 
     input_path, output_path = Path(input_path), Path(output_path)
     if isinstance(method, str):

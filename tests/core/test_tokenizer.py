@@ -58,10 +58,14 @@ def test_placeholder_ids_equal_autotokenizer_after_add_tokens(backend: str, sent
     import transformers
 
     folder = sentencepiece_folder if backend == "sentencepiece" else char_folder
-    ours, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    base, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    before = base.encode("<PST>")
     theirs.add_tokens(["<PST>"])
-    pst = ours.add_placeholder("<PST>")
+    ours = base.with_placeholders("<PST>")
+    pst = ours.token_to_id("<PST>")
     assert pst == theirs.convert_tokens_to_ids("<PST>")
+    assert base.encode("<PST>") == before and base.token_to_id("<PST>") is None  # the original is untouched
+    assert base.with_placeholders("<PST>") is ours  # one copy per set of placeholders
     for text in ['This sentence : <PST> "A man is playing." means in one word:"', "<PST>start", "end <PST>",
                  "two <PST><PST> in a row"]:
         assert ours.encode(text) == theirs(text)["input_ids"], text
@@ -86,8 +90,7 @@ def test_special_token_policy_is_read_from_the_folder(char_folder: Path, tmp_pat
 @pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
 def test_offsets_cover_the_characters_of_each_token(backend: str, sentencepiece_folder: Path,
                                                     char_folder: Path) -> None:
-    tokenizer = Tokenizer(sentencepiece_folder if backend == "sentencepiece" else char_folder)
-    tokenizer.add_placeholder("<PST>")
+    tokenizer = Tokenizer(sentencepiece_folder if backend == "sentencepiece" else char_folder).with_placeholders("<PST>")
     text = 'Say <PST> "Café 東京" now'
     ids, offsets = tokenizer.encode_with_offsets(text)
     assert len(ids) == len(offsets)

@@ -19,7 +19,7 @@ import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.evaluation import load_tasks
 from minidecoder.evaluation.harness import score_embeddings, unique_sentences
-from minidecoder.evaluation.sweep import (BlockCounter, grid_points, layer_axis, method_at, naive_blocks, sweep_sts)
+from minidecoder.evaluation.sweep import BlockCounter, grid_points, layer_axis, method_at, sweep_sts
 from minidecoder.methods import build_method
 from tiny_models import tiny_checkpoint
 
@@ -76,6 +76,9 @@ CASES = [
     ("tp", {"resume_at": 3}, {"layer": [4], "end": [2, 3], "mask_pst_first_layer": [False, True]}),
     ("cp", {}, {"layer": [3, 4], "steer_layer": [0, 2], "alpha": [0.5, 2.0]}),
     ("cp", {"prompt": "ck", "mode": "nr_head"}, {"layer": [4], "steer_layer": [2], "alpha": [1.0, 3.0]}),  # alpha unused by nr_head
+    ("cp", {"tp": True, "start": 0, "end": 2}, {"layer": [3, 4], "steer_layer": [1, 2], "alpha": [0.5, 1.0]}),
+    ("htp", {"start": 1}, {"layer": [3, 4], "end": [1, 2, 3]}),
+    ("reba", {}, {"layer": [2, 4], "weights": ["pooled", "raw"]}),  # one forward folds for every point
 ]
 
 
@@ -90,24 +93,26 @@ def test_one_pass_equals_separate_runs(tiny, data: Path, name: str, options: dic
             with pytest.raises(InputError):
                 method_at(method, record["options"]).check(tiny)
     valid = [r for r in result.points if not r["skipped"]]
-    for record in {id(r): r for r in (valid[0], result.best, valid[-1])}.values():  # a few points, run alone
+    alone_blocks = 0
+    for record in valid:  # every point, run alone
         alone = method_at(method, record["options"])
         with BlockCounter(tiny) as counter:
             vectors = minidecoder.embed(tiny, sentences, alone, batch_size=BATCH)
-        assert counter.count == naive_blocks(alone, tiny) * len(sentences), record["options"]
+        alone_blocks += counter.count
         score = score_embeddings([dev], sentences, vectors)["tasks"]["STSBenchmark-dev"]["score"]
         assert abs(score - record["score"]) < 1e-6, (record["options"], score, record["score"])
     cost = result.cost
-    assert cost["blocks_naive"] == sum(naive_blocks(method_at(method, r["options"]), tiny)
-                                       for r in result.points if not r["skipped"]) * len(sentences)
+    assert cost["blocks_naive"] == alone_blocks  # the naive cost is what separate runs compute
     assert cost["blocks_computed"] < cost["blocks_naive"]  # something was shared
     assert result.best["score"] == max(r["score"] for r in result.points if r["score"] is not None)
 
 
-def test_unshared_method_runs_point_by_point(tiny, data: Path) -> None:
-    result = sweep_sts(tiny, build_method("reba"), {"layer": [2, 4]}, data_dir=data, batch_size=BATCH, progress=False)
-    assert result.rule.startswith("separate runs")
-    assert result.cost["blocks_computed"] == result.cost["blocks_naive"]
+def test_reading_every_layer_costs_one_forward(tiny, data: Path) -> None:
+    """Points that differ only in the layer they read share one forward: ReBA's four full-depth forwards
+    (two layers x two weightings) are computed once."""
+    result = sweep_sts(tiny, build_method("reba"), {"layer": [2, 4], "weights": ["pooled", "raw"]}, data_dir=data,
+                       batch_size=BATCH, progress=False)
+    assert result.cost["blocks_computed"] * 4 == result.cost["blocks_naive"]
 
 
 def test_sweep_refuses_a_test_split(tiny, data: Path) -> None:
@@ -147,11 +152,11 @@ def test_cli_writes_stamped_report_and_plots(tiny, data: Path, tmp_path: Path) -
 
 
 ALTERATIONS = [  # (method, options, axes, what to alter, how): each breaks the method's own step or pooling
-    ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.placeholders.CopyStep.before",
+    ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.placeholders.CopyRows.before",
      lambda original: lambda self, i, h: original(self, i, h) * 1.5 if i in self.blocks else h),
     ("cp", {}, {"layer": [4], "steer_layer": [1, 2], "alpha": [0.5]}, "minidecoder.methods.cp.steer",
      lambda original: lambda a, b, mode, alpha: original(a, b, mode, alpha) + 0.3 * a),
-    ("prompteol", {}, {"layer": [2, 4]}, "minidecoder.methods.prompt_methods.LastTokenPrompt.pool",
+    ("prompteol", {}, {"layer": [2, 4]}, "minidecoder.methods.reading.LastTokenPrompt.pool",
      lambda original: lambda self, h, batch: original(self, h, batch) + h[:, 0]),
 ]
 

@@ -7,6 +7,8 @@ No timings here; the speed is measured by tools/bench.py (`md:prompteol+compile`
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 import pytest
 import torch
@@ -14,7 +16,6 @@ from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.core.model import Sites
 from minidecoder.methods.loop import Forward, Step
 from tiny_models import checkpoint, random_ids
 
@@ -60,9 +61,12 @@ def test_calls_with_sites_run_the_plain_code() -> None:
     ids = random_ids(batch=1, length=5)
     seen = []
 
+    @dataclass(frozen=True, eq=False, kw_only=True)
     class ZeroHeads(Step):
-        def sites(self, i: int) -> Sites | None:
-            return Sites(edit={"z": lambda z: seen.append(z.shape) or torch.zeros_like(z)}) if i == 0 else None
+        blocks: frozenset[int] = frozenset({0})
+
+        def edits(self, i: int) -> dict:
+            return {"z": lambda z: seen.append(z.shape) or torch.zeros_like(z)} if i in self.blocks else {}
 
     L = compiled.num_layers
     with torch.inference_mode():

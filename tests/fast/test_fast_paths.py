@@ -38,8 +38,8 @@ def hidden_at_layers(model, batch, layers: list[int], reuse_prefix: bool = True)
     """hidden_states[layer] for each layer (negatives allowed) from one forward of the shared loop."""
     wanted = {layer: resolve_output_layer(layer, model.num_layers) for layer in layers}
     with fast_paths_overridden(model, prefix_cache=reuse_prefix):
-        states = loop.hidden_states(model, batch, wanted.values())
-    return {layer: states[index] for layer, index in wanted.items()}
+        forward = Forward(model, batch.input_ids, batch.attention_mask, keep=set(wanted.values()))
+        return {layer: forward.hidden(index) for layer, index in wanted.items()}
 
 
 def cacheable(model, batch) -> int:
@@ -200,20 +200,14 @@ def test_tp_prefix_stops_before_the_first_placeholder() -> None:
     must end before the first copy target, or the copy would land in a state that is never recomputed."""
     from minidecoder.methods import build_method
     model = tiny("llama")
-    method = build_method("tp", prompt="knowledge")
-    inputs = method.encode(model, method_template(method), [senteval_sentence(t) for t in TEXTS[:4]])
-    batch = inputs.batch
-    forward = Forward(model, batch.input_ids, batch.attention_mask, method.step(model, inputs), keep={1},
-                      extra_rows={inputs.placeholder_id: inputs.row})
+    method = build_method("tp", prompt="knowledge", layer=1, end=1)
+    (tp_pass,) = method.passes(model, TEXTS[:4])
+    batch = tp_pass.batch
+    forward = tp_pass.start(model)
     first = batch.input_ids.shape[1] - batch.attention_mask.sum(dim=1)
-    pst_offsets = [pos - int(first[b]) for b, row in enumerate(inputs.positions) for pos in row]
+    pst_offsets = [int(t) - int(first[b]) for b, t in zip(tp_pass.step.rows, tp_pass.step.target)]
     assert shared(batch) > min(pst_offsets)  # the shared run does pass the placeholder here ...
     assert forward.prefix_length == min(pst_offsets)  # ... and the cache stops right before it
-
-
-def method_template(method) -> str:
-    from minidecoder.methods.tp_inputs import tp_templates
-    return tp_templates(method.prompt, method.num_pst)[0]
 
 
 def test_prefix_cache_states_equal_plain_states_at_every_real_position() -> None:

@@ -72,7 +72,7 @@ def test_texts_must_be_a_list_of_strings(model, texts) -> None:
 
 @pytest.mark.parametrize("text", ["no sentence boundary here at all", "x", "...", "???"])
 def test_htp_text_without_sentence_boundaries_is_one_block(model, text: str) -> None:
-    from minidecoder.methods.sentences import split_sentences
+    from minidecoder.methods.text import split_sentences
 
     assert len(split_sentences(text)) <= 1 or text in ("...", "???")
     vector = minidecoder.embed(model, [text], "htp", layer=-1, start=0, end=2)

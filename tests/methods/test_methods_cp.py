@@ -20,7 +20,7 @@ from minidecoder.errors import InputError
 from minidecoder.methods import build_method
 from minidecoder.methods import cp as cp_module
 from minidecoder.methods.inputs import encode_prompts
-from minidecoder.methods.loop import hidden_at, last_token
+from minidecoder.methods.loop import Forward, Pass, hidden_at, last_token
 import tiny_models
 
 ATOL = RTOL = 1e-5
@@ -138,10 +138,9 @@ def test_token_ids_match_transformers_tokenizer() -> None:
 
 def test_alpha_one_and_zero_auxiliary_equals_plain_prompt(monkeypatch) -> None:
     _, _, model = checkpoint("qwen2_window")
-    heads, head_dim = model.config.num_heads, model.config.head_dim
-    monkeypatch.setattr(cp_module, "auxiliary_activation",
-                        lambda model, batch, l, site: torch.zeros(batch.input_ids.shape[0], heads, head_dim))
-    steered = minidecoder.embed(model, TEXTS, "cp", prompt=PROMPT, layer=-1, steer_layer=1, alpha=1.0)
+    original = Forward.recorded
+    monkeypatch.setattr(Forward, "recorded", lambda self, block, site: torch.zeros_like(original(self, block, site)))
+    steered = minidecoder.embed(model, TEXTS, "cp", prompt=PROMPT, layer=-1, steer_layer=1, alpha=1.0)  # b = 0
     order = sorted(range(len(TEXTS)), key=lambda i: len(TEXTS[i]))  # embed's length-sorted batch
     batch = encode_prompts(model.tokenizer, PROMPT, [TEXTS[i] for i in order])
     with torch.inference_mode():
@@ -153,10 +152,12 @@ def test_alpha_one_and_zero_auxiliary_equals_plain_prompt(monkeypatch) -> None:
 def test_steered_hidden_with_identity_equals_plain_forward_exactly(site) -> None:
     _, _, model = checkpoint("gemma2")
     batch = encode_prompts(model.tokenizer, PROMPT, TEXTS)
+    config = model.config
+    shape = (len(TEXTS), config.num_heads, config.head_dim) if site == "head" else (len(TEXTS), config.hidden_size)
     with torch.inference_mode():
         plain = hidden_at(model, batch, -1)
-        identity = cp_module.SteerLastToken(2, site, batch.last_positions(),
-                                            lambda a: cp_module.steer(a, torch.zeros_like(a), "ns", 1.0))
+        identity = cp_module.SteerLastToken(blocks=frozenset({2}), site=cp_module.SITE_NAMES[site], last=batch.last,
+                                            b=torch.zeros(shape), mode="ns", alpha=1.0)  # a' = 1 * (a - 0)
         same = hidden_at(model, batch, -1, identity)
     assert torch.equal(plain, same)
 
@@ -167,23 +168,25 @@ def test_auxiliary_pass_stops_after_the_steer_block() -> None:
     handles = [block.register_forward_pre_hook(lambda mod, args, i=i: calls.append(i))
                for i, block in enumerate(model.layers)]
     try:
-        batch = encode_prompts(model.tokenizer, AUX, TEXTS)
+        auxiliary = next(build_method("cp", aux_prompt=AUX, steer_layer=2).passes(model, TEXTS))
         with torch.inference_mode():
-            b = cp_module.auxiliary_activation(model, batch, 2, "head")
+            run = auxiliary.start(model).run_to(auxiliary.blocks)
+            b = last_token(run.recorded(2, "z"), auxiliary.batch)
     finally:
         for h in handles:
             h.remove()
+    assert auxiliary.role == "auxiliary prompt" and auxiliary.layer is None
     assert calls == [0, 1, 2] and b.shape == (3, model.config.num_heads, model.config.head_dim)  # z: (B, H, D)
 
 
 def test_one_auxiliary_pass_serves_every_prompt(monkeypatch) -> None:
     hf, tok, model = checkpoint("llama")
     from minidecoder.methods import prompts as prompts_mod
-    calls = []
-    original = cp_module.auxiliary_activation
-    monkeypatch.setattr(cp_module, "auxiliary_activation", lambda *a: calls.append(1) or original(*a))
+    roles = []
+    original = Pass.start
+    monkeypatch.setattr(Pass, "start", lambda self, *a, **k: roles.append(self.role) or original(self, *a, **k))
     ours = minidecoder.embed(model, TEXTS, "cp", prompt="ck", layer=-2, steer_layer=1, alpha=0.5)
-    assert len(calls) == 1  # one batch, two prompts, one auxiliary pass
+    assert roles == ["auxiliary prompt", "prompt", "prompt"]  # one batch, two prompts, one auxiliary pass
     T = prompts_mod.TEMPLATES
     theirs = torch.stack([oracle(hf, tok, t, 1, "head", -2, "ns", 0.5, 4, (T["knowledge"], T["pretended_cot"]))
                           for t in TEXTS])
@@ -259,7 +262,7 @@ def test_cp_with_tp_matches_transformers_hooks(name, tp_aux) -> None:
     (dict(mode="add"), "mode 'add' is unknown"),
     (dict(site="mlp"), "site 'mlp' is unknown"),
     (dict(mode="nr_head", site="ffn"), "nr_head needs site='head'"),
-    (dict(prompt="no placeholder"), "unknown CP prompt|no module named"),
+    (dict(prompt="no placeholder"), "unknown prompt|no module named"),
     (dict(aux_prompt="nonsense"), "unknown CP auxiliary prompt"),
     (dict(tp=True, start=2, end=9), "TP range"),
     (dict(tp="yes"), "not true or false"),

@@ -39,7 +39,7 @@ def reference_metaeol(ref, texts: list[str], templates: list[str], layer: int = 
 
 @pytest.fixture(scope="module")
 def templates() -> list[str]:
-    from minidecoder.methods.metaeol import METAEOL_TEMPLATES
+    from minidecoder.methods.prompts import METAEOL_TEMPLATES
 
     return METAEOL_TEMPLATES
 

@@ -15,8 +15,9 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
+from minidecoder.methods.htp import encode_htp
 from minidecoder.errors import InputError
-from minidecoder.methods.base import build_method
+from minidecoder.methods import build_method
 from test_methods_tp import hf_tokenizer
 from tiny_models import FAMILIES, checkpoint
 
@@ -151,7 +152,7 @@ def test_padding_side_and_batch_composition_do_not_change_an_embedding(name: str
 
 
 def test_sentence_splitter_and_one_block_text() -> None:
-    from minidecoder.methods.sentences import split_sentences
+    from minidecoder.methods.text import split_sentences
 
     assert split_sentences("Mr. Smith arrived at 5 p.m. on Monday. He left") == [
         "Mr. Smith arrived at 5 p.m. on Monday.", "He left."]
@@ -161,7 +162,7 @@ def test_sentence_splitter_and_one_block_text() -> None:
     _, folder = checkpoint("llama")
     model = minidecoder.load(folder)
     method = build_method("htp", layer=-2, start=1, end=3)
-    inputs = method.encode(model, ["no boundary at all", "One. Two. Three."])
+    inputs = encode_htp(method, model, ["no boundary at all", "One. Two. Three."])
     assert inputs.blocks == [1, 3]
     assert minidecoder.embed(model, ["no boundary at all", "..."], method).isfinite().all()
 
@@ -207,8 +208,8 @@ def test_htp_puts_the_literal_bos_first_when_the_tokenizer_adds_none(tmp_path) -
     assert_close(ours, hf_htp(hf, no_bos, DOCS, -2, {1, 2}), atol=ATOL, rtol=RTOL)
 
     policy = build_method("htp", layer=-2, start=1, end=3, literal_bos=False)
-    first = policy.encode(model, texts).batch.input_ids[:, 0]
-    assert (first == model.tokenizer.token_to_id("<B-PST>")).all()  # the placeholder starts the sequence
+    first = encode_htp(policy, model, texts).batch.input_ids[:, 0]
+    assert (first == model.tokenizer.with_placeholders("<PST>", "<B-PST>").token_to_id("<B-PST>")).all()  # the placeholder starts the sequence
     assert (minidecoder.embed(model, texts, policy) - ours).abs().max() > 1e-2
 
 

@@ -199,7 +199,7 @@ def test_shared_templates_are_the_spec_strings() -> None:
     from minidecoder.methods.prompts import REFERENCE_LAYERS, TEMPLATES
 
     assert TEMPLATES == {"prompteol": PROMPTEOL, "pretended_cot": PRETENDED_COT, "knowledge": KNOWLEDGE}
-    assert REFERENCE_LAYERS == {"prompteol": -1, "pretended_cot": -2, "knowledge": -2}
+    assert REFERENCE_LAYERS == {"prompteol": -1, "pretended_cot": -2, "knowledge": -2, "ck": -2, "metaeol": -1}
     spec = SHARED / "spec" / "methods.md"
     if spec.is_file():  # the checkout sits beside ../shared in the project's workspace
         text = spec.read_text(encoding="utf-8")

@@ -34,8 +34,8 @@ def test_every_method_runs_the_shared_loop(model, monkeypatch) -> None:
 
 
 def test_tp_runs_its_step_with_the_prefix_cache_on(model, monkeypatch) -> None:
-    copies = count(monkeypatch, placeholders.CopyStep, "before")
-    steps = count(monkeypatch, tp.TPStep, "__init__")
+    copies = count(monkeypatch, placeholders.CopyRows, "before")
+    steps = count(monkeypatch, tp.TPStep, "of")
     prefixes = count(monkeypatch, loop.prefix_cache, "split")
     minidecoder.embed(model, TEXTS, "tp", layer=-1, start=1, end=3)
     assert len(steps) == 1 and prefixes  # one batch, one TP step, and the shared prefix ran once
@@ -44,24 +44,25 @@ def test_tp_runs_its_step_with_the_prefix_cache_on(model, monkeypatch) -> None:
 
 
 def test_htp_runs_its_step(model, monkeypatch) -> None:
-    copies = count(monkeypatch, placeholders.CopyStep, "before")
+    copies = count(monkeypatch, placeholders.CopyRows, "before")
     minidecoder.embed(model, ["A cat sat. It purred.", "Dogs bark."], "htp", layer=-1, start=1, end=2)
     assert {call[1] for call in copies if call[1] in call[0].blocks} == {1}
 
 
 def test_cp_runs_its_steering_and_auxiliary_read(model, monkeypatch) -> None:
-    steer_sites = count(monkeypatch, cp.SteerLastToken, "sites")
-    reads = count(monkeypatch, cp.ReadLastToken, "value")
+    edits = count(monkeypatch, cp.SteerLastToken, "edits")
+    reads = count(monkeypatch, loop.Forward, "recorded")
     steered = count(monkeypatch, cp, "steer")
     minidecoder.embed(model, TEXTS, "cp", steer_layer=2)
     assert len(reads) == 1 and len(steered) == 1  # b read once, a steered once (one batch, one prompt)
-    assert [call[1] for call in steer_sites] == [0, 1, 2, 3]  # asked at every block, edits at block 2
+    assert [call[1] for call in edits] == [0, 1, 2, 3]  # asked at every block, edits at block 2
 
 
 def test_reba_folds_every_blocks_pattern(model, monkeypatch) -> None:
-    folds = count(monkeypatch, reba.FoldAttention, "fold_pattern")
+    folds = count(monkeypatch, reba.FoldAttention, "fold")
+    blocks = count(monkeypatch, loop.Forward, "_block")
     minidecoder.embed(model, TEXTS, "reba")
-    assert sorted({call[1] for call in folds}) == list(range(model.num_layers))
+    assert len(folds) == model.num_layers and [call[1] for call in blocks] == list(range(model.num_layers))
 
 
 @pytest.mark.parametrize("method,templates", [("prompteol", 1), ("mean", 1), ("echo", 1), ("metaeol", 8)])

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.errors import InputError
-from minidecoder.methods.base import build_method
+from minidecoder.methods import build_method
 from tiny_models import FAMILIES, checkpoint
 
 ATOL = RTOL = 1e-5
@@ -203,8 +203,9 @@ def test_empty_range_is_the_plain_forward_with_the_placeholder(name: str) -> Non
         # bitwise equality is for the plain loop with Decoder.forward's kernel (the fast paths: tests/fast)
         with fast_paths_overridden(model, prefix_cache=False, explicit_attention=False):
             tp = minidecoder.embed(model, texts, "tp", layer=-2, start=2, end=2)
-        pst = model.tokenizer.add_placeholder("<PST>")
-        batch = encode_prompts(model.tokenizer, PROMPTEOL_TP.replace("{}", "{text}"), texts)
+        tokenizer = model.tokenizer.with_placeholders("<PST>")
+        pst = tokenizer.token_to_id("<PST>")
+        batch = encode_prompts(tokenizer, PROMPTEOL_TP.replace("{}", "{text}"), texts)
         embeds = model.embed(batch.input_ids, {pst: placeholder_row(model, "gaussian", 0)})
         out = model(batch.input_ids, batch.attention_mask, inputs_embeds=embeds, output_hidden_states=True)
         plain = last_token(out.hidden_states[-2], batch)
@@ -225,7 +226,7 @@ def test_padding_and_batch_composition_do_not_change_an_embedding(name: str) -> 
 # ---- templates, tokenization, errors -------------------------------------------------------------
 def test_tp_templates_are_the_prompts_with_pst_before_the_quote() -> None:
     from minidecoder.methods.prompts import TEMPLATES
-    from minidecoder.methods.tp_inputs import tp_templates
+    from minidecoder.methods.tp import tp_templates
 
     assert tp_templates("prompteol", 1) == ['This sentence : <PST> "{text}" means in one word:"']
     assert tp_templates("pretended_cot", 1) == [
@@ -240,11 +241,11 @@ def test_placeholder_is_one_token_and_text_around_it_tokenizes_as_transformers()
 
     _, folder = checkpoint("llama")
     model = minidecoder.load(folder)
-    model.tokenizer.add_placeholder("<PST>")
+    ours_tokenizer = model.tokenizer.with_placeholders("<PST>")
     tokenizer = hf_tokenizer(folder)
     tokenizer.add_tokens(["<PST>"])
     for s in SENTENCES:
-        ours, _ = encode_one(model.tokenizer, PROMPTEOL_TP.replace("{}", "{text}"), s)
+        ours, _ = encode_one(ours_tokenizer, PROMPTEOL_TP.replace("{}", "{text}"), s)
         assert ours == tokenizer(PROMPTEOL_TP.format(s))["input_ids"]
 
 
@@ -288,16 +289,16 @@ def test_smollm2_tp_prompt_ids_equal_transformers_add_tokens(smollm2: Path) -> N
     from transformers import AutoTokenizer
 
     from minidecoder.methods.inputs import encode_one
-    from minidecoder.methods.tp_inputs import tp_templates
+    from minidecoder.methods.tp import tp_templates
 
     model = minidecoder.load(smollm2)
-    model.tokenizer.add_placeholder("<PST>")
+    ours_tokenizer = model.tokenizer.with_placeholders("<PST>")
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     tokenizer.add_tokens(["<PST>"])
     for prompt in ("prompteol", "pretended_cot", "knowledge"):
         (template,) = tp_templates(prompt, 1)
         for s in SENTENCES + ["It's 5 o'clock, isn't it?", "naïve café — ok."]:
-            ours, _ = encode_one(model.tokenizer, template, s)
+            ours, _ = encode_one(ours_tokenizer, template, s)
             assert ours == tokenizer(template.replace("{text}", s))["input_ids"], (prompt, s)
 
 

@@ -17,7 +17,7 @@ from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.reba import encode_repeated, fused_attention
 from minidecoder.methods.text import fill_template
-from minidecoder.methods.tp_inputs import PST, tp_templates
+from minidecoder.methods.tp import PST, tp_templates
 
 from repo_paths import REPO as ROOT
 TEXT = "a man plays a flute."
@@ -51,8 +51,9 @@ def test_positions_are_the_tokenization(model) -> None:
     ids = [i for _, i, _ in tp_pass.tokens]
     assert [q for q, _, _ in tp_pass.tokens] == list(range(len(ids)))
     (template,) = tp_templates("prompteol", 1)
-    assert ids == tokenizer.encode(fill_template(template, record.text))  # the filled prompt, tokenized anew
-    pst = tokenizer.token_to_id(PST)
+    with_pst = tokenizer.with_placeholders(PST)
+    assert ids == with_pst.encode(fill_template(template, record.text))  # the filled prompt, tokenized anew
+    pst = with_pst.token_to_id(PST)
     (act,) = tp_pass.acts_on
     assert ids[act["position"]] == pst and act["source"] == len(ids) - 1  # <PST> <- the last token
     assert [(e["block"], e["target"], e["source"]) for e in tp_pass.interventions] == [
@@ -66,7 +67,6 @@ def test_positions_are_the_tokenization(model) -> None:
     reba = minidecoder.explain(model, TEXT, "reba").passes[0]
     batch = encode_repeated(tokenizer, [TEXT], 2)
     assert [i for _, i, _ in reba.tokens] == batch.input_ids[0].tolist()
-    assert [(a["position"], a["end"]) for a in reba.acts_on] == batch.text_spans[0]
 
 
 def test_copy_written_row_is_the_source_row(model) -> None:
@@ -91,7 +91,7 @@ def test_empty_tp_range_writes_nothing_and_equals_its_baseline(model) -> None:
 
 def test_cp_alpha_zero_reports_a_zero_steering_term(model) -> None:
     record = minidecoder.explain(model, TEXT, "cp", layer=-1, steer_layer=1, alpha=0.0)
-    (steering,) = record.steering
+    (steering,) = record.passes[1].interventions
     assert steering["block"] == 1 and steering["site"] == "z"
     assert steering["total"]["steering_norm"] == 0.0 and steering["total"]["a_norm"] > 0
     assert len(steering["heads"]) == model.config.num_heads
@@ -102,7 +102,7 @@ def test_cp_alpha_zero_reports_a_zero_steering_term(model) -> None:
 
 def test_cp_steering_term_is_alpha_times_the_contrast(model) -> None:
     record = minidecoder.explain(model, TEXT, "cp", layer=-1, steer_layer=1, alpha=0.5)
-    for head in record.steering[0]["heads"]:
+    for head in record.passes[1].interventions[0]["heads"]:
         assert head["steering_norm"] == pytest.approx(0.5 * head["a_minus_b_norm"], rel=1e-5)
 
 
@@ -111,11 +111,11 @@ def test_reba_fused_matrix_is_the_methods_own(model) -> None:
     batch = encode_repeated(model.tokenizer, [TEXT], 2)
     with torch.inference_mode():  # as `embed` runs it
         A, _ = fused_attention(model, batch, resolve_output_layer(-1, model.num_layers))
-    assert torch.equal(record.fused, A[0])
+    assert torch.equal(record.details["fused_attention"], A[0])
     folds = record.passes[0].interventions
     assert [e["block"] for e in folds] == list(range(model.num_layers))
     assert all(e["max_increase"] >= 0 for e in folds) and folds[0]["raised"] > 0
-    assert float(record.weights.sum()) == pytest.approx(1.0, abs=1e-5)  # pooled weights sum to 1
+    assert float(record.details["weights"].sum()) == pytest.approx(1.0, abs=1e-5)  # pooled weights sum to 1
 
 
 def test_early_exit_is_recorded(model) -> None:
@@ -129,7 +129,8 @@ def test_json_record_is_stable_and_rounded(model) -> None:
     second = minidecoder.explain(model, TEXT, "cp", **TINY["cp"]).to_dict()
     assert json.dumps(first) == json.dumps(second)
     assert list(first) == ["model", "method", "text", "layer_convention", "passes", "embedding", "net_effect",
-                           "notes", "steering"]
+                           "notes"]
+    assert list(first["passes"][1]["interventions"][0]) == ["block", "site", "position", "total", "heads"]
     assert all(len(str(x).split(".")[-1]) <= 4 for x in first["embedding"]["first"])
 
 
@@ -142,7 +143,7 @@ def test_cli_text_json_and_plot(tiny_llama: Path, tmp_path: Path, capsys) -> Non
     png = tmp_path / "reba.png"
     assert main([*args, "--json", "--plot", str(png)]) == 0
     record = json.loads(capsys.readouterr().out)
-    assert record["method"]["method"] == "reba" and len(record["reba"]["fused_attention"]) == len(record["passes"][0]["tokens"])
+    assert record["method"]["method"] == "reba" and len(record["details"]["fused_attention"]) == len(record["passes"][0]["tokens"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for method, opts in (("tp", ["--opt", "layer=-1", "--opt", "end=2"]), ("cp", ["--opt", "steer_layer=1"])):
         png = tmp_path / f"{method}.png"
@@ -177,20 +178,16 @@ def test_tour_check_catches_a_change() -> None:
     assert same(page, "w[  6] 0.0992  ','\nnet effect: cosine 0.9783")  # a different token
 
 
-def test_explain_runs_the_methods_own_embed_batch(model, monkeypatch) -> None:
-    """explain restates no method: it calls the method's own embed_batch (watched), so a change there is
-    a change in the record; the watcher is gone afterwards, even when the method raises."""
-    from minidecoder.methods.tp import TP
+def test_explain_runs_the_methods_own_passes(model, monkeypatch) -> None:
+    """explain restates no method: it runs the method's own passes through the loop's runner, so a change in
+    the method's step changes the record as it changes `embed`; nothing is left on the model."""
+    from minidecoder.methods.placeholders import CopyRows
 
-    original = TP.embed_batch
-    monkeypatch.setattr(TP, "embed_batch", lambda self, m, texts: 2 * original(self, m, texts))
+    plain = minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0]
+    original = CopyRows.before
+    monkeypatch.setattr(CopyRows, "before", lambda self, i, h: original(self, i, h) * (1.5 if i in self.blocks else 1))
     record = minidecoder.explain(model, TEXT, "tp", **TINY["tp"])
-    torch.testing.assert_close(record.embedding, minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0], rtol=0, atol=0)
-    assert getattr(model, "step_watcher", None) is None
-
-    def broken(self, m, texts):
-        raise RuntimeError("boom")
-    monkeypatch.setattr(TP, "embed_batch", broken)
-    with pytest.raises(RuntimeError):
-        minidecoder.explain(model, TEXT, "tp", **TINY["tp"])
-    assert getattr(model, "step_watcher", None) is None
+    altered = minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0]
+    torch.testing.assert_close(record.embedding, altered, rtol=0, atol=0)
+    assert (altered - plain).abs().max() > 1e-3
+    assert vars(model).keys() == vars(minidecoder.load(model.source, progress=False)).keys()
