@@ -149,8 +149,8 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
 
 def _locate(config: ModelConfig, folder: Path, files: list[Path]) -> dict[str, tuple[Path, str]]:
     """{parameter name: (file, stored name)}: names only (cheap), so a mismatch is reported whole before
-    any memory is used. A tensor stored in two files is an error naming both: which copy is the real one is
-    not ours to guess (transformers takes whichever shard it reads last)."""
+    any memory is used. A tensor stored in two files is an error naming both (and the one the index names):
+    which copy is the real one is not ours to guess, and taking the last file read chose silently."""
     locations: dict[str, tuple[Path, str]] = {}
     for path in files:
         for stored in _tensor_names(path):
