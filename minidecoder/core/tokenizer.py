@@ -216,7 +216,7 @@ class MissingTokenizer:
     @staticmethod
     def present(folder: str | Path) -> bool:
         """Whether the folder has tokenizer files; a dangling link in their place is an error, not "no tokenizer"."""
-        return any([file_is_there(Path(folder) / name, TokenizerError) for name in ("tokenizer.json", "tokenizer.model")])
+        return any(file_is_there(Path(folder) / name, TokenizerError) for name in ("tokenizer.json", "tokenizer.model"))
 
     def __getattr__(self, name: str):
         raise TokenizerError(f"{self.folder} has no tokenizer.json or tokenizer.model, so this model works on token ids "
