@@ -81,3 +81,21 @@ def describe_unusable_file(path, what: str = "file") -> str:
     if not os.access(path, os.R_OK):
         return "is not readable (permission denied)"
     return "is unusable"
+
+
+def file_is_there(path, error: type[MinidecoderError] = MinidecoderError) -> bool:
+    """True when `path` is a regular file, False when nothing at all is there; anything else at `path` (a
+    dangling link, a link loop, a folder) raises `error` saying what it is: "missing" would send the user
+    looking for a file that is there, or re-downloading what only needs its link restored."""
+    import os
+
+    if os.path.isfile(path):
+        return True
+    if not os.path.lexists(path):
+        return False
+    if os.path.islink(path):
+        fix = ("restore what the link points to, or replace the link with the file itself (a Hugging Face cache "
+               "whose blobs were cleaned leaves such links: download the model again)")
+    else:
+        fix = "put the file itself at that path"
+    raise error(f"{path} {describe_unusable_file(path)}", fix)

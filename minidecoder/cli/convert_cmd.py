@@ -16,7 +16,8 @@ def add_parser(subparsers) -> None:
                         help="dtype of the written weights (dequantization itself is exact in float32)")
     parser.add_argument("--shard-size", default="5GB",
                         help="largest safetensors file before sharding with an index, e.g. 500MB or 2GiB (default 5GB)")
-    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it exists")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUTPUT_DIR if it is a folder `minidecoder convert` made and holds nothing else")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
 

@@ -4,7 +4,9 @@ Families differ only through the flags below, each named after what it does (sty
 family name is used here, once, to pick defaults and nowhere else. Both transformers key layouts
 are read: v4 (`rope_theta`, `rope_scaling` with `type`/`rope_type`, `torch_dtype`) and v5
 (`rope_parameters`, `dtype`, `layer_types`). A key that is not understood is an error naming the
-key (style rule 3): a silently ignored key is a silently wrong logit.
+key (style rule 3): a silently ignored key is a silently wrong logit. So is a value of the wrong JSON
+type (`_KEY_TYPES`, checked as transformers' config classes declare them): `int(64.9)` or
+`bool("false")` would quietly build another model than the checkpoint's.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minidecoder.errors import ConfigError
+from minidecoder.errors import ConfigError, MinidecoderError, file_is_there
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text", "gemma3")
 ACTIVATIONS = {"silu", "gelu_pytorch_tanh", "gelu_tanh"}
@@ -50,6 +52,27 @@ _GEMMA3_OUTER_KEYS = {
     "text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
     "image_token_index", "image_token_id", "initializer_range", "vision_soft_tokens_per_image",
 }
+
+# The JSON type of every key read below that shapes the model, as transformers' config classes declare it
+# ("?": null means "absent, derive it"). transformers 5 refuses other types when it builds the config; a
+# float where an int is meant, or the string "false" where a boolean is, must not be coerced here.
+_KEY_TYPES = {
+    "vocab_size": "int", "hidden_size": "int", "intermediate_size": "int", "num_hidden_layers": "int",
+    "num_attention_heads": "int", "num_key_value_heads": "int?", "head_dim": "int?", "max_position_embeddings": "int",
+    "sliding_window": "int?", "sliding_window_pattern": "int", "_sliding_window_pattern": "int",
+    "max_window_layers": "int", "rms_norm_eps": "float", "rope_theta": "float", "rope_local_base_freq": "float",
+    "query_pre_attn_scalar": "int", "attn_logit_softcapping": "float?", "final_logit_softcapping": "float?",
+    "tie_word_embeddings": "bool", "attention_bias": "bool", "mlp_bias": "bool", "use_sliding_window": "bool",
+    "use_bidirectional_attention": "bool?", "hidden_act": "str?", "hidden_activation": "str?",
+    "rope_scaling": "dict?", "rope_parameters": "dict?", "layer_types": "list?", "text_config": "dict?",
+}
+_ROPE_KEY_TYPES = {
+    "rope_type": "str", "type": "str", "rope_theta": "float", "factor": "float", "original_max_position_embeddings": "int?",
+    "low_freq_factor": "float", "high_freq_factor": "float", "beta_fast": "float?", "beta_slow": "float?",
+    "attention_factor": "float?", "mscale": "float?", "mscale_all_dim": "float?", "truncate": "bool",
+}
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false (a JSON boolean)", "str": "a string",
+               "dict": "an object", "list": "a list"}
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ class ModelConfig:
 def load_config(folder: str | Path, ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
     """The folder's config.json as a ModelConfig (`parse_config`); every problem is a ConfigError."""
     path = Path(folder) / "config.json"
-    if not path.is_file():
+    if not file_is_there(path, ConfigError):  # a dangling link is named as one
         raise ConfigError(
             f"no config.json in {folder}",
             "point minidecoder at a Hugging Face checkpoint folder (config.json + *.safetensors), "
@@ -125,11 +148,13 @@ def load_config(folder: str | Path, ignore_keys: tuple[str, ...] | set[str] = ()
         raise ConfigError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} does not hold a JSON object", "re-download or re-convert the checkpoint")
-    return parse_config(raw, ignore_keys=ignore_keys)
+    return parse_config(raw, ignore_keys=ignore_keys, source=str(path))
 
 
-def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
-    """Map a config dict to a ModelConfig; `ignore_keys` lets a user vouch that unknown keys are inert.
+def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = (),
+                 source: str = "config.json") -> ModelConfig:
+    """Map a config dict to a ModelConfig; `ignore_keys` lets a user vouch that unknown keys are inert;
+    `source` names the file in messages.
 
     Every invalid input is a ConfigError. The checks below name the key; the last resort turns a value
     of a wrong type met deeper down into a ConfigError too, so a hand-edited config.json never ends in a
@@ -139,7 +164,7 @@ def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = 
         raise ConfigError(f"config.json must hold a JSON object, not {type(raw).__name__}",
                           "re-download or re-convert the checkpoint")
     try:
-        config = _parse_config(raw, ignore_keys)
+        config = _parse_config(raw, ignore_keys, source)
     except ConfigError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError) as error:
@@ -179,7 +204,34 @@ def _validate(config: ModelConfig) -> None:
                               "must be positive", "fix rope_parameters / rope_scaling in config.json")
 
 
-def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = ()) -> ModelConfig:
+def check_types(values: dict[str, Any], types: dict[str, str], where: str,
+                error: type[MinidecoderError] = ConfigError) -> None:
+    """Refuse a value whose JSON type is not the one `types` gives its key (`error`, naming the key, the value
+    and `where` it was read). "int" takes no float and no boolean; "float" takes an int; "?" takes null."""
+    for key, kind in types.items():
+        if key not in values:
+            continue
+        value, nullable = values[key], kind.endswith("?")
+        kind = kind.rstrip("?")
+        if value is None and nullable:
+            continue
+        fits = {"int": isinstance(value, int) and not isinstance(value, bool),
+                "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+                "bool": isinstance(value, bool), "str": isinstance(value, str),
+                "dict": isinstance(value, dict), "list": isinstance(value, list)}[kind]
+        if not fits:
+            given = "null" if value is None else f"{value!r} (a JSON {_json_type(value)})"
+            raise error(f"{where}: {key} is {given}; it must be {_TYPE_WORDS[kind]}" + (" or null" if nullable else ""),
+                        f"write {key} as {_TYPE_WORDS[kind]}, or use the file that came with the checkpoint; "
+                        "transformers refuses this value too")
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__)
+
+
+def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], source: str) -> ModelConfig:
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise ConfigError(
@@ -192,15 +244,15 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
             raise ConfigError(f"config.json has keys minidecoder does not understand: {sorted(unknown)}",
                               "if you know they do not change numerics, pass ignore_config_keys=[...] to load() "
                               "(CLI: --ignore-config-key KEY, once per key)")
-        if not isinstance(raw.get("text_config") or {}, dict):
-            raise ConfigError("a gemma3 config.json's text_config must be an object", "fix config.json")
+        check_types(raw, _KEY_TYPES, source)
         text = dict(raw.get("text_config") or {})
+        _check_text_config_holds_the_sizes(raw, text, source)
         text["model_type"] = "gemma3_text"
         text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", True))
         for key in ("bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"):
             if key in raw and key not in text:
                 text[key] = raw[key]
-        config = parse_config(text, ignore_keys)
+        config = parse_config(text, ignore_keys, source=f"{source} (its text_config)")
         # v4 checkpoints: `language_model.model.*`; v5: `model.language_model.*`.
         return _replace(config, weight_prefixes=("language_model.", "model.language_model."))
 
@@ -212,8 +264,9 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
             "(CLI: --ignore-config-key KEY, once per key); "
             "otherwise this checkpoint needs support that minidecoder lacks",
         )
+    check_types(raw, _KEY_TYPES, source)
     is_gemma = model_type.startswith("gemma")
-    get = _getter(raw, model_type)
+    get = _getter(raw, source)
 
     hidden_size = get("hidden_size", int)
     num_heads = get("num_attention_heads", int)
@@ -261,7 +314,7 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
         final_logit_softcap=_positive_or_none(raw.get("final_logit_softcapping"), "final_logit_softcapping"),
         layer_types=layer_types,
         sliding_window=sliding_window,
-        rope=_rope_specs(raw, model_type, layer_types),
+        rope=_rope_specs(raw, model_type, layer_types, source),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_id=raw.get("eos_token_id"),
         pad_token_id=raw.get("pad_token_id"),
@@ -269,10 +322,27 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] =
     )
 
 
-def _getter(raw: dict[str, Any], model_type: str):
+# The sizes transformers' Gemma3Config reads from text_config alone (it ignores them at the top level).
+_TEXT_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim")
+
+
+def _check_text_config_holds_the_sizes(raw: dict[str, Any], text: dict[str, Any], source: str) -> None:
+    """A multimodal gemma3 config whose text sizes sit at its top level, not in text_config: say where they
+    are and where they belong, rather than that text_config lacks them (the file does hold them)."""
+    misplaced = [key for key in _TEXT_SIZES if key in raw and key not in text]
+    if misplaced:
+        where = "has no text_config" if "text_config" not in raw or not text else "its text_config lacks them"
+        raise ConfigError(f"{source} (model_type gemma3, the multimodal wrapper) has {', '.join(misplaced)} at its top "
+                          f"level, and {where}: transformers' Gemma3Config reads the text model's sizes from "
+                          "text_config only", "move these keys into text_config, or set model_type to gemma3_text "
+                          "if this is a text-only model")
+
+
+def _getter(raw: dict[str, Any], source: str):
     def get(key: str, kind: type):
         if key not in raw:
-            raise ConfigError(f"config.json ({model_type}) lacks required key {key!r}", "fix or re-convert the checkpoint")
+            raise ConfigError(f"{source} lacks required key {key!r}", "fix or re-convert the checkpoint")
         try:
             value = kind(raw[key])
         except (TypeError, ValueError, OverflowError):
@@ -324,11 +394,12 @@ def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple
     return types, (int(window) if "sliding_attention" in types else None)
 
 
-def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ...]) -> dict[str, RopeSpec]:
+def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ...], source: str) -> dict[str, RopeSpec]:
     """RoPE per layer type. Gemma3 rotates local and global layers with different bases."""
     params = raw.get("rope_parameters")
     if model_type == "gemma3_text":
         if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
+            check_types(params, {"full_attention": "dict?", "sliding_attention": "dict?"}, f"{source} rope_parameters")
             full = dict(params.get("full_attention") or {})
             local = dict(params.get("sliding_attention") or {})
         else:  # v4 layout: rope_theta + rope_scaling for global layers, rope_local_base_freq for local ones
@@ -337,13 +408,14 @@ def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ..
             local = {"rope_type": "default", "rope_theta": raw.get("rope_local_base_freq", 10_000.0)}
         full.setdefault("rope_theta", 1_000_000.0)
         local.setdefault("rope_theta", 10_000.0)
-        return {"full_attention": _rope_spec(full, raw), "sliding_attention": _rope_spec(local, raw)}
+        return {"full_attention": _rope_spec(full, raw, f"{source} RoPE of full_attention layers"),
+                "sliding_attention": _rope_spec(local, raw, f"{source} RoPE of sliding_attention layers")}
     if isinstance(params, dict) and params:
         merged = dict(params)
     else:
         merged = dict(raw.get("rope_scaling") or {})
         merged.setdefault("rope_theta", raw.get("rope_theta", 10_000.0))
-    spec = _rope_spec(merged, raw)
+    spec = _rope_spec(merged, raw, f"{source} {'rope_parameters' if params else 'rope_scaling'}")
     return {kind: spec for kind in set(layer_types)}
 
 
@@ -351,7 +423,8 @@ _ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_positio
               "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"}
 
 
-def _rope_spec(params: dict[str, Any], raw: dict[str, Any]) -> RopeSpec:
+def _rope_spec(params: dict[str, Any], raw: dict[str, Any], where: str) -> RopeSpec:
+    check_types(params, _ROPE_KEY_TYPES, where)
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise ConfigError(f"unsupported RoPE type {rope_type!r}", f"supported: {sorted(ROPE_TYPES)}")

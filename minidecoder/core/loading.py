@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 
 from minidecoder.core.config import ModelConfig
-from minidecoder.errors import CheckpointError
+from minidecoder.errors import CheckpointError, file_is_there
 from minidecoder.core.model import Decoder
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -40,25 +40,52 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def weight_files(folder: Path) -> list[Path]:
     """`model.safetensors`, or the shards a `model.safetensors.index.json` names (all must exist)."""
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise CheckpointError(f"{index} is not a valid safetensors index ({error})",
-                                  "re-download or re-convert the checkpoint") from None
-        shards = sorted(set(weight_map.values()))
+    if file_is_there(index, CheckpointError):
+        shards = _index_shards(index)
+        for name in shards:
+            file_is_there(folder / name, CheckpointError)  # a dangling link is named as one
         missing = [name for name in shards if not (folder / name).is_file()]
         if missing:
             raise CheckpointError(f"shard(s) named in {index.name} are missing from {folder}: {missing}",
                                   "finish the download (every shard the index lists must be present)")
         return [folder / name for name in shards]
     single = folder / "model.safetensors"
-    if single.is_file():
+    if file_is_there(single, CheckpointError):
         return [single]
     others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
     hint = (f"this folder has pickle weights ({others[:3]}), which minidecoder never loads: convert them "
             "to safetensors first" if others else "download the weights, or convert a GGUF with `minidecoder convert`")
     raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {folder}", hint)
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shard file names an index's `weight_map` ({tensor name: file name}) points to, sorted."""
+    fix = "re-download or re-convert the checkpoint (transformers writes {\"weight_map\": {tensor: shard file}})"
+    try:
+        raw = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{index} is not valid JSON ({error})", fix) from None
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        found = "nothing" if weight_map is None else f"{type(weight_map).__name__} {_clip(weight_map)}"
+        raise CheckpointError(f"{index}: weight_map must be a non-empty object of tensor names to shard files; "
+                              f"found {found}", fix)
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise CheckpointError(f"{index}: weight_map gives tensor {tensor!r} the shard {_clip(shard)}, not the "
+                                  "name of a file in this folder", fix)
+    return sorted(set(weight_map.values()))
+
+
+def _index_names(folder: Path) -> dict[str, str]:
+    """{tensor: shard file} from the folder's index; {} without one (called after _index_shards checked it)."""
+    index = folder / "model.safetensors.index.json"
+    return json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+
+
+def _clip(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _checkpoint_name(name: str, prefixes: tuple[str, ...]) -> str | None:
@@ -73,20 +100,18 @@ def _checkpoint_name(name: str, prefixes: tuple[str, ...]) -> str | None:
     return name
 
 
-def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: torch.device) -> Decoder:
+def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: torch.device,
+                 check_finite: bool = True) -> Decoder:
+    """The Decoder of `config` with the weights of `folder`, cast to `dtype` on `device`.
+
+    check_finite: refuse weights holding NaN or inf (after the cast, so a float16 overflow is caught too).
+    A NaN can hide behind a one-token prompt (single-key attention never mixes it in) and print finite
+    numbers; checking costs one pass over the weights (docs/reliability.md gives the figure).
+    """
     with torch.device("meta"):
         model = Decoder(config)
     expected = {name: p for name, p in model.named_parameters()}
-    files = weight_files(folder)
-
-    # First pass: names only (cheap), so that a mismatch is reported whole, before any memory is used.
-    locations: dict[str, tuple[Path, str]] = {}
-    for path in files:
-        for stored in _tensor_names(path):
-            name = _checkpoint_name(stored, config.weight_prefixes)
-            if name is None or (name == "lm_head.weight" and config.tie_word_embeddings):
-                continue  # a tied checkpoint may still store lm_head; the embedding is the source of truth
-            locations[name] = (path, stored)
+    locations = _locate(config, folder, weight_files(folder))
     missing = sorted(set(expected) - set(locations))
     unexpected = sorted(set(locations) - set(expected))
     if missing or unexpected:
@@ -98,6 +123,7 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
         )
 
     state = {}
+    not_finite: list[tuple[str, str, bool]] = []  # (name, what, finite in the file)
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for name, (path, stored) in locations.items():
         by_file.setdefault(path, []).append((name, stored))
@@ -108,14 +134,78 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
                     tensor = handle.get_tensor(stored)
                     _check_tensor(name, tensor, expected[name], path)
                     state[name] = tensor.to(dtype)  # the file's copy is dropped here (memory-mapped)
+                    if check_finite and not _all_finite(state[name]):
+                        not_finite.append((name, _nonfinite_kind(state[name]), _all_finite(tensor)))
         except CheckpointError:
             raise
         except Exception as error:  # safetensors raises several types for truncated/corrupt files
-            raise CheckpointError(f"could not read {path}: {error}",
-                                  "the file is truncated or corrupt: download or convert it again") from None
+            raise _read_failure(path, names[0][1], device, error) from None
+    if not_finite:
+        raise _not_finite_error(folder, dtype, not_finite)
     model.load_state_dict(state, strict=True, assign=True)
     model._inv_freq = {kind: (freq.to(device), scale) for kind, (freq, scale) in _cpu_inv_freq(config).items()}
     return model.eval()
+
+
+def _locate(config: ModelConfig, folder: Path, files: list[Path]) -> dict[str, tuple[Path, str]]:
+    """{parameter name: (file, stored name)}: names only (cheap), so a mismatch is reported whole before
+    any memory is used. A tensor stored in two files is an error naming both (and the one the index names):
+    which copy is the real one is not ours to guess, and taking the last file read chose silently."""
+    locations: dict[str, tuple[Path, str]] = {}
+    for path in files:
+        for stored in _tensor_names(path):
+            name = _checkpoint_name(stored, config.weight_prefixes)
+            if name is None or (name == "lm_head.weight" and config.tie_word_embeddings):
+                continue  # a tied checkpoint may still store lm_head; the embedding is the source of truth
+            if name in locations:
+                first = locations[name][0]
+                named = _index_names(folder).get(stored)
+                said = f"; {folder / 'model.safetensors.index.json'} names {named}" if named else ""
+                raise CheckpointError(f"tensor {name} is stored twice, in {first.name} and in {path.name}{said}",
+                                      "remove the stale copy (the index names the shard transformers writes it "
+                                      "to), or download the checkpoint again")
+            locations[name] = (path, stored)
+    return locations
+
+
+def _read_failure(path: Path, stored: str, device: torch.device, error: Exception) -> CheckpointError:
+    """Why reading `path` onto `device` failed: the device, when the same tensor reads fine on the CPU (then
+    the file is good and must not be deleted), else the file."""
+    if device.type != "cpu":
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                handle.get_tensor(stored)
+        except Exception:
+            pass
+        else:
+            return CheckpointError(f"could not load the weights onto device {str(device)!r}: {error}",
+                                   f"the file {path.name} is fine (it reads on the CPU): check that {device.type} "
+                                   "works in this PyTorch, or use --device cpu (device='cpu')")
+    return CheckpointError(f"could not read {path}: {error}",
+                           "the file is truncated or corrupt: download or convert it again")
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every value is finite. The float32 sum is one read with no temporary (about 17x faster than
+    isfinite().all() here) and is NaN or inf whenever a value is; only a finite tensor whose sum overflows
+    (no real weight does) takes the exact check."""
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float32))) or bool(torch.isfinite(tensor).all())
+
+
+def _nonfinite_kind(tensor: torch.Tensor) -> str:
+    nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+    return " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} inf" if inf else "") if part)
+
+
+def _not_finite_error(folder: Path, dtype: torch.dtype, found: list[tuple[str, str, bool]]) -> CheckpointError:
+    names = [f"{name} ({what})" for name, what, _ in found]
+    if all(finite_in_file for _, _, finite_in_file in found):
+        return CheckpointError(f"weights of {folder} overflow {str(dtype).replace('torch.', '')}: "
+                               f"{_short(names, 6)} become inf", "load them in bfloat16 or float32 (--dtype)")
+    return CheckpointError(f"weights of {folder} hold NaN or inf: {_short(names, 6)}",
+                           "the checkpoint is corrupt (a damaged file or a diverged training run): download or "
+                           "convert it again, or use another checkpoint; load(..., check_finite=False) loads it "
+                           "anyway, to inspect it")
 
 
 def _tensor_names(path: Path) -> list[str]:

@@ -14,7 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from minidecoder.errors import TokenizerError
+from minidecoder.core.config import check_types
+from minidecoder.errors import TokenizerError, file_is_there
 
 
 class Tokenizer:
@@ -47,9 +48,13 @@ class Tokenizer:
         self.bos_id = self._special_id(self.bos_token, "bos")
         self.eos_id = self._special_id(self.eos_token, "eos")
         self.pad_id = self._special_id(self.pad_token, None)
+        # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
+        check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?"},
+                    str(folder / "tokenizer_config.json"), TokenizerError)
         processor_adds_bos = self._post_processor_adds_bos()
-        self.add_bos: bool = bool(config.get("add_bos_token", processor_adds_bos)) and self.bos_id is not None
-        self.add_eos: bool = bool(config.get("add_eos_token", False)) and self.eos_id is not None
+        add_bos, add_eos = config.get("add_bos_token"), config.get("add_eos_token")  # null: not set
+        self.add_bos: bool = (processor_adds_bos if add_bos is None else add_bos) and self.bos_id is not None
+        self.add_eos: bool = bool(add_eos) and self.eos_id is not None
         # The context the checkpoint declares (tokenizer_config.json `model_max_length`, what transformers'
         # tokenizers check); None when absent or set to transformers' "no limit" sentinel (~1e30).
         declared = config.get("model_max_length")
@@ -222,7 +227,8 @@ class MissingTokenizer:
 
     @staticmethod
     def present(folder: str | Path) -> bool:
-        return (Path(folder) / "tokenizer.json").is_file() or (Path(folder) / "tokenizer.model").is_file()
+        """Whether the folder has tokenizer files; a dangling link in their place is an error, not "no tokenizer"."""
+        return any(file_is_there(Path(folder) / name, TokenizerError) for name in ("tokenizer.json", "tokenizer.model"))
 
     def __getattr__(self, name: str):
         raise TokenizerError(f"{self.folder} has no tokenizer.json or tokenizer.model, so this model works on token ids "

@@ -13,9 +13,18 @@ from the loaded weights, `max_tokens` the context, `training_datasets` empty (th
 training-free), and the method with every option in `experiment_kwargs`, so that MTEB's result cache
 keeps two methods (or two option values) on the same model apart. MTEB's task instructions are not
 used: each method applies its own paper's prompt (`use_instructions=False`).
+
+MTEB's result cache files a score under the model's name, `revision` and experiment, and reuses it for
+any encoder that reports the same three. The name is only the folder's base name (two training runs'
+`checkpoint-500` share it), so `revision` carries everything else the score depends on (`revision_of`):
+the sha256 of the weight files, config.json and tokenizer, the dtype, the device kind, and the
+minidecoder code (version and a hash of its source files).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +34,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
 from minidecoder.running.encoder import SentenceEncoder
+from minidecoder.sources.checksums import model_identity
 
 
 class MtebEncoder(AbsEncoder):
@@ -55,7 +65,7 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
     return ModelMeta(
         loader=None,  # an instance is passed to mteb.evaluate; there is nothing for MTEB to load by name
         name=f"minidecoder/{encoder.name.replace('/', '-')}",  # MTEB wants "organization/model_name"
-        revision=model.tokenizer.checksum[:12],  # the checkpoint's identity as far as minidecoder knows it
+        revision=revision_of(model),  # MTEB's cache key besides the name: see the module docstring
         release_date=None,
         languages=None,  # whatever the checkpoint was trained on; minidecoder does not know
         n_parameters=n_parameters,
@@ -72,6 +82,39 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
         training_datasets=set(),  # training-free: no dataset was trained on
         experiment_kwargs={"method": encoder.method.name, **{k: _plain(v) for k, v in options.items()}},
     )
+
+
+def revision_of(model: Any) -> str:
+    """'<checkpoint hash>-<dtype>-<device kind>-<code version>', e.g. '3fa2c1d9e0b4-float32-cpu-0.1.0+8c1e2f3a'.
+
+    The checkpoint hash covers the weight files, config.json and the tokenizer (sources.checksums, the same
+    identity a resumable job is bound to); a model built in memory, with no folder, hashes its parameters."""
+    identity = model_identity(model)
+    identity.pop("source")  # where the files are does not change the score; what they hold does
+    if not identity["weights"]:
+        identity["weights"] = _parameters_sha256(model)
+    checkpoint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    dtype = str(model.dtype).replace("torch.", "")
+    return f"{checkpoint}-{dtype}-{model.device.type}-{code_version()}"
+
+
+def code_version() -> str:
+    """minidecoder's version and a hash of its source files: a changed method gives a new score."""
+    import minidecoder
+
+    package = Path(minidecoder.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
+    return f"{minidecoder.__version__}+{digest.hexdigest()[:8]}"
+
+
+def _parameters_sha256(model: Any) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode("utf-8"))
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _plain(value: Any) -> Any:

@@ -39,6 +39,7 @@ import numpy as np
 
 from minidecoder.errors import InputError, MinidecoderError, OutputError, describe_unusable_file
 from minidecoder.outputs import check_writable_folder, output_lock
+from minidecoder.sources.checksums import model_identity
 
 MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
 FORMATS = (".npy", ".safetensors")
@@ -102,7 +103,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
 
     manifest = {
         "version": MANIFEST_VERSION,
-        "model": _model_identity(model),
+        "model": model_identity(model),
         "dtype": str(model.dtype).replace("torch.", ""),
         "device": model.device.type,
         "method": _jsonable(method.describe()),
@@ -382,34 +383,6 @@ def load_metadata(output_path: str | Path) -> dict[str, Any]:
 
 
 # ---- small helpers ---------------------------------------------------------------------------------------
-def _model_identity(model) -> dict[str, Any]:
-    source = getattr(model, "source", None)
-    config_file = Path(source) / "config.json" if source else None
-    if config_file is not None and config_file.is_file():
-        config_hash = hashlib.sha256(config_file.read_bytes()).hexdigest()
-    else:
-        config_hash = hashlib.sha256(repr(model.config).encode("utf-8")).hexdigest()
-    tokenizer = getattr(model, "tokenizer", None)
-    return {"source": str(Path(source).resolve()) if source else None, "config_sha256": config_hash,
-            "tokenizer_sha256": getattr(tokenizer, "checksum", None), "weights": _weights_identity(source)}
-
-
-def _weights_identity(source: str | None) -> dict[str, Any]:
-    """{file: {"bytes", "sha256"}} of every weight file in the model's folder, so that a resume after the
-    weights changed is refused (the rows would come from two models). sha256 streams the files: about a
-    second per GB here, once per job start."""
-    if not source or not Path(source).is_dir():
-        return {}
-    out = {}
-    for path in sorted(Path(source).glob("*.safetensors")):
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        out[path.name] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
-    return out
-
-
 def _jsonable(value: Any) -> Any:
     """describe() values as JSON (tuples become lists) so a manifest read back compares equal."""
     return json.loads(json.dumps(value, default=repr))

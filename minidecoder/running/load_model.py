@@ -8,42 +8,36 @@ import torch
 
 from minidecoder.core.config import load_config
 from minidecoder.core.model import Decoder
-from minidecoder.errors import MinidecoderError
+from minidecoder.errors import InputError
 
 
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
          ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False,
-         pack_weights: bool = False) -> Decoder:
+         pack_weights: bool = False, check_finite: bool = True) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
 
     A folder needs config.json and safetensors; without tokenizer files (tokenizer.json or tokenizer.model)
     it loads with a warning for use with token ids only, and any call that needs text says so.
 
-    dtype: float32 (default), bfloat16 or float16. device: cpu, cuda, mps.
+    dtype: float32 (default), bfloat16 or float16. device: cpu, cuda (cuda:N), mps; checked before any
+        weight is read, so a device this machine lacks is named as such (`check_device`).
     ignore_config_keys: config.json keys you vouch do not change numerics (unknown keys are errors).
     compile: the method loop runs site-free blocks through torch.compile (minidecoder.fast.compiled); the
         first embedding batch then compiles, and later ones run faster. Logits and generation stay plain.
     pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
         CPU only, float32 or bfloat16; 8-13% faster embedding runs (docs/benchmarks.md), a second copy of the block weights
         in memory. Combines with compile.
+    check_finite: refuse weights holding NaN or inf, naming them (on by default; one pass over the weights,
+        docs/reliability.md gives its cost). False loads such a checkpoint anyway, to inspect it.
     """
     from minidecoder.core.loading import load_weights, resolve_dtype
     from minidecoder.core.tokenizer import MissingTokenizer, Tokenizer
     from minidecoder.sources.resolve import resolve_source
 
+    device = check_device(device)  # first: before a download, and never blamed on the weights later
     folder = resolve_source(source, progress=progress)
     config = load_config(folder, ignore_keys=tuple(ignore_config_keys))
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError):
-        parsed = None
-    if parsed is None or parsed.type not in ("cpu", "cuda", "mps"):
-        raise MinidecoderError(f"device {str(device)!r} is not one minidecoder runs on",
-                               "use device='cpu', 'cuda' (or 'cuda:1') or 'mps'")
-    device = parsed
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise MinidecoderError("device 'cuda' requested but no CUDA GPU is available", "use device='cpu'")
-    model = load_weights(config, folder, resolve_dtype(dtype), device)
+    model = load_weights(config, folder, resolve_dtype(dtype), device, check_finite=check_finite)
     if not MissingTokenizer.present(folder):
         import warnings
         # config.json + safetensors are a complete model; without tokenizer files it runs on ids only
@@ -69,3 +63,32 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     from minidecoder.fast.options import FastPaths
     model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights))
     return model
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch.device this machine has, or an InputError naming what is missing (before any
+    weight is read, so that a device problem is never reported as a bad file)."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda", "mps"):
+        raise InputError(f"device {str(device)!r} is not one minidecoder runs on",
+                         "use device='cpu', 'cuda' (or 'cuda:1') or 'mps'")
+    if parsed.type == "cpu":
+        if parsed.index not in (None, 0):
+            raise InputError(f"device {str(device)!r}: the CPU has no device index (all cores are one device)",
+                             "use device='cpu'; set the number of threads with OMP_NUM_THREADS")
+        return torch.device("cpu")  # 'cpu:0' is the CPU, but safetensors reads only onto 'cpu'
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        built = torch.backends.mps.is_built()
+        raise InputError(f"device 'mps' (Apple GPU) is not available: {'this machine has none' if built else 'this PyTorch was built without it'}",
+                         "use device='cpu' (--device cpu)")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"device {str(device)!r} requested but no CUDA GPU is available", "use device='cpu'")
+        if (parsed.index or 0) >= count:
+            raise InputError(f"device {str(device)!r} requested but this machine has {count} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{count - 1}", f"use one of them, e.g. device='cuda:0'")
+    return parsed

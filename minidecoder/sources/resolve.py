@@ -5,15 +5,24 @@
     a known name                  -> the same, for that model (`minidecoder fetch --list`)
     an existing folder            -> used as it is
     "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, safetensors only)
+
+Anything that looks like a path and is not a folder is reported as a missing folder, never tried on the
+Hub (where it would end in a DNS error far from the typo): one that starts with ./ ../ / or ~, has more
+than one slash, ends in a slash, or whose first part is a folder here (`runs/chekpoint-500` with `runs/`
+present). A Hub id is owner/name with neither part starting or ending in . or -.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from minidecoder.errors import CheckpointError
+from minidecoder.errors import CheckpointError, describe_unusable_file
 
 _HUB_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
                  "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"]
+# huggingface_hub's repo id rule: letters, digits, - _ . (no leading/trailing - or ., no "--" or "..")
+_HUB_PART = r"(?!.*(--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(f"{_HUB_PART}/{_HUB_PART}")
 
 
 def resolve_source(source: str | Path | None, progress: bool = True) -> Path:
@@ -30,10 +39,24 @@ def resolve_source(source: str | Path | None, progress: bool = True) -> Path:
     if path.exists():
         raise CheckpointError(f"{text} is a file, not a checkpoint folder",
                               "pass the folder holding config.json; to convert a GGUF use `minidecoder convert`")
-    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+    if _looks_like_a_path(text) or path.is_symlink():
+        raise CheckpointError(f"checkpoint folder {text} {describe_unusable_file(path)}",
+                              f"check the path (a relative one starts from {Path.cwd()}); a known model is named "
+                              f"without a path ({', '.join(registry.KNOWN_MODELS)}), a Hub id as owner/name "
+                              "(from a folder that has no subfolder called owner)")
+    if _HUB_ID.fullmatch(text):
         return _from_hub(text)
     raise CheckpointError(f"{text!r} is neither a folder, a known model nor a Hub id",
                           f"known models: {', '.join(registry.KNOWN_MODELS)}; or give a checkpoint folder")
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """A name meant as a path on this machine, not a Hub id (see the module docstring)."""
+    if text.startswith(("./", "../", "/", "~")) or text in (".", "..") or text.endswith("/") or "\\" in text:
+        return True
+    if text.count("/") > 1:
+        return True
+    return "/" in text and Path(text.split("/", 1)[0]).is_dir()
 
 
 def _from_hub(repo_id: str) -> Path:

@@ -337,7 +337,7 @@ def test_7_property_any_cli_arguments_exit_0_or_2_without_a_traceback(short, cap
 
 # ---- 8. messages that point the right way ------------------------------------------------------------------
 def test_8_messages_point_the_right_way(tiny_llama, nan_model, tmp_path, capsys) -> None:
-    nan = minidecoder.load(nan_model, progress=False)
+    nan = minidecoder.load(nan_model, progress=False, check_finite=False)  # past the load-time check (row 16)
     with pytest.raises(MinidecoderError) as error:
         minidecoder.embed(nan, ["hello there"], "mean")
     assert "float16" not in error.value.fix and "corrupt" in error.value.fix

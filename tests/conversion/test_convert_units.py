@@ -314,8 +314,13 @@ def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="already exists"):
         convert_gguf(gguf_path, out, progress=False)
     assert (out / "keep.txt").read_text() == "mine"
-    convert_gguf(gguf_path, out, overwrite=True, progress=False)
-    assert not (out / "keep.txt").exists() and (out / "source.json").is_file()
+    with pytest.raises(InputError, match="was not made by `minidecoder convert`.*keep.txt"):  # never deleted
+        convert_gguf(gguf_path, out, overwrite=True, progress=False)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    convert_gguf(gguf_path, out, overwrite=True, progress=False)  # an empty folder
+    convert_gguf(gguf_path, out, overwrite=True, progress=False)  # a folder the converter made
+    assert (out / "source.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "out"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from minidecoder.sources import fetch, registry
-from minidecoder.errors import CheckpointError, InputError
+from minidecoder.errors import CheckpointError, InputError, OutputError
 from minidecoder.sources.fetch import PackagedFile
 from tiny_gguf import write_tiny_gguf
 
@@ -136,13 +136,17 @@ def test_ensure_model_converts_once_then_reuses(fake, monkeypatch: pytest.Monkey
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["fake-tiny"]
 
 
-def test_unfinished_folder_is_not_taken_for_converted(fake) -> None:
+def test_a_folder_the_converter_did_not_make_is_reported_not_replaced(fake) -> None:
     index, data, register, tmp_path = fake
     register()
     folder = tmp_path / "weights" / "fake-tiny"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")  # as if a crash had left it: no source.json
+    (folder / "config.json").write_text("{}")  # the user's own folder at that name: no source.json
     assert not registry.is_converted("fake-tiny")
+    with pytest.raises(OutputError, match="(?s)was not made by `minidecoder convert`.*MINIDECODER_WEIGHTS"):
+        registry.ensure_model("fake-tiny", progress=False)
+    assert (folder / "config.json").read_text() == "{}"
+    (folder / "config.json").unlink()  # an empty folder holds nothing to lose
     registry.ensure_model("fake-tiny", progress=False)
     assert registry.is_converted("fake-tiny")
 

@@ -150,8 +150,8 @@ def test_unknown_numerics_affecting_key_is_named(folder: Path) -> None:
 
 @pytest.mark.parametrize("key, value, words", [
     ("num_attention_heads", 0, "'num_attention_heads' is 0; it must be a positive integer"),
-    ("hidden_size", "32", "'hidden_size' is '32'; it must be a positive integer"),  # a string is not a size
-    ("hidden_size", "wide", "'hidden_size' has value 'wide', expected int"),
+    ("hidden_size", "32", "hidden_size is '32' (a JSON string); it must be an integer"),  # a string is not a size
+    ("hidden_size", "wide", "hidden_size is 'wide' (a JSON string); it must be an integer"),
     ("rope_parameters", {"rope_type": "linear", "factor": -2.0}, "RoPE factor"),
     ("rope_parameters", {"rope_type": "ntk-magic"}, "unsupported RoPE type 'ntk-magic'"),
 ])

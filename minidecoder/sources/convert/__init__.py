@@ -8,7 +8,7 @@ One job per module: `gguf_reader` (metadata, dequantization), `names` (tensor na
 `gguf_tokenizer` (tokenizer.json, tokenizer_config.json), `writer` (streamed safetensors shards),
 `converter` (the pipeline, written atomically).
 """
-from minidecoder.sources.convert.converter import CONVERTER_VERSION, DTYPES, convert_gguf, read_source_info
+from minidecoder.sources.convert.converter import CONVERTER_VERSION, DTYPES, convert_gguf, read_source_info, why_not_replaceable
 from minidecoder.sources.convert.gguf_reader import SUPPORTED_ARCHITECTURES, SUPPORTED_QUANT_TYPES
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, parse_size
 
@@ -21,4 +21,5 @@ __all__ = [
     "convert_gguf",
     "parse_size",
     "read_source_info",
+    "why_not_replaceable",
 ]

@@ -7,7 +7,12 @@
     source.json               source file, its sha256, converter version; written last
 
 Everything goes into a hidden temporary folder beside the output, renamed into place at the end, so
-an interrupted conversion never leaves a folder that looks complete.
+an interrupted conversion never leaves a folder that looks complete; the folder is locked while it is
+written, so one left by a killed run is removed by the next (`sources.staging`).
+
+source.json is also the converter's mark on its folders: `overwrite` replaces only a folder that has
+it and holds nothing else than what the converter writes (`why_not_replaceable`), so a folder of the
+user's, or one holding the input GGUF, is never deleted.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, n
 from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
 from minidecoder.outputs import check_writable_folder
 from minidecoder.sources.fetch import sha256_file
+from minidecoder.sources.staging import hold, remove_stale, staging
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -40,6 +46,10 @@ if TYPE_CHECKING:
 CONVERTER_VERSION = "1"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CONVERTER = "minidecoder.sources.convert"  # source.json's "converter": the mark of a folder this code made
+# Every name a conversion writes; anything else in a folder is someone else's.
+_WRITTEN = re.compile(r"(config|tokenizer|tokenizer_config|source)\.json|model\.safetensors(\.index\.json)?"
+                      r"|model-\d{5}-of-\d{5}\.safetensors")
 
 
 def _tensor_order(name: str) -> tuple[int, int, str]:
@@ -68,9 +78,12 @@ def convert_gguf(
         raise InputError(f"dtype {dtype!r} is not supported", f"use one of {', '.join(DTYPES)}")
     if not gguf_path.is_file():
         raise InputError(f"GGUF file {gguf_path} {describe_unusable_file(gguf_path)}", "give the path of a .gguf file")
-    if output_dir.exists() and not overwrite:
-        raise InputError(f"output folder {output_dir} already exists", "pass --overwrite (overwrite=True) or choose another folder")
+    if os.path.lexists(output_dir):
+        if not overwrite:
+            raise InputError(f"output folder {output_dir} already exists", "pass --overwrite (overwrite=True) or choose another folder")
+        _check_replaceable(output_dir, gguf_path)
     check_writable_folder(output_dir.parent, f"the folder for {output_dir}")  # before reading a large GGUF
+    remove_stale(output_dir)  # what a killed conversion into the same folder left
     torch_dtype = DTYPES[dtype]
 
     gguf = GGUFFile(gguf_path)
@@ -99,42 +112,37 @@ def convert_gguf(
         )
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = output_dir.parent / f".{output_dir.name}.partial-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
     try:
-        _write_json(staging / "config.json", config)
-        try:
-            tokenizer.save(str(staging / "tokenizer.json"))
-        except Exception as error:  # tokenizers reports a failed write as a plain Exception
-            raise OSError(str(error)) from None
-        del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
-        _write_json(staging / "tokenizer_config.json", tokenizer_config)
-        bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
-        try:
-            write_safetensors(staging, specs, produce, shard_size, on_tensor=lambda spec: bar.update(1) if bar else None)
-        finally:
-            if bar is not None:
-                bar.close()
-        source = {
-            "source_file": gguf_path.name,
-            "source_sha256": source_sha256 or sha256_file(gguf_path),
-            "source_size": gguf_path.stat().st_size,
-            "converter": "minidecoder.sources.convert",
-            "converter_version": CONVERTER_VERSION,
-            "gguf_architecture": architecture,
-            "quantization": dict(sorted(Counter(gguf.quant_type(n) for n in gguf.tensor_names).items())),
-            "dtype": dtype,
-        }
-        _write_json(staging / "source.json", source)  # last: its presence marks a finished folder
-        _move_into_place(staging, output_dir, overwrite)
+        with staging(output_dir, folder=True) as partial:
+            _write_json(partial / "config.json", config)
+            try:
+                tokenizer.save(str(partial / "tokenizer.json"))
+            except Exception as error:  # tokenizers reports a failed write as a plain Exception
+                raise OSError(str(error)) from None
+            del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
+            _write_json(partial / "tokenizer_config.json", tokenizer_config)
+            bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
+            try:
+                write_safetensors(partial, specs, produce, shard_size, on_tensor=lambda spec: bar.update(1) if bar else None)
+            finally:
+                if bar is not None:
+                    bar.close()
+            source = {
+                "source_file": gguf_path.name,
+                "source_sha256": source_sha256 or sha256_file(gguf_path),
+                "source_size": gguf_path.stat().st_size,
+                "converter": CONVERTER,
+                "converter_version": CONVERTER_VERSION,
+                "gguf_architecture": architecture,
+                "quantization": dict(sorted(Counter(gguf.quant_type(n) for n in gguf.tensor_names).items())),
+                "dtype": dtype,
+            }
+            _write_json(partial / "source.json", source)  # last: its presence marks a finished folder
+            _move_into_place(partial, output_dir, overwrite, gguf_path)
     except OSError as error:  # a full disk, a folder made read-only meanwhile: say so, leave nothing behind
-        shutil.rmtree(staging, ignore_errors=True)
         raise OutputError(f"writing the converted model to {output_dir} failed: {error}",
                           "free space there (the weights take about as much as the GGUF dequantized to --dtype) "
                           "or choose another folder, then run the same command again") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return output_dir
 
 
@@ -175,17 +183,58 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _move_into_place(staging: Path, output_dir: Path, overwrite: bool) -> None:
-    if output_dir.exists():
-        if not overwrite:
-            raise InputError(f"output folder {output_dir} appeared while converting", "pass --overwrite or choose another folder")
-        # Move the old folder aside first, so a failure here never loses both.
+def why_not_replaceable(folder: Path, keep: Path | None = None) -> str | None:
+    """None when `folder` may be deleted to make way for a conversion: an empty folder, or one this
+    converter made (source.json says so) that holds only files it writes and not `keep` (the input).
+    Otherwise what was found, as the end of a sentence that starts with the folder's name."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "is a symbolic link" if folder.is_symlink() else "is a file, not a folder"
+    if keep is not None and Path(os.path.realpath(keep)).is_relative_to(os.path.realpath(folder)):
+        return f"holds the GGUF being converted ({Path(keep).name})"
+    entries = sorted(os.listdir(folder))
+    if not entries:
+        return None
+    info = read_source_info(folder)
+    if info is None or info.get("converter") != CONVERTER:
+        return (f"was not made by `minidecoder convert` (it has no source.json of minidecoder's; it holds "
+                f"{_names(entries)})")
+    foreign = [name for name in entries if not _WRITTEN.fullmatch(name) or not (folder / name).is_file()]
+    if foreign:
+        return f"holds files `minidecoder convert` did not write: {_names(foreign)}"
+    return None
+
+
+def _check_replaceable(folder: Path, gguf_path: Path) -> None:
+    if problem := why_not_replaceable(folder, gguf_path):
+        raise InputError(f"output folder {folder} {problem}; --overwrite only replaces a folder that "
+                         "`minidecoder convert` made, and deletes nothing else",
+                         "choose a new output folder (e.g. one inside it: OUTPUT_DIR/converted), or move "
+                         "what you want to keep out of it first")
+
+
+def _names(entries: list[str], limit: int = 5) -> str:
+    shown = ", ".join(entries[:limit])
+    return shown + (f" and {len(entries) - limit} more" if len(entries) > limit else "")
+
+
+def _move_into_place(partial: Path, output_dir: Path, overwrite: bool, gguf_path: Path) -> None:
+    if not os.path.lexists(output_dir):
+        os.replace(partial, output_dir)
+        return
+    if not overwrite:
+        raise InputError(f"output folder {output_dir} appeared while converting", "pass --overwrite or choose another folder")
+    _check_replaceable(output_dir, gguf_path)  # again: files may have appeared while converting
+    # Move the old folder aside first, so a failure here never loses both; locked while it is deleted,
+    # so that no cleaner takes it for a killed run's leftover (sources.staging).
+    held = hold(output_dir)
+    try:
         trash = output_dir.parent / f".{output_dir.name}.old-{uuid.uuid4().hex[:8]}"
         os.replace(output_dir, trash)
-        os.replace(staging, output_dir)
+        os.replace(partial, output_dir)
         shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, output_dir)
+    finally:
+        if held is not None:
+            os.close(held)
 
 
 def _progress_bar(total: int, description: str, enabled: bool) -> tqdm | None:
