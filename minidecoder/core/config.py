@@ -1,10 +1,10 @@
 """Read a Hugging Face `config.json` into one flat, behaviour-named `ModelConfig`.
 
-Families differ only through the flags below, each named after what it does (style rule 1); the
+Families differ only through the flags below, each named after what it does (docs/style.md, rule 1); the
 family name is used here, once, to pick defaults and nowhere else. Both transformers key layouts
 are read: v4 (`rope_theta`, `rope_scaling` with `type`/`rope_type`, `torch_dtype`) and v5
 (`rope_parameters`, `dtype`, `layer_types`). A key that is not understood is an error naming the
-key (style rule 3): a silently ignored key is a silently wrong logit. So is a value of the wrong JSON
+key (docs/style.md, rule 3): a silently ignored key is a silently wrong logit. So is a value of the wrong JSON
 type (`_KEY_TYPES`, checked as transformers' config classes declare them): `int(64.9)` or
 `bool("false")` would quietly build another model than the checkpoint's.
 """

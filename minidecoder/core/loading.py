@@ -5,7 +5,7 @@ file straight onto the target device, cast to the target dtype and assigned; the
 released before the next tensor is read, so two copies of the weights never coexist. Nothing is
 unpickled: safetensors and JSON only.
 
-The only load-time transforms (style rule 2): `lm_head.weight` is tied to the embedding when the
+The only load-time transforms (docs/style.md, rule 2): `lm_head.weight` is tied to the embedding when the
 config says so, rotary buffers are ignored, and a multimodal Gemma3 checkpoint's text weights are
 found under their prefix (its vision tower is skipped).
 """

@@ -7,7 +7,7 @@
                        └─ hidden_states[0]                   [..] only with `sandwich_norms` (Gemma)
 
 Module names equal Hugging Face parameter names, so a checkpoint loads with `strict=True` and no
-rename table (style rule 2). Family differences are the behaviour flags of `ModelConfig`.
+rename table (docs/style.md, rule 2). Family differences are the behaviour flags of `ModelConfig`.
 Numerics mirror transformers' eager path: the same primitives and the same cast points, each
 commented where it happens.
 
@@ -179,7 +179,7 @@ class Attention(nn.Module):
         if need_pattern or self.softcap is not None or ctx.explicit_attention:
             z = self._eager(q, k, v, mask, sites)
         else:
-            # Fast path (style rule 7): same maths, fused kernel; tested equal to the eager path.
+            # Fast path (docs/style.md, rule 7): same maths, fused kernel; tested equal to the eager path.
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H)
         z = z.transpose(1, 2)  # (B, T, H, D): TransformerLens' hook_z layout
         if sites is not None:

@@ -10,7 +10,7 @@ Encoding and scoring are separate on purpose:
 A sweep that gets many layers from one forward pass builds one `StsScorer` and calls it once per
 embedding set; `evaluate_sts` is the three lines above plus timing.
 
-Conventions (spec `methods.md` section 9; the SimCSE-fork SentEval `STSEval.run` vendored by
+Conventions (spec (docs/spec.md) section 9; the SimCSE-fork SentEval `STSEval.run` vendored by
 PromptEOL and TP): similarity is the cosine of the two embeddings, NaN (a zero vector) scored as 0
 like SentEval's `np.nan_to_num`; STS12-16 are scored "all" (one Spearman over the concatenation of
 every subset of the year) and per subset; STS-B and SICK-R on their test split; "Avg." is the mean
@@ -23,8 +23,8 @@ property of the embeddings, not of batching noise. SentEval embeds the two sides
 batches (different padding) and takes float32 cosines, so its self-pairs land at 1 minus rounding noise
 and are ordered among themselves, and against other near-1 pairs, by that noise. The effect is not
 small where self-pairs are many: the SentEval fork of the PromptEOL/TP papers differs from this harness
-by 0.10 (x100) on STS12 SMTeuroparl (first 200 pairs), while the other 26 subsets agree within 0.0055
-(issue 15); with a bag-of-words encoder whose two copies are bit-identical it stays within 5e-3
+by 0.10 (x100) on STS12 SMTeuroparl (first 200 pairs), while the other 26 subsets agree within 0.0055;
+with a bag-of-words encoder whose two copies are bit-identical it stays within 5e-3
 (tests/evaluation/test_sts_harness.py). Compare per-subset numbers with SentEval's with that in mind;
 `test_self_pairs_are_exactly_one_and_tied_unlike_senteval` pins the rule.
 """

@@ -98,26 +98,20 @@ RULE = "shared forwards: one per distinct history of the points' steps, forked w
 def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[torch.Tensor], int]:
     """Each configuration's (B, E) embeddings of `texts` (one batch), and the rows x blocks their separate
     runs would compute. The configurations' passes advance together: the k-th pass of every one that has
-    one runs at once (`run_shared`), and each gets its own finished forward back, as `run_passes` gives it."""
-    generators = [method.passes(model, texts) for method in methods]
+    one runs at once (`run_shared`), each given what its own earlier passes recorded, as `run_passes` does."""
+    lists = [list(method.passes(model, texts)) for method in methods]
     pooled: list[list[torch.Tensor]] = [[] for _ in methods]
-    sent: list[Forward | None] = [None] * len(methods)
-    live, naive = list(range(len(methods))), 0
-    while live:
-        current = {}
-        for k in live:
-            try:
-                current[k] = generators[k].send(sent[k])
-            except StopIteration:
-                pass
-        live = list(current)
+    finished: list[dict[int, Forward]] = [{} for _ in methods]
+    naive = 0
+    for k in range(max(len(passes) for passes in lists)):
+        current = {m: passes[k].resolved(finished[m]) for m, passes in enumerate(lists) if k < len(passes)}
         for group in _same_inputs(current):
-            for k, forward in zip(group, run_shared(model, [current[k] for k in group])):
-                p = current[k]
+            for m, forward in zip(group, run_shared(model, [current[m] for m in group])):
+                p = lists[m][k]
                 naive += p.blocks * p.batch.input_ids.shape[0]
-                sent[k] = forward
+                finished[m][id(p)] = forward
                 if p.pool is not None:
-                    pooled[k].append(p.pool(forward).float())
+                    pooled[m].append(p.pool(forward).float())
     return [torch.stack(vectors).mean(dim=0) for vectors in pooled], naive
 
 

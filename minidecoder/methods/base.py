@@ -7,7 +7,7 @@ knobs, a registry name, and a description of its forwards, `passes(model, texts)
 
         def passes(self, model, texts):        # one Pass per forward (minidecoder.methods.loop)
             batch = encode_prompts(model.tokenizer, "{text}", texts)
-            yield Pass(batch, layer=..., pool=lambda run: last_token(run.hidden(...), batch))
+            return [Pass(batch, layer=..., pool=lambda run: last_token(run.hidden(...), batch))]
 
 `embed_batch` runs those passes through the one block loop and averages what they pool; the sweeps
 (minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.running.explain)
@@ -19,13 +19,12 @@ method table are generated from it, so the options a user sees are exactly the f
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.loop import run_passes
+from minidecoder.methods.loop import Pass, run_passes
 
 METHODS: dict[str, type["Method"]] = {}  # filled by `register` as minidecoder.methods imports each module
 
@@ -49,9 +48,9 @@ class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what it does, with its paper
 
-    def passes(self, model, texts: list[str]) -> Iterator:
-        """The forwards this configuration runs on `texts`, as `loop.Pass`es, in order (a generator: a
-        pass may use what an earlier one recorded, which the runner sends back, e.g. CP's auxiliary b)."""
+    def passes(self, model, texts: list[str]) -> list[Pass]:
+        """The forwards this configuration runs on `texts`, in order (a step may take what an earlier pass
+        recorded: `loop.Recorded`, CP's b)."""
         raise NotImplementedError
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:

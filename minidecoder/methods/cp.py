@@ -1,5 +1,5 @@
 """Contrastive Prompting (CP): Cheng et al., "Contrastive Prompting Enhances Sentence Embeddings in
-LLMs through Inference-Time Steering", arXiv 2505.12831 (spec `methods.md` section 6).
+LLMs through Inference-Time Steering", arXiv 2505.12831 (spec (docs/spec.md) section 6).
 
     auxiliary prompt ─ blocks 0..l ─ site of block l, last token ─────────────────── b   (then stop)
     normal prompt    ─ blocks 0..l-1 ─ block l: site a ─> a' = f(a, b) ─ blocks l+1.. ─ last token
@@ -26,7 +26,7 @@ from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Pass, Step, Steps, column_field, last_token
+from minidecoder.methods.loop import Pass, Recorded, Step, Steps, column_field, last_token
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
 from minidecoder.methods.prompts import REFERENCE_LAYERS, resolve_aux_prompt, resolve_prompts
 from minidecoder.methods.text import SENTEVAL_HELP, prepare_texts
@@ -58,7 +58,7 @@ class SteerLastToken(Step):
     blocks: frozenset[int]  # {l}
     site: str  # a model.Sites name: z, mlp_out or resid_post
     last: torch.Tensor = column_field()  # (B,) each row's last real token
-    b: torch.Tensor | None = None  # (B, ...) the auxiliary prompt's value there
+    b: torch.Tensor | Recorded  # (B, ...) the auxiliary prompt's value there
     mode: str = "ns"
     alpha: float = 0.5
 
@@ -130,26 +130,27 @@ class CP(Method):
     steer: bool = option(True, "false: the normal prompts run unsteered and no auxiliary pass runs (the baseline the "
                          "audit view compares with: PromptEOL, or TP with tp=true)")
 
-    def passes(self, model, texts: list[str]):
-        """The auxiliary pass (blocks 0..l; b recorded at the last token), then one forward per normal prompt
+    def passes(self, model, texts: list[str]) -> list[Pass]:
+        """The auxiliary pass (blocks 0..l, recording the site at block l), then one forward per normal prompt
         with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged."""
         sentences = prepare_texts(texts, self.senteval_text)
         site, l = SITE_NAMES[self.site], self.steer_layer
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
-        b = None
+        passes = []
         if self.steer:
             aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux)
-            run = yield Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
-                             reads=f"b = {site} of block {l} at the last token; blocks after {l} never run")
-            b = last_token(run.recorded(l, site), aux)  # (B, H, D) at z, (B, E) at the others
+            passes.append(Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
+                               reads=f"b = {site} of block {l} at the last token; blocks after {l} never run"))
+            b = Recorded(passes[0], l, site)  # (B, H, D) at z, (B, E) at the others: one pass serves every prompt
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
             batch, step, rows = self.encode(model, template, sentences, True)
             if self.steer:
                 steering = SteerLastToken(blocks=frozenset({l}), site=site, last=batch.last, b=b, mode=self.mode,
                                           alpha=self.alpha)
                 step = Steps(parts=(step, steering)) if self.tp else steering  # TP's copies, then CP's edit
-            yield Pass(batch, step, layer=index, extra_rows=rows, reads="the last token",
-                       pool=lambda run, batch=batch: last_token(run.hidden(index), batch))
+            passes.append(Pass(batch, step, layer=index, extra_rows=rows, reads="the last token",
+                               pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))
+        return passes
 
     def encode(self, model, template: str, sentences: list[str], with_tp: bool) -> tuple[PromptBatch, Step, dict]:
         """A prompt's batch, and with `tp` (a minidecoder extension, in no paper) TP's <PST> before the quote

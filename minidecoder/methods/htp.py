@@ -155,14 +155,14 @@ class HTP(Method):
             raise InputError(f"HTP range [{self.start}, {self.end}) reaches past the output layer {self.layer} "
                              f"(blocks 0..{output_index - 1} run)", "lower `end` or raise `layer`")
 
-    def passes(self, model, texts: list[str]):
+    def passes(self, model, texts: list[str]) -> list[Pass]:
         """One forward: HTP's copies, then the mean over the text tokens at `layer`."""
         require_text(texts)
         inputs = encode_htp(self, model, texts)
         index = resolve_output_layer(self.layer, model.num_layers)
-        yield Pass(inputs.batch, htp_step(inputs, set(range(self.start, self.end))), layer=index,
-                   extra_rows=inputs.rows, role="the text", reads="the mean over the text tokens, placeholders excluded",
-                   pool=lambda run: htp_embedding(run.hidden(index), inputs))
+        return [Pass(inputs.batch, htp_step(inputs, set(range(self.start, self.end))), layer=index,
+                     extra_rows=inputs.rows, role="the text", reads="the mean over the text tokens, placeholders excluded",
+                     pool=lambda run: htp_embedding(run.hidden(index), inputs))]
 
     def baseline(self, model) -> tuple[Method, str]:
         return (dataclasses.replace(self, end=self.start),

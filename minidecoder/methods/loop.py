@@ -9,9 +9,9 @@
     hidden_states[L] = norm(h)                       only the last entry is normed (transformers)
 
 A method describes each forward it runs as a `Pass` (its batch, its `Step`, the layer it reads, its
-pooling), yielded by `Method.passes(model, texts)`. `run_passes` runs them in order, sends each
-finished `Forward` back to the generator (CP's auxiliary pass records b for the passes after it) and
-averages what the passes pool. The sweeps fork the same passes (`Forward.fork`) and the audit view
+pooling), listed by `Method.passes(model, texts)`. `run_passes` runs them in order and averages what
+they pool; a step may take a value an earlier pass recorded (`Recorded`: CP's b, from its auxiliary
+pass), which the runner reads from that pass's finished `Forward` before the step's forward starts. The sweeps fork the same passes (`Forward.fork`) and the audit view
 watches them (`watch`), so nothing outside a method's file restates it.
 
 A step is a frozen dataclass: what it does is fixed when it is built, and a variant is
@@ -35,7 +35,7 @@ Layer numbers follow `minidecoder.methods.layers`: an output index k is hidden_s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -51,8 +51,8 @@ from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.layers import resolve_output_layer
 
 TOKEN_MAJOR_SITES = frozenset({"resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post"})  # (B, T, ...)
-__all__ = ["Step", "Steps", "Pass", "Forward", "run_passes", "column_field", "last_token", "mean_over_spans",
-           "hidden_at", "to_device"]
+__all__ = ["Step", "Steps", "Pass", "Recorded", "Forward", "run_passes", "column_field", "last_token",
+           "mean_over_spans", "hidden_at", "to_device"]
 
 
 # ---- steps: what a method does inside the loop --------------------------------------------------------
@@ -433,31 +433,59 @@ class Pass:
         """The blocks this pass runs."""
         return self.depth if self.depth is not None else (self.layer or 0)
 
+    def resolved(self, finished: Mapping[int, Forward]) -> "Pass":
+        """This pass with every `Recorded` value of its step read from the finished earlier pass it names
+        (`finished`: id of a pass -> its forward)."""
+        step = _resolved(self.step, finished)
+        return self if step is self.step else dataclasses.replace(self, step=step)
+
     def start(self, model, touched_by: Iterable[Step] = (), watch: Any = None, also_keep: Iterable[int] = (),
               record: Mapping[int, Iterable[str]] | None = None) -> Forward:
-        """This pass's forward, built (nothing run yet)."""
+        """This pass's forward, built (nothing run yet); its step must be resolved."""
         keep = {self.blocks, *also_keep} | ({self.layer} if self.layer is not None else set())
         return Forward(model, self.batch.input_ids, self.batch.attention_mask, self.step, keep, self.extra_rows,
                        record=self.record if record is None else record, touched_by=touched_by, watch=watch)
 
 
-PassGenerator = Generator[Pass, Forward, None]
+@dataclass(frozen=True, eq=False)
+class Recorded:
+    """A value a step takes from an earlier pass of the same method: what `source` recorded at `site` of
+    block `block`, read at each row's last token (CP's b, from its auxiliary pass). The runner puts the
+    value in before the step's forward starts (`Pass.resolved`)."""
+
+    source: Pass
+    block: int
+    site: str
+
+    def value(self, finished: Mapping[int, Forward]) -> torch.Tensor:
+        forward = finished[id(self.source)]
+        return last_token(forward.recorded(self.block, self.site), self.source.batch)  # (B, ...)
 
 
-def run_passes(model, passes: PassGenerator, watch: Any = None) -> torch.Tensor:
-    """(B, E) float32: each pass run to its depth in order, each finished forward sent back to the generator,
-    and the mean of what the passes pool (MetaEOL's eight prompts, CP's normal prompts...)."""
-    pooled, finished = [], None
-    while True:
-        try:
-            p = passes.send(finished)  # the first send(None) starts the generator
-        except StopIteration:
-            break
-        finished = p.start(model, watch=watch).run_to(p.blocks)
+def _resolved(value: Any, finished: Mapping[int, Forward]) -> Any:
+    if isinstance(value, Recorded):
+        return value.value(finished)
+    if isinstance(value, tuple):
+        items = tuple(_resolved(item, finished) for item in value)
+        return value if all(a is b for a, b in zip(items, value)) else items
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _resolved(getattr(value, f.name), finished) for f in dataclasses.fields(value)}
+        changes = {name: new for name, new in changes.items() if new is not getattr(value, name)}
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+def run_passes(model, passes: Iterable[Pass], watch: Any = None) -> torch.Tensor:
+    """(B, E) float32: each pass run to its depth in order (its step first given what earlier passes
+    recorded), and the mean of what the passes pool (MetaEOL's eight prompts, CP's normal prompts...)."""
+    pooled, finished = [], {}
+    for p in passes:
+        forward = p.resolved(finished).start(model, watch=watch).run_to(p.blocks)
+        finished[id(p)] = forward
         if watch is not None:
-            watch.finished(p, finished)
+            watch.finished(p, forward)
         if p.pool is not None:
-            pooled.append(p.pool(finished).float())
+            pooled.append(p.pool(forward).float())
     return torch.stack(pooled).mean(dim=0)  # one pass: the vector itself
 
 

@@ -1,4 +1,4 @@
-"""The two plain baselines (spec `methods.md` section 8): mean pooling and last-token pooling of any
+"""The two plain baselines (spec (docs/spec.md) section 8): mean pooling and last-token pooling of any
 output layer, on the bare text or inside a template.
 
     mean   average of the hidden states at `layer` over the `{text}` tokens (default) or over every

@@ -10,7 +10,7 @@ of the prompt's last token (the position that would predict that word) at an out
 references' `hidden_states[layer][:, -1, :]` under left padding. The prompts and their provenance
 are in `minidecoder.methods.prompts`.
 
-Text handling (spec `methods.md` section 2): every reference batcher prepares the sentence with the
+Text handling (spec (docs/spec.md) section 2): every reference batcher prepares the sentence with the
 SentEval steps of `minidecoder.methods.text.senteval_sentence` (append `.`, `"` -> `'`, final `?` -> `.`)
 before filling the template; `senteval_text=True` (the default) does the same, `False` embeds the
 text verbatim. Padding is on the left, as in the references; positions are derived from the mask
@@ -42,14 +42,16 @@ class ReadsOneLayer(Method):
         """(B, T, E) hidden states of one filled template -> (B, E)."""
         raise NotImplementedError
 
-    def passes(self, model, texts: list[str]):
+    def passes(self, model, texts: list[str]) -> list[Pass]:
         """One plain forward per template, read at `layer` and pooled by `pool`."""
         texts = prepare_texts(texts, self.senteval_text)
         index = resolve_output_layer(self.layer, model.num_layers)
+        passes = []
         for template in self.templates():
             batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
-            yield Pass(batch, layer=index, reads=f"{type(self).__name__}.pool",
-                       pool=lambda run, batch=batch: self.pool(run.hidden(index), batch))  # (B, E)
+            passes.append(Pass(batch, layer=index, reads=f"{type(self).__name__}.pool",
+                               pool=lambda run, batch=batch: self.pool(run.hidden(index), batch)))  # (B, E)
+        return passes
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)

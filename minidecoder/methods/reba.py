@@ -1,6 +1,6 @@
 """ReBA: repeat the text, fuse every attention map into one matrix, aggregate hidden states backward.
 
-Paper: arXiv 2502.20726 (spec `methods.md` section 7). Reference code: cqdyf099/ReBA,
+Paper: arXiv 2502.20726 (spec (docs/spec.md) section 7). Reference code: cqdyf099/ReBA,
 `Code/models.py` (`LLM.get_attention_matrix`, `get_sentence_embedding`, `merge_token_embedding_by_attention`,
 `get_word_embedding`) and `2 Evaluation_MTEB.py` (`LLM_ours_mean_pool`, the C-MTEB sentence encoder).
 
@@ -177,7 +177,7 @@ class ReBA(Method):
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
 
-    def passes(self, model, texts: list[str]):
+    def passes(self, model, texts: list[str]) -> list[Pass]:
         """One forward of the repeated texts through every block, folding every pattern into A; the
         embedding sums hidden_states[layer] with weights from A's rows R."""
         L, index = model.num_layers, resolve_output_layer(self.layer, model.num_layers)
@@ -189,11 +189,11 @@ class ReBA(Method):
             A = fused(run, batch)
             return weight_vector(A, to_device(rows, A.device), self.weights, backward)
 
-        yield Pass(batch, FoldAttention(blocks=frozenset(range(L))), layer=index, depth=L, role="the repeated text",
-                   reads="sum_k w_k h_k, w from the fused attention's rows R (the first copy's tokens, or the last "
-                         "token with pooling=last)",
-                   pool=lambda run: torch.einsum("bk,bke->be", weights(run), run.hidden(index).float()),
-                   details=lambda run: {"fused_attention": fused(run, batch)[0], "weights": weights(run)[0]})
+        return [Pass(batch, FoldAttention(blocks=frozenset(range(L))), layer=index, depth=L, role="the repeated text",
+                     reads="sum_k w_k h_k, w from the fused attention's rows R (the first copy's tokens, or the last "
+                           "token with pooling=last)",
+                     pool=lambda run: torch.einsum("bk,bke->be", weights(run), run.hidden(index).float()),
+                     details=lambda run: {"fused_attention": fused(run, batch)[0], "weights": weights(run)[0]})]
 
     def baseline(self, model) -> tuple[Method, str]:
         return (dataclasses.replace(self, weights="uniform"),

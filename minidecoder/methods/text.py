@@ -1,7 +1,7 @@
 """Text handling shared by the STS harness and the methods: the SentEval preparation of a sentence,
 templates with `{text}`, the checks every text must pass, and HTP's sentence splitting.
 
-SentEval preparation (spec `methods.md` section 2).
+SentEval preparation (spec (docs/spec.md) section 2).
 
 Every prompt-based reference (PromptEOL, Pretended CoT / Knowledge, MetaEOL, TP, CP) receives a
 sentence from SentEval as a list of words and prepares it in its `batcher` in this exact order:
@@ -125,7 +125,7 @@ def prepare_texts(texts: Sequence[str], senteval_text: bool) -> list[str]:
 
 
 # ---- sentence splitting (HTP) ----------------------------------------------------------------------
-# Offline sentence splitting for HTP (spec `methods.md` section 5.1).
+# Offline sentence splitting for HTP (spec (docs/spec.md) section 5.1).
 #
 # The HTP reference (snap-research/HTP, `parser/parser.py`, `add_pst_to_sentences`) splits with spaCy's
 # `en_core_web_sm` (a dependency parse). minidecoder uses **pysbd** instead: a rule-based port of the

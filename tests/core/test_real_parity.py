@@ -14,8 +14,6 @@ import minidecoder
 from real_models import REAL_MODELS, TEXT_SAMPLES, real_files, transformers_from_folder
 
 pytest.importorskip("transformers")
-if not hasattr(minidecoder, "load"):
-    pytest.skip("minidecoder.load() does not exist yet (the lead's core model)", allow_module_level=True)
 
 LOGITS_ATOL = 1e-4
 PROMPTS = [

@@ -1,4 +1,4 @@
-"""Every fast path on the embedding route equals the plain path (style rule 7).
+"""Every fast path on the embedding route equals the plain path (docs/style.md, rule 7).
 
     early exit        blocks after the output layer never run, logits are never computed, and the
                       state read equals the full forward's hidden_states[layer]

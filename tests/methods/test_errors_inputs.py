@@ -139,10 +139,14 @@ def test_declared_context_is_read_from_tokenizer_config(folder: Path, tmp_path: 
 
     copy = Path(shutil.copytree(folder, tmp_path / "c"))
     config = json.loads((copy / "tokenizer_config.json").read_text())
-    for value, expected in [(2048, 2048), (int(1e30), None), ("many", None)]:
+    for value, expected in [(2048, 2048), (int(1e30), None)]:
         config["model_max_length"] = value
         (copy / "tokenizer_config.json").write_text(json.dumps(config))
         assert minidecoder.load(copy).tokenizer.model_max_length == expected
+    config["model_max_length"] = "many"  # a wrong type is named, not ignored
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(MinidecoderError, match="model_max_length is .many."):
+        minidecoder.load(copy)
 
 
 # ---- NaN / inf -----------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_cp_matches_transformers_hooks(name, site, mode, layer, l) -> None:
     heads = model.config.num_heads
     theirs = torch.stack([oracle(hf, tok, t, l, site, layer, mode, 0.7, heads, aux=aux) for t in TEXTS])
     assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
-    # The steering matters: the plain prompt is far away (style rule 8).
+    # The steering matters: the plain prompt is far away (docs/style.md, rule 8).
     plain = torch.stack([last_token(hidden_at(model, encode_prompts(model.tokenizer, PROMPT, [t]), layer),
                                     encode_prompts(model.tokenizer, PROMPT, [t]))[0] for t in TEXTS])
     assert (ours - plain).abs().max() > 1e-2
@@ -168,7 +168,7 @@ def test_auxiliary_pass_stops_after_the_steer_block() -> None:
     handles = [block.register_forward_pre_hook(lambda mod, args, i=i: calls.append(i))
                for i, block in enumerate(model.layers)]
     try:
-        auxiliary = next(build_method("cp", aux_prompt=AUX, steer_layer=2).passes(model, TEXTS))
+        auxiliary = build_method("cp", aux_prompt=AUX, steer_layer=2).passes(model, TEXTS)[0]
         with torch.inference_mode():
             run = auxiliary.start(model).run_to(auxiliary.blocks)
             b = last_token(run.recorded(2, "z"), auxiliary.batch)

@@ -110,7 +110,7 @@ def test_htp_matches_transformers_hooks(name: str) -> None:
     theirs = hf_htp(hf, folder, DOCS, -2, {1, 2})
     assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
     plain = md_htp(folder, [d[0] for d in DOCS], layer=-2, start=1, end=1)
-    assert (plain - ours).abs().max() > 1e-2  # the copies matter (style rule 8)
+    assert (plain - ours).abs().max() > 1e-2  # the copies matter (docs/style.md, rule 8)
 
 
 @pytest.mark.parametrize("options,reference", [

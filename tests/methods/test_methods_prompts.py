@@ -21,7 +21,7 @@ import minidecoder
 from minidecoder.errors import InputError
 import tiny_models
 from tiny_models import FAMILIES
-from repo_paths import SHARED
+from repo_paths import REPO
 from senteval_reference import EDGE_TEXTS, reference_batcher_step
 
 ATOL = RTOL = 1e-5  # fp32, relative to the largest entry (see `close`)
@@ -200,11 +200,9 @@ def test_shared_templates_are_the_spec_strings() -> None:
 
     assert TEMPLATES == {"prompteol": PROMPTEOL, "pretended_cot": PRETENDED_COT, "knowledge": KNOWLEDGE}
     assert REFERENCE_LAYERS == {"prompteol": -1, "pretended_cot": -2, "knowledge": -2, "ck": -2, "metaeol": -1}
-    spec = SHARED / "spec" / "methods.md"
-    if spec.is_file():  # the checkout sits beside ../shared in the project's workspace
-        text = spec.read_text(encoding="utf-8")
-        for template in TEMPLATES.values():
-            assert f"`{template}`" in text
+    text = (REPO / "docs" / "spec.md").read_text(encoding="utf-8")  # the repository's copy of the spec
+    for template in TEMPLATES.values():
+        assert f"`{template}`" in text
 
 
 # ---- the real model (SmolLM2-135M-Instruct) --------------------------------------------------------

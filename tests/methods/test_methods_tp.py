@@ -103,7 +103,7 @@ def test_tp_matches_transformers_hooks(name: str) -> None:
     theirs = hf_tp_last_token(hf, folder, [PROMPTEOL_TP.format(s) for s in SENTENCES], -2, {1, 2}, row)
     assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
     # With windows of 5 tokens the <PST> of PromptEOL is out of the last token's reach in 2 blocks, so
-    # a short template, with short texts, shows that the copy matters in every family (style rule 8).
+    # a short template, with short texts, shows that the copy matters in every family (docs/style.md, rule 8).
     texts = ["ab.", "cdef.", "g."]
     ours = md_embed(folder, texts, prompt=SHORT_TP, layer=-2, start=1, end=3)
     theirs = hf_tp_last_token(hf, folder, [SHORT_TP.replace("{text}", t) for t in texts], -2, {1, 2}, row)

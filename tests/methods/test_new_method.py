@@ -59,8 +59,8 @@ class FirstTokenEcho(Method):
         step = EchoFirstToken(blocks=frozenset(range(self.start, self.end)), first=first, last=batch.last,
                               factor=self.factor)
         index = resolve_output_layer(self.layer, model.num_layers)
-        yield Pass(batch, step, layer=index, reads="the last token",
-                   pool=lambda run: last_token(run.hidden(index), batch))
+        return [Pass(batch, step, layer=index, reads="the last token",
+                     pool=lambda run: last_token(run.hidden(index), batch))]
 
     def baseline(self, model) -> tuple[Method, str]:
         return dataclasses.replace(self, end=self.start), "no copies"

@@ -1,0 +1,100 @@
+"""How far a reader travels to follow a method's embedding: the modules its `embed_batch` passes the model
+through, in order.
+
+    python tools/reading_path.py tp cp reba          # on a tiny random llama (no download)
+
+Follows the model argument, as a reader would: every function of the package that receives the model
+object (as an argument or as `self`), in the order of its first call; properties are attribute reads,
+not places to go, and `fast/` sits beneath the loop (a reader of a method never needs it). Consecutive
+calls in one module are one stop; a stop in a module already left is a return. The loop
+(`methods/loop.py`) is where every method comes back to, so returns to it are counted apart.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+TEXTS = ["a man plays a flute.", "the cat sat on the mat. It purred."]
+OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}}
+
+
+def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
+    """[(module, [functions]), ...]: the stops of `name`'s embed_batch, following the model argument."""
+    from minidecoder.methods import build_method
+
+    method = build_method(name, **OPTIONS.get(name, {}))
+    seen, calls = set(), []
+
+    def tracer(frame, event, arg):
+        if event != "call" or "/minidecoder/" not in frame.f_code.co_filename:
+            return None
+        code = frame.f_code
+        arguments = [frame.f_locals.get(v) for v in code.co_varnames[:code.co_argcount]]
+        module = code.co_filename.split("/minidecoder/", 1)[1]
+        if any(a is model for a in arguments) and not module.startswith("fast/") and (code.co_filename, code.co_name, code.co_firstlineno) not in seen:
+            if not _is_property(code):
+                seen.add((code.co_filename, code.co_name, code.co_firstlineno))
+                calls.append((module, code.co_qualname))
+        return None
+
+    with torch.inference_mode():
+        sys.settrace(tracer)
+        try:
+            method.embed_batch(model, TEXTS)
+        finally:
+            sys.settrace(None)
+    stops: list[tuple[str, list[str]]] = []
+    for module, function in calls:
+        if stops and stops[-1][0] == module:
+            stops[-1][1].append(function)
+        else:
+            stops.append((module, [function]))
+    return stops
+
+
+def _is_property(code) -> bool:
+    import minidecoder.core.model as model_module
+    owner = getattr(model_module, code.co_qualname.split(".")[0], None)
+    return isinstance(getattr(owner, code.co_name, None), property) if owner is not None else False
+
+
+def summary(stops: list[tuple[str, list[str]]]) -> tuple[int, int, int]:
+    """(modules, stops, returns to a module already left other than methods/loop.py)."""
+    visited, returns = [], 0
+    for module, _ in stops:
+        if module in visited and module != "methods/loop.py":
+            returns += 1
+        if module not in visited:
+            visited.append(module)
+    return len(visited), len(stops), returns
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("methods", nargs="*", default=["tp", "cp", "reba"])
+    args = parser.parse_args()
+    import minidecoder
+    from tiny_models import tiny_checkpoint
+
+    torch.set_num_threads(1)
+    folder = Path(tempfile.mkdtemp()) / "tiny"
+    tiny_checkpoint("llama", folder)
+    model = minidecoder.load(folder, progress=False)
+    for name in args.methods:
+        stops = reading_path(model, name)
+        modules, count, returns = summary(stops)
+        print(f"{name}: {modules} modules, {count} stops, {returns} returns (not counting methods/loop.py)")
+        for module, functions in stops:
+            print(f"  {module}: {', '.join(functions)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
