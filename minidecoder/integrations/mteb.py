@@ -60,7 +60,7 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
     model = encoder.model
     n_parameters = sum(p.numel() for p in model.parameters())
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    options = {key: value for key, value in encoder.method.describe().items() if key != "method"}
+    options = encoder.method.option_values()
     context = model.tokenizer.model_max_length or model.config.max_position_embeddings
     return ModelMeta(
         loader=None,  # an instance is passed to mteb.evaluate; there is nothing for MTEB to load by name

@@ -50,7 +50,7 @@ class MinidecoderModule(InputModule):
 
     @property
     def options(self) -> dict:
-        return {key: value for key, value in self.encoder.method.describe().items() if key != "method"}
+        return self.encoder.method.option_values()  # options only: descriptive details do not load back
 
     def get_embedding_dimension(self) -> int:
         return self.encoder.embedding_dim
