@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minidecoder.evaluation.plots import _pyplot  # the one place that imports matplotlib (Agg backend)
+from minidecoder.evaluation.plots import _pyplot, save_figure  # the one place that imports matplotlib (Agg)
 from minidecoder.running.explain import Explanation
 
 
-def plot_explanation(record: Explanation, path: str | Path) -> Path:
+def plot_explanation(record: Explanation, path: str | Path, overwrite: bool = False) -> Path:
+    """The figure of `record` at `path` (its suffix names the format); an existing file is replaced only
+    with `overwrite` (minidecoder.output_files)."""
     plt = _pyplot()
     panels = 2 if record.fused is not None else 1
     fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.6), dpi=110, squeeze=False)
@@ -62,7 +64,7 @@ def plot_explanation(record: Explanation, path: str | Path) -> Path:
         ax.set_title("ReBA fused attention A = max over blocks, heads of (P + P^T)/2", fontsize=9)
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, overwrite)
+    finally:
+        plt.close(fig)
