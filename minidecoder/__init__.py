@@ -34,13 +34,32 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
                   **options)
 
 
-def explain(model: Decoder, text: str, method: "str | object" = "tp", **options):
+def explain(model: Decoder, text: str, method: "str | object" = "tp", truncate: int | None = None, **options):
     """One text through one method, recorded block by block (minidecoder.running.explain): the prompt, its
     tokens, the positions the method acts on, what it did in each block, the blocks that ran, the
     embedding (equal to `embed`'s) and its cosine with the method's baseline. `.format()` is the text,
-    `.to_dict()` the JSON record."""
+    `.to_dict()` the JSON record. A text past the model's context is an error; `truncate=N` keeps its
+    first N tokens, as `embed`'s does (with a warning)."""
+    from minidecoder.errors import ContextLengthError
+    from minidecoder.running.embedding import truncate_texts
     from minidecoder.running.explain import explain as _explain
-    return _explain(model, text, method, **options)
+    from minidecoder.running.texts import check_text
+
+    if isinstance(text, str):
+        check_text(text, "the text")
+        if truncate is not None and getattr(model, "tokenizer", None) is not None:
+            (text,) = truncate_texts(model.tokenizer, [text], truncate, None)
+    try:
+        return _explain(model, text, method, **options)
+    except ContextLengthError as error:  # the messages inside speak of embed: say what explain takes
+        from minidecoder.methods.base import build_method
+        from minidecoder.running.embedding import truncate_that_fits
+
+        built = build_method(method, **options) if isinstance(method, str) else method
+        fits = truncate_that_fits(model.tokenizer, text, built, error.length - error.limit)
+        fix = (f"pass truncate={fits} (CLI: explain --truncate {fits}) to keep the first {fits} tokens of the text, "
+               "or shorten it" if fits >= 1 else "shorten the text or use a method with a shorter prompt")
+        raise ContextLengthError(error.problem, fix, length=error.length, limit=error.limit) from None
 
 
 def generate(model: Decoder, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
