@@ -92,13 +92,6 @@ def lock_holder(output: str | Path) -> int | None:
     return None
 
 
-def check_not_locked(output: str | Path) -> None:
-    """Raise OutputError if another process holds `output` (a cheap check)."""
-    pid = lock_holder(output)
-    if pid is not None and pid != os.getpid():
-        raise OutputError(_held_message(output, pid), _held_fix())
-
-
 def _key(path: Path) -> Path:
     return Path(os.path.abspath(path))
 
