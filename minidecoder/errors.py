@@ -53,6 +53,12 @@ class OutputError(MinidecoderError):
     """An output location that cannot be written, is taken, or failed while being written."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, carrying one line that says what was kept and how to resume (the CLI prints it once).
+
+    A KeyboardInterrupt, so that code that stops on Ctrl-C still stops."""
+
+
 def describe_unusable_file(path, what: str = "file") -> str:
     """Why `path` cannot be read as a file, in words: a directory, a symlink loop, a dangling link, missing.
 

@@ -526,7 +526,8 @@ def markdown(report: dict) -> str:
 
 
 def figures(report: dict, out: Path) -> list[str]:
-    """The sweep figures, each chosen point ringed; returns the PNG names (beside the JSON)."""
+    """The sweep figures, each chosen point ringed; returns the PNG names (beside the JSON). They are redrawn
+    every sitting, so they replace the last sitting's (overwrite=True)."""
     try:
         from minidecoder.evaluation.plots import plot_curves
         import matplotlib  # noqa: F401
@@ -544,7 +545,7 @@ def figures(report: dict, out: Path) -> list[str]:
             marks[rows[key]["label"]] = (rows[key]["chosen"]["layer"], rows[key]["dev"])
     if curves:
         written.append(plot_curves(curves, out.with_name(out.name + "-layers.png"), "output layer (hidden_states index)",
-                                   f"{model}: STS-B dev against output layer", marks=marks))
+                                   f"{model}: STS-B dev against output layer", marks=marks, overwrite=True))
     curves, marks = {}, {}
     for key in ("prompteol+tp", "pretended_cot+tp", "knowledge+tp"):
         if key in rows:
@@ -557,7 +558,7 @@ def figures(report: dict, out: Path) -> list[str]:
     if curves:
         written.append(plot_curves(curves, out.with_name(out.name + "-tp-end.png"),
                                    "TP end layer (start 1; copies before blocks 1..end-1)",
-                                   f"{model}: STS-B dev against TP end layer", marks=marks))
+                                   f"{model}: STS-B dev against TP end layer", marks=marks, overwrite=True))
     return [Path(p).name for p in written]
 
 

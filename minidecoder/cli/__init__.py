@@ -1,18 +1,30 @@
 """`minidecoder` / `python -m minidecoder`: one sub-command per module in this package.
 
-Each sub-command module defines `add_parser(subparsers)` and `run(args) -> int`. A
-`MinidecoderError` is printed as a message (problem and fix) with exit status 2, never a traceback.
+Each sub-command module defines `add_parser(subparsers)` and `run(args) -> int`. Whatever a command
+does, its ending is decided here, once:
+
+- a `MinidecoderError` is printed as a message (problem and fix) with exit status 2, never a traceback;
+- Ctrl-C prints one line saying what was kept and how to resume: the `Interrupted` line a command
+  raised (a job's chunks, eval's embeddings), else the command's `interrupted` default; status 130;
+- a closed stdout (`minidecoder fetch --list | head -1`) ends quietly with status 141, as a Unix
+  tool killed by SIGPIPE does (`yes | head` reports 141 in the shell): stdout is pointed at /dev/null
+  so that the interpreter's final flush does not print a second error.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
-from minidecoder.errors import MinidecoderError
+from minidecoder.errors import Interrupted, MinidecoderError
 
 # Order is the order of `--help`.
 SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep", "explain"]
+BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE, what the shell reports for a tool the pipe closed on
+INTERRUPTED_STATUS = 130  # 128 + SIGINT
+NOTHING_KEPT = "interrupted; nothing was kept ({command} writes nothing until it ends); run the same command again"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,12 +38,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = None
     try:
-        return int(args.run(args) or 0)
+        args = parser.parse_args(argv)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
+        return status
     except MinidecoderError as error:
         print(f"minidecoder: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:  # printed once: a job's says what it saved
-        print(f"minidecoder: {interrupt or 'interrupted'}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:  # printed once, here
+        print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
+        return INTERRUPTED_STATUS
+    except BrokenPipeError:
+        return _stdout_closed()
+    except OSError as error:
+        if error.errno != errno.EPIPE:
+            raise
+        return _stdout_closed()
+
+
+def interrupted_line(interrupt: KeyboardInterrupt, command: str | None) -> str:
+    """What was kept and how to resume: the command's own `Interrupted` line, else its module's
+    `INTERRUPTED`, else NOTHING_KEPT."""
+    if isinstance(interrupt, Interrupted) and str(interrupt):
+        return str(interrupt)
+    if command not in SUBCOMMANDS:
+        return "interrupted while reading the command line; nothing was done"
+    module = importlib.import_module(f"minidecoder.cli.{command}_cmd")
+    return getattr(module, "INTERRUPTED", NOTHING_KEPT.format(command=command))
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away: stop quietly, as `yes | head -1` does."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush now goes nowhere
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout has no file descriptor (captured): nothing to redirect
+        pass
+    return BROKEN_PIPE_STATUS

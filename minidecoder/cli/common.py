@@ -1,11 +1,19 @@
-"""Options shared by the sub-commands that load a model or take method options."""
+"""Options and checks shared by the sub-commands: the model, method options, sizes, and the outputs
+(claimed through minidecoder.output_files before the model loads)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from minidecoder.errors import InputError
+
+# --opt integers must fit in 64 bits (torch's seeds and int64 tensors): a larger one failed deep in the
+# method after the model had loaded.
+INT_RANGE = (-2**63, 2**64 - 1)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -16,13 +24,51 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     parser.add_argument("--compile", action="store_true",
                         help="fuse each block's elementwise work with torch.compile: the first batch compiles "
-                             "(tens of seconds), later ones run faster; needs a C++ compiler on CPU")
+                             "(SmolLM2: about 30 s on 2 CPU cores, a few seconds once inductor's disk cache holds "
+                             "it; docs/benchmarks.md measures the gain); calls through the prompt methods' prefix "
+                             "cache run plain; needs a C++ compiler on CPU")
     parser.add_argument("--pack-weights", action="store_true",
                         help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
                              "a second copy of them in memory); combines with --compile")
     parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
                         help="a config.json key you know does not change numerics (unknown keys are errors); "
                              "repeat for more")
+
+
+def add_output_options(parser: argparse.ArgumentParser, replaces: str) -> None:
+    """--overwrite and --wait, for a command whose outputs go through `claim_cli_outputs`."""
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {replaces} if it exists")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: refuse, naming it)")
+
+
+@contextlib.contextmanager
+def claim_cli_outputs(args: argparse.Namespace, paths: list[Path]) -> Iterator[Any]:
+    """`output_files.claim_outputs` with the command's --overwrite / --wait: take it before the model loads
+    and hold it until the final write."""
+    from minidecoder.output_files import claim_outputs
+
+    with claim_outputs(paths, overwrite=getattr(args, "overwrite", False), wait=getattr(args, "wait", False)) as claim:
+        yield claim
+
+
+def check_sizes(args: argparse.Namespace, limit_example: int = 50) -> None:
+    """--batch-size (and --limit, where the command has one) are positive; checked before anything loads."""
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    if getattr(args, "limit", None) is not None and args.limit < 1:
+        raise InputError(f"--limit {args.limit} must be at least 1", f"e.g. --limit {limit_example}")
+
+
+def check_integers(flag: str, key: str, value: Any) -> None:
+    """Every integer inside an option value (lists and objects included) fits in 64 bits."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        raise InputError(f"{flag} {key}={value} is past 64 bits (integers run from -2**63 to 2**64-1)",
+                         f"give a smaller number, e.g. {flag} {key}=0")
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        check_integers(flag, key, item)
 
 
 def load_model(args: argparse.Namespace):
@@ -89,4 +135,8 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
             options[key] = json.loads(raw)
         except json.JSONDecodeError:
             options[key] = raw
+        except ValueError:  # an integer of thousands of digits: Python refuses to parse it
+            raise InputError(f"--opt {key}={raw[:20]}... is past 64 bits (integers run from -2**63 to 2**64-1)",
+                             f"give a smaller number, e.g. --opt {key}=0") from None
+        check_integers("--opt", key, options[key])
     return options

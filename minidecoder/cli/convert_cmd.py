@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+INTERRUPTED = "interrupted; nothing was kept (the half-written folder is removed); run the same command again"
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(

@@ -4,11 +4,12 @@
         --input sentences.txt --output sentences.npy
     minidecoder embed --method mean --opt layer=12 --opt over=all --input rows.jsonl --output rows.safetensors
 
-Input: a text file with one sentence per line (UTF-8; a final newline is not a row), or JSON Lines
-(`.jsonl` / `.ndjson`) with `{"text": ...}` per line. Output by suffix: `.npy` (float32 (N, E)) or
-`.safetensors` (tensor `embeddings`, plus the method, model and options as metadata). An existing
-output is never replaced without `--overwrite`. `--opt key=value` values are read as JSON when they
-parse (`-2`, `true`, `[0, 4]`, `"text"`) and as plain strings otherwise.
+Input: a text file with one sentence per line (UTF-8; lines end at \\n, \\r\\n or \\r; a final line end is
+not a row), or JSON Lines (`.jsonl` / `.ndjson`) with `{"text": ...}` per line. Output by suffix: `.npy`
+(float32 (N, E), with its metadata in NAME.npy.json) or `.safetensors` (tensor `embeddings`, plus the
+method, model and options as metadata). The output (and sidecar) is locked from before the model loads
+until it is written, and never replaced without `--overwrite`. `--opt key=value` values are read as JSON
+when they parse (`-2`, `true`, `[0, 4]`, `"text"`) and as plain strings otherwise.
 """
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ from pathlib import Path
 from minidecoder.errors import InputError
 
 OUTPUT_SUFFIXES = (".npy", ".safetensors")
+# Ctrl-C before the job started (the job's own line says which chunks it kept)
+INTERRUPTED = ("interrupted before the job started; chunks an earlier run finished (if any) stay in the hidden "
+               ".NAME.partial folder beside the output; run the same command again to resume")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from minidecoder.cli.common import add_model_options
+    from minidecoder.cli.common import add_model_options, add_output_options
 
     parser = subparsers.add_parser(
         "embed", help="embed a file of sentences (txt or jsonl) into .npy or .safetensors",
@@ -38,9 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--truncate", type=int, default=None, metavar="N",
                         help="keep the first N tokens of each text (default: a text longer than the model's context is an error)")
-    parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
-    parser.add_argument("--wait", action="store_true",
-                        help="if another run is writing the same output, wait for it (default: refuse)")
+    add_output_options(parser, "the output file (and its .npy.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(run=run)
 
@@ -62,7 +64,7 @@ def methods_help() -> str:
 
 # ---- output checks (the writing itself is minidecoder.running.jobs) -------------------------------------
 def check_output(path: Path, overwrite: bool) -> None:
-    from minidecoder.outputs import check_writable_folder
+    from minidecoder.output_files import check_writable_folder
 
     if path.suffix.lower() not in OUTPUT_SUFFIXES:
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
@@ -79,22 +81,26 @@ def check_output(path: Path, overwrite: bool) -> None:
 
 # ---- the command -----------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.cli.common import build_cli_method, load_model
+    from minidecoder.cli.common import build_cli_method, check_sizes, claim_cli_outputs
 
     # everything that can fail cheaply fails before the model loads
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
+    check_sizes(args)
     if args.truncate is not None and args.truncate < 1:
         raise InputError(f"--truncate {args.truncate} must be a positive number of tokens",
                          "e.g. --truncate 512 keeps the first 512 tokens of each text")
     output = Path(args.output)
     check_output(output, args.overwrite)
-    from minidecoder.outputs import check_not_locked
-    if not args.wait:
-        check_not_locked(output)  # another run on this output: say so before loading a model
     method = build_cli_method(args.method, args.opt)
-    from minidecoder.running.jobs import run_embedding_job, scan_input
+    from minidecoder.running.jobs import job_outputs, scan_input
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads
+    with claim_cli_outputs(args, job_outputs(output)):  # another run on them is named before a model loads
+        return _embed(args, method, output)
+
+
+def _embed(args: argparse.Namespace, method, output: Path) -> int:
+    from minidecoder.cli.common import load_model
+    from minidecoder.running.jobs import run_embedding_job
+
     model = load_model(args)
     # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.
     summary = run_embedding_job(

@@ -6,6 +6,11 @@
 Scores are Spearman x100 of cosine vs gold (STS12-16 "all", STS-B and SICK-R test, Avg. of the
 seven); see `minidecoder.evaluation`. `--opt key=value` values are read as JSON when they parse
 (`3`, `0.5`, `true`, `[1, 7]`, `"text"`) and as plain strings otherwise.
+
+The sentences are embedded as a resumable job (minidecoder.running.jobs) in `.PREFIX.json.partial/`
+beside the report: Ctrl-C or a kill keeps every finished chunk of 1024 sentences, and the same command
+(same --output) resumes from them. PREFIX.json and PREFIX.md are locked from before the model loads
+until they are written: a second run on them is told which process holds them (or waits, --wait).
 """
 from __future__ import annotations
 
@@ -15,8 +20,13 @@ import re
 import shlex
 from pathlib import Path
 
-from minidecoder.cli.common import add_model_options, build_cli_method, load_model
-from minidecoder.errors import InputError
+from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
+                                    claim_cli_outputs, load_model)
+from minidecoder.errors import InputError, Interrupted
+
+# Ctrl-C before the embedding job started (run() says more once it has)
+INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
+               "(with the same --output, it resumes from chunks an earlier run kept)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each subset (quick look)")
     sts.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     sts.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json and PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sts-MODEL-METHOD-DATE)")
-    sts.add_argument("--overwrite", action="store_true", help="replace PREFIX.json / PREFIX.md if they exist")
+    add_output_options(sts, "PREFIX.json / PREFIX.md")
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
@@ -57,22 +67,25 @@ def default_prefix(model: str | None, method: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    import minidecoder
-    import minidecoder.methods
-    from minidecoder.evaluation.harness import evaluate_sts
-    from minidecoder.evaluation.report import check_report_prefix, summary_table, write_or_rescue, write_report
-    from minidecoder.evaluation.sts_data import resolve_data_dir
+    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
 
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit {args.limit} must be at least 1", "e.g. --limit 50")
+    check_sizes(args)
     tasks = parse_tasks(args.tasks)
     # everything that can fail cheaply fails before the model loads and the long run starts
     prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
     resolve_data_dir(args.data)
+    load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
+    with claim_cli_outputs(args, list(report_paths(prefix))):  # held from before the model loads to the last write
+        return _evaluate(args, tasks, prefix, method)
+
+
+def _evaluate(args: argparse.Namespace, tasks: list[str], prefix: Path, method) -> int:
+    from minidecoder.evaluation.harness import evaluate_sts
+    from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
+
     model = load_model(args)
     metadata = {
         "model": args.model if args.model is not None else "default",
@@ -86,17 +99,42 @@ def run(args: argparse.Namespace) -> int:
         "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
     }
 
-    def encode(sentences: list[str]):
-        return minidecoder.embed(model, sentences, method, batch_size=args.batch_size, progress=False)
+    work = work_folder(prefix)
+    kept: dict = {}
 
-    chunk = args.batch_size * max(1, 256 // args.batch_size)  # whole batches per progress update
-    results = evaluate_sts(encode, tasks=tasks, data_dir=args.data, limit=args.limit,
-                           progress=not args.no_progress, chunk_size=chunk)
+    def encode(sentences: list[str]):  # every distinct sentence at once, as a resumable job in `work`
+        vectors, kept["summary"] = _embed_kept(model, method, sentences, work, args, prefix)
+        return vectors
+
+    # one call of `encode` with every sentence (the job draws its own progress bar)
+    results = evaluate_sts(encode, tasks=tasks, data_dir=args.data, limit=args.limit, progress=False,
+                           chunk_size=1 << 62)
+    summary = kept.get("summary")
+    if summary is not None and summary["chunks_reused"]:
+        # the time measured is this sitting's only: a rate over all sentences would be wrong
+        results.update(resumed_chunks=summary["chunks_reused"], sentences_per_second=None)
     table = summary_table(results)
-    json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata), prefix, table)
+    json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata, args.overwrite),
+                                         prefix, table)
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
+
+
+def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.Namespace, prefix: Path):
+    """The job of `encode`; Ctrl-C says which chunks are kept and the command that resumes them."""
+    from minidecoder.running.jobs import JobInterrupted, embed_resumably
+
+    try:
+        return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
+                               progress=not args.no_progress)
+    except JobInterrupted as stop:
+        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+        if stop.saved == 0:
+            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
+                              f"{again}") from None
+        raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
+                          f"kept in {work}; {again} to resume from them") from None
 
 
 def _argv(args: argparse.Namespace) -> list[str]:

@@ -3,14 +3,20 @@
 Prints the exact prompt, its tokens with positions, the positions the method acts on, what it did in
 each block (TP / HTP: each row written; CP: a, b and the steering term per head; ReBA: the running
 maximum's change), which blocks ran, the embedding and its cosine with the method's baseline.
-`--json` prints the record instead (stable keys, rounded floats: diff it); `--plot FILE.png` draws it.
+`--json` prints the record instead (stable keys, rounded floats: diff it); `--plot FILE.png` draws it
+(claimed before the model loads: a format matplotlib writes, a writable folder, never replacing a file
+without --overwrite). `--truncate N` keeps the first N tokens of a text past the model's context.
 """
 from __future__ import annotations
 
 import argparse
 import json
 
-from minidecoder.cli.common import add_model_options, load_model, parse_options
+import contextlib
+from pathlib import Path
+
+from minidecoder.cli.common import add_model_options, add_output_options, build_cli_method, claim_cli_outputs, load_model
+from minidecoder.errors import InputError
 
 
 def add_parser(subparsers) -> None:
@@ -24,23 +30,39 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the record as JSON (floats rounded to 4 places)")
     parser.add_argument("--plot", metavar="FILE.png", default=None,
                         help="also draw the record (matplotlib: pip install 'minidecoder[plots]')")
+    parser.add_argument("--truncate", type=int, default=None, metavar="N",
+                        help="keep the first N tokens of the text (default: a text past the model's context is an error)")
+    add_output_options(parser, "the --plot file")
     add_model_options(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    # everything that can fail cheaply fails before the model loads
+    if args.truncate is not None and args.truncate < 1:
+        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens", "e.g. --truncate 512")
+    method = build_cli_method(args.method, args.opt)
+    claim = contextlib.nullcontext()
+    if args.plot:
+        from minidecoder.running.figures import check_figure_path
+        check_figure_path(args.plot)
+        claim = claim_cli_outputs(args, [Path(args.plot)])
+    with claim:  # the figure's name is held from here to its write
+        return _explain(args, method)
+
+
+def _explain(args: argparse.Namespace, method) -> int:
     import minidecoder
 
-    options = parse_options(args.opt)
     model = load_model(args)
-    record = minidecoder.explain(model, args.text, args.method, **options)
+    record = minidecoder.explain(model, args.text, method, truncate=args.truncate)
     if args.json:
         print(json.dumps(record.to_dict(), indent=1, ensure_ascii=False))
     else:
         print(record.format())
     if args.plot:
         from minidecoder.running.explain_plot import plot_explanation
-        path = plot_explanation(record, args.plot)
+        path = plot_explanation(record, args.plot, overwrite=args.overwrite)
         if not args.json:
             print(f"plot: {path}")
     return 0

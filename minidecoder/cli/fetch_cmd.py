@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 
+INTERRUPTED = ("interrupted; package files already downloaded stay in the download cache and are reused, a "
+               "half-converted folder is removed; run the same command again to go on")
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(

@@ -9,7 +9,11 @@ pass and unsteered trunk are shared by every steer layer and alpha (minidecoder.
 The report gives every grid point's dev score, the best point, and the blocks computed against
 separate runs of each point. `--layers all` is 1..L (L = the final normed output); values are
 hidden_states indices, negatives counting from the end. Writes PREFIX.json and PREFIX.md (and
-PREFIX-<axis>.png with --plot, which needs matplotlib: `pip install minidecoder[plots]`).
+PREFIX-<axis>.png with --plot, which needs matplotlib: `pip install minidecoder[plots]`), each locked
+from before the model loads until it is written, and none replaced without --overwrite.
+
+Ctrl-C keeps nothing of a sweep: its passes are shared across the whole grid and live in memory until
+the end (minidecoder.evaluation.sweep has no place to keep them yet), so a rerun starts over.
 """
 from __future__ import annotations
 
@@ -17,9 +21,13 @@ import argparse
 import shlex
 from pathlib import Path
 
-from minidecoder.cli.common import add_model_options, build_cli_method, load_model, parse_options
+from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
+                                    check_sizes, claim_cli_outputs, load_model, parse_options)
 from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError
+
+INTERRUPTED = ("interrupted; nothing of the sweep was kept (its shared passes live in memory until the end); "
+               "run the same command again to start over")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,17 +47,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     parser.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json, PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sweep-MODEL-METHOD-DATE)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX-<axis>.png (needs matplotlib)")
-    parser.add_argument("--overwrite", action="store_true", help="replace PREFIX.json / PREFIX.md if they exist")
+    add_output_options(parser, "PREFIX.json / PREFIX.md / PREFIX-<axis>.png")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(parser)
     parser.set_defaults(run=run)
 
 
 def check_grid_options(method_name: str, pairs: list[str]) -> None:
-    """Every --grid KEY is an option of the method (else the sweep would answer with unrelated rules)."""
+    """Every --grid KEY is an option of the method (else the sweep would answer with unrelated rules), and
+    its integer values fit in 64 bits."""
     import dataclasses
 
     import minidecoder.methods
+    from minidecoder.evaluation.sweep import parse_values
+
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if sep:
+            for value in parse_values(raw):
+                check_integers("--grid", key.strip(), value)
 
     cls = minidecoder.methods.METHODS.get(method_name)
     if cls is None or not dataclasses.is_dataclass(cls):
@@ -83,23 +99,52 @@ def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
     return axes
 
 
+def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
+    """The PREFIX-<axis>.png that --plot will write, known before the model loads (`--layers all` counts as
+    several layers), so that they are claimed with the report."""
+    from minidecoder.evaluation.plots import sweep_figure_paths
+    from minidecoder.evaluation.report import report_paths
+    from minidecoder.evaluation.sweep import parse_values
+
+    if not args.plot:
+        return []
+    counts = {}
+    if args.layers is not None:
+        counts["layer"] = 2 if args.layers.strip() == "all" else len(set(map(repr, parse_values(args.layers))))
+    for flag, name in (("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
+        if getattr(args, flag) is not None:
+            counts[name] = len(parse_values(getattr(args, flag)))
+    for pair in args.grid:
+        key, _, raw = pair.partition("=")
+        counts[key.strip()] = len(parse_values(raw))
+    return list(sweep_figure_paths(report_paths(prefix)[0].with_suffix(""), counts).values())
+
+
 def run(args: argparse.Namespace) -> int:
+    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+
+    check_sizes(args, limit_example=200)
+    method = build_cli_method(args.method, args.opt)
+    check_grid_options(args.method, args.grid)
+    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
+    check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
+    resolve_data_dir(args.data)
+    load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # the data read and checked (a gold score "abc")
+    figures = figure_paths(args, prefix)
+    if figures:
+        from minidecoder.running.figures import check_figure_path
+        check_figure_path(figures[0])  # matplotlib installed: found out now, not after the sweep
+    with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held until the last write
+        return _sweep(args, method, prefix)
+
+
+def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
+    from minidecoder.evaluation.report import write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep_report import write_sweep_report
 
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit {args.limit} must be at least 1", "e.g. --limit 200")
-    options = parse_options(args.opt)
-    method = build_cli_method(args.method, args.opt)
-    check_grid_options(args.method, args.grid)
-    fixed = set(options)
-    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
-    from minidecoder.evaluation.report import check_report_prefix, write_or_rescue
-    from minidecoder.evaluation.sts_data import resolve_data_dir
-    check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
-    resolve_data_dir(args.data)
+    fixed = set(parse_options(args.opt))
     model = load_model(args)
     axes = build_axes(args, model.num_layers)
     clash = sorted(fixed & set(axes))
@@ -120,12 +165,13 @@ def run(args: argparse.Namespace) -> int:
         "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
     }
     from minidecoder.evaluation.sweep_report import sweep_markdown
-    json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata), prefix,
-                                         sweep_markdown(result, {}))
+    json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata, args.overwrite),
+                                         prefix, sweep_markdown(result, {}))
     written = [json_path, md_path]
     if args.plot:
         from minidecoder.evaluation.plots import plot_sweep
-        written += plot_sweep(result.to_dict(), json_path.with_suffix(""), metadata["model"])  # r.json -> r-<axis>.png
+        written += plot_sweep(result.to_dict(), json_path.with_suffix(""), metadata["model"],  # r.json -> r-<axis>.png
+                              overwrite=args.overwrite)
     best = result.best
     print(f"best on STS-B dev: {best['options']} -> {best['score']:.2f}" if best else "no finite dev score")
     cost = result.cost

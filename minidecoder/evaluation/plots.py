@@ -2,7 +2,9 @@
 end layer (TP arXiv 2412.11556, the layer figures; CP arXiv 2505.12831, the steer-layer figure).
 
 matplotlib is an optional extra (`pip install minidecoder[plots]`); it is imported only when a
-figure is drawn, with the Agg backend (no display needed).
+figure is drawn, with the Agg backend (no display needed). `running.figures.check_figure_path` is the check a command
+runs before any work (matplotlib installed, a format it writes); figures are written through
+minidecoder.output_files (running/figures.py), so an existing figure is replaced only with `overwrite`.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minidecoder.running.figures import pyplot
+from minidecoder.running.figures import pyplot, save_figure
 
 Curve = tuple[Sequence[Any], Sequence[float | None]]  # (x values, scores; None = not computed)
 
@@ -23,9 +25,11 @@ AXIS_LABELS = {
 
 
 def plot_curves(curves: dict[str, Curve], path: str | Path, xlabel: str, title: str,
-                ylabel: str = "STS-B dev Spearman x100", marks: dict[str, tuple[Any, float]] | None = None) -> Path:
+                ylabel: str = "STS-B dev Spearman x100", marks: dict[str, tuple[Any, float]] | None = None,
+                overwrite: bool = False) -> Path:
     """One line per label; points whose score is None are left out. `marks` (label -> (x, score)):
-    a point to ring on that label's line in its colour, e.g. the point chosen on dev. Returns the PNG path."""
+    a point to ring on that label's line in its colour, e.g. the point chosen on dev. Returns the PNG path;
+    an existing file there is replaced only with `overwrite`."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for label, (xs, ys) in curves.items():
@@ -50,11 +54,10 @@ def plot_curves(curves: dict[str, Curve], path: str | Path, xlabel: str, title: 
     if len(curves) > 1 or marks:
         ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, overwrite)
+    finally:
+        plt.close(fig)
 
 
 def sweep_curves(sweep: dict, axis: str, max_lines: int = 8) -> dict[str, Curve]:
@@ -77,15 +80,16 @@ def sweep_curves(sweep: dict, axis: str, max_lines: int = 8) -> dict[str, Curve]
     return curves
 
 
-def plot_sweep(sweep: dict, prefix: str | Path, model: str = "?") -> list[Path]:
-    """PREFIX-<axis>.png for every axis with more than one value; returns the paths written."""
+def sweep_figure_paths(prefix: str | Path, axes: dict[str, int]) -> dict[str, Path]:
+    """axis -> PREFIX-<axis>.png, for every axis (name -> number of values) with more than one value."""
     prefix = Path(prefix)
-    written = []
+    return {axis: prefix.with_name(f"{prefix.name}-{axis}.png") for axis, count in axes.items() if count > 1}
+
+
+def plot_sweep(sweep: dict, prefix: str | Path, model: str = "?", overwrite: bool = False) -> list[Path]:
+    """PREFIX-<axis>.png for every axis with more than one value; returns the paths written."""
     method = sweep["method"].get("method", "?")
-    for axis, values in sweep["axes"].items():
-        if len(values) < 2:
-            continue
-        path = prefix.with_name(f"{prefix.name}-{axis}.png")
-        written.append(plot_curves(sweep_curves(sweep, axis), path, AXIS_LABELS.get(axis, axis),
-                                   f"{method} on {model}: STS-B dev against {axis}"))
-    return written
+    paths = sweep_figure_paths(prefix, {axis: len(values) for axis, values in sweep["axes"].items()})
+    return [plot_curves(sweep_curves(sweep, axis), path, AXIS_LABELS.get(axis, axis),
+                        f"{method} on {model}: STS-B dev against {axis}", overwrite=overwrite)
+            for axis, path in paths.items()]

@@ -145,17 +145,12 @@ def to_markdown(results: dict, stamp: dict) -> str:
     )
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Written under a temporary name and renamed: a failed write never leaves half a report."""
-    import os
+def _write_whole(path: Path, text: str, overwrite: bool = False) -> None:
+    """Through minidecoder.output_files: whole (a failed write never leaves half a report), under the
+    report's lock, and never replacing a file unless `overwrite`."""
+    from minidecoder.output_files import write_whole
 
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_whole(path, text.encode("utf-8"), overwrite)
 
 
 def report_paths(prefix: str | Path) -> tuple[Path, Path]:
@@ -167,14 +162,15 @@ def report_paths(prefix: str | Path) -> tuple[Path, Path]:
     return prefix.with_name(prefix.name + ".json"), prefix.with_name(prefix.name + ".md")
 
 
-def write_report(prefix: str | Path, results: dict, metadata: dict) -> tuple[Path, Path]:
-    """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here."""
+def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: bool = False) -> tuple[Path, Path]:
+    """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here.
+    An existing file is replaced only with `overwrite`."""
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
     _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False,
-                                       default=str) + "\n")
-    _write_whole(md_path, to_markdown(results, stamp))
+                                       default=str) + "\n", overwrite)
+    _write_whole(md_path, to_markdown(results, stamp), overwrite)
     return json_path, md_path
 
 
@@ -183,7 +179,7 @@ def check_report_prefix(prefix: str | Path, overwrite: bool) -> None:
     """Before a run: PREFIX is not a folder, PREFIX.json / .md do not exist (unless `overwrite`), and their
     folder is writable. Raises InputError / OutputError naming the problem."""
     from minidecoder.errors import InputError
-    from minidecoder.outputs import check_writable_folder
+    from minidecoder.output_files import check_writable_folder
 
     prefix = Path(prefix)
     if not prefix.name or prefix.is_dir() or str(prefix).endswith(("/", "\\")):
@@ -196,6 +192,14 @@ def check_report_prefix(prefix: str | Path, overwrite: bool) -> None:
             raise InputError(f"--output {prefix}: {path} already exists; results are never overwritten silently",
                              "pass --overwrite to replace it, or choose another prefix")
     check_writable_folder(prefix.parent, "the --output folder")
+
+
+def work_folder(prefix: str | Path) -> Path:
+    """Where a run on PREFIX keeps its finished work until the report is written: `.PREFIX.json.partial`
+    beside the report (named after the JSON, so that `eval --output r.npy` never meets `embed --output
+    r.npy`'s own `.r.npy.partial`)."""
+    json_path, _ = report_paths(prefix)
+    return json_path.parent / f".{json_path.name}.partial"
 
 
 def unsaved_results_dir() -> Path:
@@ -215,7 +219,7 @@ def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
     prefix = Path(prefix)
     try:
         return write(prefix)
-    except OSError as error:
+    except (OSError, OutputError) as error:  # OutputError: a file appeared at the name meanwhile
         first = error
     print(table)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -224,8 +228,9 @@ def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
         rescue.parent.mkdir(parents=True, exist_ok=True)
         saved = write(rescue)
         where = f"the report was saved to {saved[0]} and {saved[1]} instead (the table is above)"
-    except OSError as error:
+    except (OSError, OutputError) as error:
         where = f"saving it to {rescue.parent} failed too ({error}); the table above is all that is left"
     print(f"minidecoder: writing {prefix}.json failed", file=sys.stderr)
-    raise OutputError(f"writing the report to {prefix}.json / .md failed ({first.strerror or first}); {where}",
+    why = first.problem if isinstance(first, OutputError) else first.strerror or first
+    raise OutputError(f"writing the report to {prefix}.json / .md failed ({why}); {where}",
                       "move it where you want it, and fix or change --output next time") from None

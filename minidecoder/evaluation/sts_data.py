@@ -24,10 +24,15 @@ score (Spearman is invariant to reordering pairs) and is not reproduced: pairs k
 
 Scoring convention (the fork's `run`): STS12-16 report "all", one Spearman over the concatenation
 of every subset of the year; STS-B and SICK-R report their single split.
+
+Every gold score is read as SentEval reads it (`float`) and must be a finite number: a score `abc` or
+`nan` is named with its file and line when the data is read, before anything is embedded (SentEval
+would fail on `abc` and rank `nan` arbitrarily at the end).
 """
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +130,18 @@ def _not_utf8(path: Path, error: UnicodeDecodeError) -> InputError:
                       "(e.g. `iconv -f latin1 -t utf-8`)")
 
 
+def _gold(text: str, path: Path, number: int) -> float:
+    """A gold score as SentEval reads it (`float`), refused unless it is a finite number."""
+    try:
+        score = float(text)
+    except ValueError:
+        score = None
+    if score is None or not math.isfinite(score):
+        raise InputError(f"STS data file {path} line {number}: the gold score {text!r} is not a finite number",
+                         "restore the file unchanged from SentEval's download script")
+    return score
+
+
 def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTask:
     """STS12..STS16 from `<name>-en-test/STS.input.<subset>.txt` and `STS.gs.<subset>.txt`."""
     folder = f"{name}-en-test"
@@ -151,7 +168,7 @@ def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTas
                 continue
             s1s.append(" ".join(columns[0].split()))
             s2s.append(" ".join(columns[1].split()))
-            gold.append(float(score))
+            gold.append(_gold(score, data_dir / gold_name, number))
         subsets[subset] = _limited(StsSubset(subset, s1s, s2s, gold), limit)
     return StsTask(name, "all", subsets, data_dir, files, limit)
 
@@ -177,7 +194,7 @@ def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -
                 )
             s1s.append(" ".join(columns[s1].split()))
             s2s.append(" ".join(columns[s2].split()))
-            gold.append(float(columns[score]))
+            gold.append(_gold(columns[score], path, number))
     return s1s, s2s, gold
 
 

@@ -81,8 +81,9 @@ def _ratio_text(cost: dict) -> str:
     return "n/a" if not ratio else f"{ratio:.3f} of the naive grid, {1 / ratio:.1f}x fewer"
 
 
-def write_sweep_report(prefix, result: SweepResult, metadata: dict):
-    """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.build_stamp`)."""
+def write_sweep_report(prefix, result: SweepResult, metadata: dict, overwrite: bool = False):
+    """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.build_stamp`); an existing file is
+    replaced only with `overwrite`."""
     import json
 
     from minidecoder.evaluation.report import _json_safe, _write_whole, build_stamp, report_paths
@@ -91,6 +92,6 @@ def write_sweep_report(prefix, result: SweepResult, metadata: dict):
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, {"data_dir": result.data_dir, "data_files": result.data_files, "limit": result.limit})
     _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
-                                       allow_nan=False, default=str) + "\n")
-    _write_whole(md_path, sweep_markdown(result, stamp))
+                                       allow_nan=False, default=str) + "\n", overwrite)
+    _write_whole(md_path, sweep_markdown(result, stamp), overwrite)
     return json_path, md_path

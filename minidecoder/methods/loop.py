@@ -316,7 +316,7 @@ class Forward:
         folding = self.step.folds and i in self.step.blocks
         blocked = folding and s.fast.blocked_fusion_from is not None and h.shape[1] >= s.fast.blocked_fusion_from
         wanted = record | ({"q", "k"} if blocked else {"pattern"} if folding else set())
-        if not wanted and not edits and s.fast.compiled:
+        if not wanted and not edits and s.fast.compiled and ctx.cache is None:  # cached calls: fast/compiled.py
             return compiled_block_forward(block, h, ctx)
         if s.watch is not None:
             edits = {name: self._watched(i, name, edit) for name, edit in edits.items()}

@@ -13,6 +13,7 @@ import torch
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
 from minidecoder.methods import Method, build_method
 from minidecoder.running.memory import split_for_memory
+from minidecoder.running.texts import check_text
 
 
 def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int = 32,
@@ -44,7 +45,7 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
     if truncate is not None:
-        texts = _truncate_texts(model.tokenizer, texts, truncate, report)
+        texts = truncate_texts(model.tokenizer, texts, truncate, report)
     # Sort by token count (characters mislead: digits, rare words and non-Latin text take more tokens
     # per character), stable, so that a batch's rows need little padding; `out[index]` below puts
     # every vector back in input order.
@@ -88,6 +89,7 @@ def _as_text_list(texts) -> list[str]:
             raise ArgumentTypeError(f"texts must be a list of strings; text {row} is a {type(text).__name__} "
                                     f"({text!r:.40})",
                                     "convert every item to str first")
+        check_text(text, f"text {row}")
     return texts
 
 
@@ -139,7 +141,7 @@ def nonfinite_hint(model) -> str:
             "if they look sane")
 
 
-def _truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None) -> list[str]:
+def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None) -> list[str]:
     """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
@@ -158,6 +160,28 @@ def _truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict |
         warnings.warn(f"truncate={max_tokens}: {len(cut)} of {len(texts)} texts were cut to their first {max_tokens} "
                       f"tokens (rows {sorted(cut)[:10]}{'...' if len(cut) > 10 else ''})", stacklevel=3)
     return out
+
+
+def truncate_that_fits(tokenizer, text: str, method: Method, excess: int) -> int:
+    """The largest `truncate` N whose cut of `text` is at least `excess` tokens shorter as the method holds
+    it (a SentEval-style method joins the words and may add a period), or 0 when none is. A method that
+    holds the text twice (Echo) sheds twice as much: N is then safe, not tight."""
+    def seen(piece: str) -> int:
+        if getattr(method, "senteval_text", False):
+            from minidecoder.methods.text import prepare_texts
+            piece = prepare_texts([piece], True)[0]
+        return len(tokenizer.encode(piece, add_special_tokens=False))
+
+    target = seen(text) - excess
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    low, high = 0, len(ids)  # the answer lies in [low, high]; seen() grows with N
+    while low < high:
+        middle = (low + high + 1) // 2
+        if seen(text[:offsets[middle - 1][1]]) <= target:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _locate_nonfinite(model, method: Method, text: str) -> str:

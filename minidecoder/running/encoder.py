@@ -5,10 +5,19 @@
     encoder.similarity(vectors, vectors)                                          # torch (2, 2) cosines
 
 `encode` follows `SentenceTransformer.encode` (sentence-transformers 6.2) argument for argument, so
-code written for sentence-transformers runs unchanged: a bare string gives one vector (E,), a list
-gives (N, E); numpy float32 by default, a torch tensor with `convert_to_tensor=True` (which wins over
-`convert_to_numpy`), a list of per-sentence tensors when both are False; `normalize_embeddings`
-L2-normalizes; `show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there.
+code written for sentence-transformers runs unchanged: `inputs` (or the older `sentences=`): a bare
+string gives one vector (E,), a list gives (N, E); numpy float32 by default, a torch tensor with
+`convert_to_tensor=True` (which wins over `convert_to_numpy`), a list of per-sentence tensors when both
+are False; `prompt` (or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`)
+is put before every text, as there; `truncate_dim` keeps the first N dimensions, then
+`normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
+sentence-transformers' own `quantize_embeddings` (which needs it installed), in its order;
+`show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there.
+
+Refused with a message naming the argument: `output_value` other than "sentence_embedding" (a method
+pools inside its own loop: there are no token embeddings to give), `pool=`, `chunk_size=` and a list of
+devices (one process here), `device=` other than the model's (a minidecoder model is loaded on its
+device, not moved), and any other keyword (sentence-transformers passes those to its modules).
 `minidecoder.embed` stays the low-level call (list in, torch (N, E) out); this class only adapts it.
 """
 from __future__ import annotations
@@ -20,8 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from minidecoder.errors import InputError
+from minidecoder.errors import ArgumentTypeError, InputError
 from minidecoder.methods import Method, build_method
+
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # sentence-transformers' ALLOWED_PRECISIONS
 
 _logger = logging.getLogger("minidecoder")
 
@@ -34,10 +45,13 @@ class SentenceEncoder:
     method: a method name (`minidecoder embed --help` lists them) or a method object; `method_options`
         are its options by name, as in `minidecoder.embed`.
     truncate: keep the first N tokens of each text instead of refusing a text longer than the context.
+    prompts / default_prompt_name: as sentence-transformers' constructor (`{"query": "query: "}`), for
+        `encode(prompt_name=...)`.
     """
 
     def __init__(self, model: Any = None, method: str | Method = "prompteol", *, dtype: str = "float32",
-                 device: str = "cpu", truncate: int | None = None, **method_options: Any) -> None:
+                 device: str = "cpu", truncate: int | None = None, prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None, **method_options: Any) -> None:
         from minidecoder.core.model import Decoder
         from minidecoder.running.load_model import load
 
@@ -54,9 +68,17 @@ class SentenceEncoder:
             raise InputError(f"model {type(model).__name__} is not a minidecoder model",
                              "pass a name or folder, or a model from minidecoder.load()")
         method.check(model)  # a bad layer fails here, not at the first encode
+        prompts = dict(prompts or {})
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in prompts.items()):
+            raise ArgumentTypeError(f"prompts={prompts!r} must map names to texts", "e.g. prompts={'query': 'query: '}")
+        if default_prompt_name is not None and default_prompt_name not in prompts:
+            raise InputError(f"default_prompt_name={default_prompt_name!r} is not a key of prompts {list(prompts)}",
+                             "add it to prompts, or leave default_prompt_name out")
         self.model = model
         self.method = method
         self.truncate = truncate
+        self.prompts = prompts
+        self.default_prompt_name = default_prompt_name
 
     @property
     def embedding_dim(self) -> int:
@@ -76,20 +98,33 @@ class SentenceEncoder:
     def __repr__(self) -> str:
         return f"SentenceEncoder({self.name}, {self.method.describe()})"
 
-    def encode(self, sentences: str | list[str], batch_size: int = 32, show_progress_bar: bool | None = None,
-               convert_to_numpy: bool = True, convert_to_tensor: bool = False, normalize_embeddings: bool = False,
-               device: str | torch.device | None = None) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
-        """Embeddings of `sentences` in input order; see the module docstring for the return types."""
-        # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
-        batch = isinstance(sentences, (list, tuple)) or (isinstance(sentences, np.ndarray) and sentences.ndim >= 1
-                                                         and sentences.dtype.kind in ("U", "O"))
-        single = not batch
-        texts = [sentences] if single else [str(t) if isinstance(t, np.str_) else t for t in sentences]
+    def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
+               batch_size: int = 32, show_progress_bar: bool | None = None,
+               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False,
+               device: str | torch.device | list | None = None, normalize_embeddings: bool = False,
+               truncate_dim: int | None = None, pool: Any = None, chunk_size: int | None = None,
+               **kwargs: Any) -> np.ndarray | torch.Tensor | list:
+        """Embeddings of `inputs` in input order; see the module docstring for the arguments and returns."""
+        inputs = _inputs_argument(inputs, kwargs)
+        _refuse_unsupported(output_value, pool, chunk_size, device, precision, kwargs)
         if device is not None and torch.device(device) != self.model.device:
             # sentence-transformers moves the model here; a minidecoder model keeps RoPE tables beside its
             # parameters, so it is loaded on its device instead of moved.
             raise InputError(f"encode(device={str(device)!r}) but the model is on {self.model.device}",
                              f"load it there: SentenceEncoder(name, method, device={str(device)!r})")
+        if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                         or truncate_dim < 1):
+            raise InputError(f"encode(truncate_dim={truncate_dim!r}) must be a positive number of dimensions",
+                             f"e.g. truncate_dim=256 keeps the first 256 of {self.embedding_dim}")
+        # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
+        batch = isinstance(inputs, (list, tuple)) or (isinstance(inputs, np.ndarray) and inputs.ndim >= 1
+                                                      and inputs.dtype.kind in ("U", "O"))
+        single = not batch
+        texts = [inputs] if single else [str(t) if isinstance(t, np.str_) else t for t in inputs]
+        prompt = self._resolve_prompt(prompt, prompt_name)
+        if prompt:
+            texts = [prompt + text if isinstance(text, str) else text for text in texts]
         if show_progress_bar is None:
             show_progress_bar = logging.getLogger().getEffectiveLevel() in (logging.INFO, logging.DEBUG)
         from minidecoder.running.embedding import embed
@@ -98,8 +133,12 @@ class SentenceEncoder:
             return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         vectors = embed(self.model, texts, self.method, batch_size=batch_size, progress=show_progress_bar,
                         truncate=self.truncate)  # (N, E) float32 on the CPU
+        if truncate_dim is not None:
+            vectors = vectors[:, :truncate_dim]  # before normalizing, as sentence-transformers does
         if normalize_embeddings:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        if precision != "float32":
+            return _quantized(vectors, precision, convert_to_tensor, convert_to_numpy, single)
         if convert_to_tensor:
             return vectors[0] if single else vectors
         if convert_to_numpy:
@@ -107,6 +146,23 @@ class SentenceEncoder:
             return array[0] if single else array
         rows = list(vectors)  # sentence-transformers' list of (E,) tensors
         return rows[0] if single else rows
+
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        """`prompt`, else `prompts[prompt_name]`, else the default prompt, as sentence-transformers resolves it."""
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise ArgumentTypeError(f"encode(prompt={prompt!r}) must be a text", "e.g. prompt='query: '")
+            return prompt
+        if prompt_name is not None:
+            if prompt_name not in self.prompts:
+                raise InputError(f"encode(prompt_name={prompt_name!r}) is not one of this encoder's prompts "
+                                 f"{list(self.prompts)}",
+                                 "give the prompts when building it: SentenceEncoder(..., prompts={'query': 'query: '})"
+                                 ", or pass prompt='...' itself")
+            return self.prompts[prompt_name]
+        if self.default_prompt_name is not None:
+            return self.prompts[self.default_prompt_name]
+        return None
 
     def similarity(self, a: Any, b: Any) -> torch.Tensor:
         """Cosine similarity of every row of `a` with every row of `b`: (N, M) torch float32, as
@@ -121,6 +177,64 @@ class SentenceEncoder:
             raise InputError(f"similarity_pairwise needs equal shapes, got {tuple(a.shape)} and {tuple(b.shape)}",
                              "pass two sets with the same number of vectors")
         return torch.nn.functional.cosine_similarity(a, b, dim=1)
+
+
+def _inputs_argument(inputs: Any, kwargs: dict[str, Any]) -> Any:
+    """`inputs`, or the older name `sentences=` (sentence-transformers still takes it, with a warning)."""
+    if "sentences" in kwargs:
+        sentences = kwargs.pop("sentences")
+        if inputs is not None:
+            raise ArgumentTypeError("encode() got both inputs= and sentences=", "pass the texts once, as inputs")
+        return sentences
+    if inputs is None:
+        raise ArgumentTypeError("encode() needs the texts to embed", "e.g. encoder.encode(['a sentence'])")
+    return inputs
+
+
+def _refuse_unsupported(output_value: Any, pool: Any, chunk_size: Any, device: Any, precision: Any,
+                        kwargs: dict[str, Any]) -> None:
+    """sentence-transformers' arguments this encoder cannot honour, each named with the reason."""
+    if output_value != "sentence_embedding":
+        raise InputError(f"encode(output_value={output_value!r}) is not supported: a minidecoder method pools "
+                         "inside its own loop, so only sentence embeddings exist",
+                         "leave output_value out (\"sentence_embedding\")")
+    if pool is not None or chunk_size is not None or isinstance(device, list):
+        given = "pool=" if pool is not None else "chunk_size=" if chunk_size is not None else "a list of devices"
+        raise InputError(f"encode() with {given} asks for multi-process encoding, which a SentenceEncoder does not do",
+                         "call encode in one process (split the texts yourself to use several)")
+    if precision not in PRECISIONS:
+        raise InputError(f"encode(precision={precision!r}) is not one of {', '.join(PRECISIONS)}",
+                         "e.g. precision='int8'")
+    if kwargs:
+        raise ArgumentTypeError(f"encode() got keyword argument(s) {sorted(kwargs)} that a SentenceEncoder does not "
+                                "take (sentence-transformers passes such keywords to its modules)",
+                                "drop them; the method's options go to SentenceEncoder(model, method, **options)")
+
+
+def _quantized(vectors: torch.Tensor, precision: str, convert_to_tensor: bool, convert_to_numpy: bool,
+               single: bool) -> np.ndarray | torch.Tensor | list:
+    """sentence-transformers' `quantize_embeddings` of the whole set, returned as its encode returns it."""
+    try:
+        from sentence_transformers.util.quantization import quantize_embeddings
+    except ImportError:
+        try:
+            from sentence_transformers.quantization import quantize_embeddings
+        except ImportError:
+            raise InputError(f"encode(precision={precision!r}) quantizes with sentence-transformers, which is not "
+                             "installed", "pip install 'minidecoder[st]', or leave precision at 'float32'") from None
+    try:
+        array = quantize_embeddings(vectors, precision)  # numpy, (N, E) or packed bits (N, E / 8)
+    except ValueError as error:  # e.g. int8 ranges from a single embedding
+        raise InputError(f"encode(precision={precision!r}): {error}",
+                         "encode several texts at once (the ranges come from them), or use precision='binary' / "
+                         "'ubinary', which need no ranges") from None
+    if convert_to_tensor:
+        out = torch.as_tensor(array)
+    elif convert_to_numpy:
+        out = array
+    else:
+        out = list(torch.from_numpy(array))
+    return out[0] if single else out
 
 
 def _as_matrix(x: Any) -> torch.Tensor:

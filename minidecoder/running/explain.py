@@ -24,10 +24,12 @@ from typing import Any
 
 import torch
 
-from minidecoder.errors import InputError
+from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods import Method, build_method
 from minidecoder.methods.loop import Forward, Pass, run_passes
+from minidecoder.running.embedding import truncate_texts, truncate_that_fits
 from minidecoder.running.explain_text import CONVENTION, format_explanation
+from minidecoder.running.texts import check_text
 
 DIGITS = 4  # floats in `to_dict`: enough to see a change, few enough that rounding noise does not show
 
@@ -160,19 +162,33 @@ def _name_roles(records: list[PassRecord]) -> None:
                 r.role = f"{role} {k + 1} of {len(same)}"
 
 
-def explain(model, text: str, method: str | Method = "tp", **options) -> Explanation:
+def explain(model, text: str, method: str | Method = "tp", truncate: int | None = None, **options) -> Explanation:
     """One text through one method, recorded block by block (see the module docstring).
 
-    method: a registered name with its options (as for `minidecoder.embed`) or a method object."""
+    method: a registered name with its options (as for `minidecoder.embed`) or a method object.
+    truncate: keep the first N tokens of a text past the model's context (with a warning), as `embed`."""
     if isinstance(method, str):
         method = build_method(method, **options)
     elif options:
         raise InputError("options were given together with a method object", "set them on the method object")
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"explain needs one non-empty text, got {text!r}", 'pass e.g. "A man plays a guitar."')
+    check_text(text, "the text")
     if model.tokenizer is None:
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
+    if truncate is not None:
+        (text,) = truncate_texts(model.tokenizer, [text], truncate, None)
+    try:
+        return _record(model, text, method)
+    except ContextLengthError as error:  # the message inside speaks of embed's truncate: say what explain takes
+        fits = truncate_that_fits(model.tokenizer, text, method, error.length - error.limit)
+        fix = (f"pass truncate={fits} (CLI: explain --truncate {fits}) to keep the first {fits} tokens of the text, "
+               "or shorten it" if fits >= 1 else "shorten the text or use a method with a shorter prompt")
+        raise ContextLengthError(error.problem, fix, length=error.length, limit=error.limit) from None
+
+
+def _record(model, text: str, method: Method) -> Explanation:
     with torch.inference_mode():
         watcher = Watcher(model)
         embedding = run_passes(model, method.passes(model, [text]), watch=watcher)[0].float()

@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from minidecoder.running.explain import Explanation
-from minidecoder.running.figures import pyplot
+from minidecoder.running.figures import pyplot, save_figure
 
 POSITIONS = ("block", "target", "source", "position", "head")  # keys that say where, not how much
 
 
-def plot_explanation(record: Explanation, path: str | Path) -> Path:
+def plot_explanation(record: Explanation, path: str | Path, overwrite: bool = False) -> Path:
+    """The figure of `record` at `path` (its suffix names the format); an existing file is replaced only
+    with `overwrite` (minidecoder.output_files)."""
     plt = pyplot()
     matrices = {name: value for name, value in record.details.items() if value.dim() == 2}
     panels = 1 + len(matrices)
@@ -31,10 +33,10 @@ def plot_explanation(record: Explanation, path: str | Path) -> Path:
         ax.set_title(name, fontsize=9)
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, overwrite)
+    finally:
+        plt.close(fig)
 
 
 def _events_panel(ax, record: Explanation) -> None:

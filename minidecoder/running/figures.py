@@ -2,6 +2,8 @@
 place that imports it (the sweeps' figures and the audit view's). It is the optional `plots` extra."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from minidecoder.errors import MinidecoderError
 
 
@@ -14,3 +16,25 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def check_figure_path(path: str | Path, flag: str = "--plot") -> None:
+    """Before any work: matplotlib is installed and writes the format `path`'s suffix names."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    pyplot()
+    path = Path(path)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise MinidecoderError(f"{flag} {path}: matplotlib cannot write a {path.suffix or 'suffix-less'} figure",
+                               f"name it FILE.png (or one of .{', .'.join(sorted(formats))})")
+
+
+def save_figure(fig, path: str | Path, overwrite: bool = False) -> Path:
+    """`fig` written to `path` through minidecoder.output_files (whole, locked, replaced only with
+    `overwrite`), in the format its suffix names."""
+    from minidecoder.output_files import write_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_file(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".") or "png"), overwrite)

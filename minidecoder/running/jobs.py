@@ -3,8 +3,9 @@
     run_embedding_job(model, "prompteol", "sentences.txt", "vectors.npy", chunk_size=1024)
 
 Input: a `.txt` file with one text per line, or a `.jsonl` file with one object per line holding a
-"text" string. The file is read line by line (never whole); invalid UTF-8, a blank line, a JSON line
-without "text" is an error naming the line.
+"text" string. The file is read line by line (never whole); a line ends at `\\n`, `\\r\\n` or a lone `\\r`
+(old Mac files: `a\\rb\\rc\\r` is three rows, as a user expects). Invalid UTF-8, a blank line, a JSON line
+without "text", a text holding a lone surrogate is an error naming the line.
 
 Work happens in a folder beside the output, `.NAME.partial/`:
 
@@ -17,9 +18,10 @@ Work happens in a folder beside the output, `.NAME.partial/`:
 A run that finds the folder resumes from the chunks already there (after Ctrl-C or kill -9), provided
 the manifest matches; with other settings it refuses and says which ones differ. Chunks are computed
 independently (length-sorted batches within a chunk), so a resumed job writes byte-identical output.
-At the end the chunks are assembled into the output through a memory map (`.npy`) or a streamed
-`.safetensors` file, written under a temporary name and renamed atomically; then the folder is removed.
-An existing output is never overwritten without `overwrite=True`.
+At the end the chunks are streamed into the output (`.npy` or `.safetensors`) under a temporary name,
+published through minidecoder.output_files (never replacing a file without `overwrite=True`, even one
+that appeared during the run); then the folder is removed. The output and its sidecar are claimed
+(locked, checked) for the whole job.
 
 Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
 entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from minidecoder.errors import InputError, MinidecoderError, OutputError, describe_unusable_file
-from minidecoder.outputs import check_writable_folder, output_lock
+from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
+from minidecoder.output_files import claim_outputs, publish, write_whole
+from minidecoder.running.texts import check_text
 from minidecoder.sources.checksums import model_identity
 
 MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
@@ -55,8 +59,8 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     or a callable `progress(done_rows, total_rows)` called after each chunk. extra_metadata: more
     entries for the output's metadata (e.g. the command line); they are not part of the manifest.
     wait: when another run holds the output's lock, wait for it instead of refusing.
-    Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run,
-    truncated rows.
+    Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run, rows
+    computed now, truncated rows.
     """
     from minidecoder.methods import Method, build_method
 
@@ -77,11 +81,45 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     check_output_free(output_path, overwrite)
     method.check(model)
     kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
-    check_writable_folder(output_path.parent)
-    with output_lock(output_path, wait=wait):
-        check_output_free(output_path, overwrite)  # a run we waited for may have just written it
+    with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
-                           extra_metadata, kind, checksum, total)
+                           extra_metadata, kind, checksum, total, overwrite)
+
+
+def job_outputs(output_path: str | Path) -> list[Path]:
+    """The files a job writes: the output, and for `.npy` its metadata sidecar `NAME.npy.json`."""
+    output_path = Path(output_path)
+    sidecar = output_path.with_name(output_path.name + ".json")
+    return [output_path, sidecar] if output_path.suffix == ".npy" else [output_path]
+
+
+def embed_resumably(model, method, texts: list[str], work: str | Path, batch_size: int = 32,
+                    progress: bool | Callable[[int, int], None] = False,
+                    chunk_size: int = 1024) -> tuple["torch.Tensor", dict[str, Any]]:
+    """`embed(model, texts, method)` as a job in the folder `work`, so that Ctrl-C or a kill keeps every
+    finished chunk there and the same call resumes from them (`minidecoder eval sts` uses it). Returns
+    the (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back.
+
+    The texts are written as JSON Lines with ASCII escapes, so no character inside a text (a line
+    break, U+2028) can split a row."""
+    import torch
+
+    work = Path(work)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        source = work / "texts.jsonl"
+        data = "".join(json.dumps({"text": text}) + "\n" for text in texts).encode("ascii")
+        if not source.is_file() or source.read_bytes() != data:
+            _atomic_write(source, data)
+    except OSError as error:
+        raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
+                          "free space or fix permissions there, then run the same command again") from None
+    output = work / "embeddings.npy"
+    summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
+                                progress=progress, overwrite=True)
+    vectors = torch.from_numpy(np.load(output))  # (N, E)
+    shutil.rmtree(work, ignore_errors=True)
+    return vectors, summary
 
 
 def check_output_free(output_path: Path, overwrite: bool) -> None:
@@ -98,7 +136,7 @@ def check_output_free(output_path: Path, overwrite: bool) -> None:
 
 def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: int, batch_size: int, progress,
                 truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
-                total: int) -> dict[str, Any]:
+                total: int, overwrite: bool) -> dict[str, Any]:
     from minidecoder.running.embedding import embed
 
     manifest = {
@@ -117,7 +155,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
 
     num_chunks = (total + chunk_size - 1) // chunk_size
     reused = sum(_chunk_done(work, k) for k in range(num_chunks))
-    computed = 0
+    computed = rows_computed = 0
     bar = _bar(total, progress)
     done = 0
     try:
@@ -133,15 +171,14 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
                                                            for r, n in report.get("truncated_rows", {}).items()}}
             _write_chunk(work, k, vectors.numpy(), info, num_chunks)
             computed += 1
+            rows_computed += len(texts)
             done += len(texts)
             _advance(bar, progress, done, total, len(texts))
     except KeyboardInterrupt:
         saved = sum(_chunk_done(work, k) for k in range(num_chunks))
         if created and saved == 0:
             shutil.rmtree(work, ignore_errors=True)
-            raise JobInterrupted("interrupted before the first chunk was finished; nothing was saved") from None
-        raise JobInterrupted(f"interrupted; {saved} of {num_chunks} chunks are saved in {work}; run the same "
-                             "command again to resume") from None
+        raise JobInterrupted(saved, num_chunks, work) from None
     except BaseException:
         # A job that failed before finishing a chunk (a refused option, a too-long text) leaves nothing
         # behind, so its corrected rerun is never told about an "interrupted job with other settings".
@@ -156,10 +193,10 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
     for k in range(num_chunks):
         truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
     metadata = {**(extra_metadata or {}), **manifest, "rows": total, "truncated_rows": truncated}
-    dim = _assemble(work, num_chunks, total, output_path, metadata)
+    dim = _assemble(work, num_chunks, total, output_path, metadata, overwrite)
     shutil.rmtree(work, ignore_errors=True)
     return {"output": str(output_path), "rows": total, "dim": dim, "chunks_computed": computed,
-            "chunks_reused": reused, "truncated_rows": len(truncated)}
+            "chunks_reused": reused, "rows_computed": rows_computed, "truncated_rows": len(truncated)}
 
 
 # ---- input ---------------------------------------------------------------------------------------------
@@ -184,8 +221,7 @@ def _scan(path: Path, kind: str) -> tuple[str, int]:
     digest = hashlib.sha256()
     count = 0
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            digest.update(raw)
+        for number, raw in enumerate(read_lines(handle, digest.update), start=1):
             _parse_line(raw, number, path, kind)
             count += 1
     return digest.hexdigest(), count
@@ -193,8 +229,34 @@ def _scan(path: Path, kind: str) -> tuple[str, int]:
 
 def _read_texts(path: Path, kind: str) -> Iterator[str]:
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(read_lines(handle), start=1):
             yield _parse_line(raw, number, path, kind)
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def read_lines(handle, on_block: Callable[[bytes], None] | None = None, block: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary file, without their ends. A line ends at `\\n`, `\\r\\n` or a lone `\\r`;
+    a final line end makes no empty row. Streamed in blocks (an old Mac file has no `\\n` at all, so
+    reading by `\\n` would read it whole); `on_block` sees every block read (for the file's sha256)."""
+    pending = b""
+    while True:
+        data = handle.read(block)
+        if data and on_block is not None:
+            on_block(data)
+        pending += data
+        start = 0
+        for match in _LINE_END.finditer(pending):
+            if data and match.end() == len(pending) and match.group() == b"\r":
+                break  # perhaps the first half of a \r\n cut by the block's edge: the next block decides
+            yield pending[start:match.start()]
+            start = match.end()
+        pending = pending[start:]
+        if not data:
+            break
+    if pending:
+        yield pending
 
 
 def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
@@ -206,7 +268,6 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
                          "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`") from None
     if number == 1 and line.startswith("\ufeff"):
         line = line[1:]  # a UTF-8 byte order mark is not text
-    line = line.rstrip("\r\n")
     if kind == "jsonl":
         try:
             record = json.loads(line)
@@ -216,6 +277,7 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise InputError(f'{path} line {number} has no string "text" field', 'write e.g. {"text": "a sentence"}')
         line = record["text"]
+        check_text(line, f"{path} line {number}")  # "\ud800" is valid JSON, not Unicode text
     if not line.strip():
         raise InputError(f"{path} line {number} is empty or whitespace-only",
                          "remove it (row i of the output is line i of the input, so blank lines are not skipped)")
@@ -234,8 +296,17 @@ def _chunks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
 
 
 # ---- the work folder -------------------------------------------------------------------------------------
-class JobInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a job; str() says what was saved (printed once, by the CLI)."""
+class JobInterrupted(Interrupted):
+    """Ctrl-C during a job: `saved` of `chunks` chunks are kept in `work`; str() says so and how to resume."""
+
+    def __init__(self, saved: int, chunks: int, work: Path) -> None:
+        self.saved, self.chunks, self.work = saved, chunks, work
+        if saved == 0:
+            line = "interrupted before the first chunk was finished; nothing was kept; run the same command again"
+        else:
+            line = (f"interrupted; {saved} of {chunks} chunks are saved in {work}; run the same command again to "
+                    "resume")
+        super().__init__(line)
 
 
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
@@ -324,13 +395,19 @@ def _load_chunk(work: Path, k: int) -> np.ndarray:
 
 
 # ---- output ----------------------------------------------------------------------------------------------
-def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any]) -> int:
-    """Copy the chunks into `output` one at a time; atomic rename at the end. Returns the dimension.
+def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any],
+              overwrite: bool) -> int:
+    """Copy the chunks into `output` one at a time; published whole at the end. Returns the dimension.
 
-    A failed write (a full disk) removes the half-written file, keeps every chunk, and says so."""
+    A failed write (a full disk, a file that appeared at the output's name) removes the half-written
+    file, keeps every chunk, and says so."""
     tmp = work / ("assembled" + output.suffix)
     try:
-        return _assemble_to(work, num_chunks, total, output, metadata, tmp)
+        return _assemble_to(work, num_chunks, total, output, metadata, tmp, overwrite)
+    except OutputError as error:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{error.problem}; all {num_chunks} computed chunk(s) are kept in {work}", error.fix) \
+            from None
     except OSError as error:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"writing {output} failed: {error.strerror or error}; all {num_chunks} computed chunk(s) "
@@ -339,7 +416,8 @@ def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: d
                           "command again: it only assembles them") from None
 
 
-def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any], tmp: Path) -> int:
+def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any], tmp: Path,
+                 overwrite: bool) -> int:
     first = _load_chunk(work, 0)
     dim = int(first.shape[1])
     if output.suffix == ".npy":
@@ -351,7 +429,7 @@ def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata
             row = _stream_chunks(handle, work, num_chunks)
         _check_rows(row, total, work)
         sidecar = output.with_name(output.name + ".json")
-        _atomic_write(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"))
+        write_whole(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"), overwrite)
     else:
         header = {"__metadata__": {key: json.dumps(value, sort_keys=True) for key, value in metadata.items()},
                   "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
@@ -362,7 +440,7 @@ def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata
             handle.write(encoded)
             row = _stream_chunks(handle, work, num_chunks)
         _check_rows(row, total, work)
-    os.replace(tmp, output)
+    publish(tmp, output, overwrite)
     return dim
 
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from minidecoder.errors import OutputError
-from minidecoder.outputs import check_writable_folder
+from minidecoder.output_files import check_writable_folder
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # minidecoder/, above sources/
 _REPO_DIR = _PACKAGE_DIR.parent

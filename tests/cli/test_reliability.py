@@ -186,7 +186,7 @@ def test_3_convert_into_a_full_disk_is_a_message_and_leaves_nothing(tmp_path) ->
 # ---- 4. two runs on one output -----------------------------------------------------------------------------
 HOLDER = """
 import sys, time
-from minidecoder.outputs import output_lock
+from minidecoder.output_files import output_lock
 with output_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -256,13 +256,14 @@ def test_6_a_failed_final_write_prints_the_table_and_saves_it_beside_the_cache(t
 
     def evaluate(encode, tasks, data_dir, limit, progress, chunk_size):  # an hour of work, then a lost folder
         encode(["a sentence", "another one"])
-        out.rmdir()
+        shutil.rmtree(out)  # with the report's lock files in it
         out.write_text("now a file")
         return {"tasks": {"STSBenchmark": {"setting": "test", "pairs": 2, "score": 61.25,
                                            "subsets": {"test": {"pairs": 2, "spearman": 61.25}}}},
                 "avg": 61.25, "avg_over": ["STSBenchmark"], "avg_is_published_avg": False, "limit": None}
     monkeypatch.setattr(harness, "evaluate_sts", evaluate)
     monkeypatch.setattr("minidecoder.evaluation.sts_data.resolve_data_dir", lambda data=None: tmp_path)
+    monkeypatch.setattr("minidecoder.evaluation.sts_data.load_tasks", lambda *args: [])  # the data check: no data
     monkeypatch.setattr("minidecoder.evaluation.report.summary_table", lambda results: "TABLE Avg. 61.25")
     code, err = cli(capsys, "eval", "sts", "--method", "mean", "--model", str(tiny_llama), "--output",
                     str(out / "run"), "--no-progress", "--tasks", "STSBenchmark")

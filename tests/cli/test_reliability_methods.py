@@ -1,4 +1,4 @@
-"""Round three, the methods' side (docs/reliability.md rows 17-18): every method's sentence-transformers
+"""Round three, the methods' side (docs/reliability.md rows 25-26): every method's sentence-transformers
 module saves and loads back, and the placeholders TP and HTP add never leak into the model's tokenizer.
 Each test fails on the code before round three."""
 from __future__ import annotations

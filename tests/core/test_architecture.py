@@ -1,6 +1,6 @@
 """The package's layering: no import cycle, and no module imports from a layer above its own.
 
-    errors, outputs ─ core ─ fast ─ methods ─ running ─ evaluation ─ integrations ─ cli
+    errors, output_files ─ core ─ fast ─ methods ─ running ─ evaluation ─ integrations ─ cli
              sources (beside core: model sourcing needs no model code)
 
 Imports inside functions count too (they are how a cycle hides). The package root
@@ -18,15 +18,15 @@ PACKAGE = REPO / "minidecoder"
 # layer -> the layers it may import from (besides itself)
 ALLOWED = {
     "errors": set(),
-    "outputs": {"errors"},
-    "core": {"errors", "outputs"},
-    "sources": {"errors", "outputs"},
-    "fast": {"errors", "outputs", "core"},
-    "methods": {"errors", "outputs", "core", "fast"},
-    "running": {"errors", "outputs", "core", "fast", "methods", "sources"},
-    "evaluation": {"errors", "outputs", "core", "fast", "methods", "running", "sources"},
-    "integrations": {"root", "errors", "outputs", "core", "fast", "methods", "running", "sources", "evaluation"},
-    "cli": {"root", "errors", "outputs", "core", "fast", "methods", "running", "sources", "evaluation", "integrations"},
+    "output_files": {"errors"},
+    "core": {"errors", "output_files"},
+    "sources": {"errors", "output_files"},
+    "fast": {"errors", "output_files", "core"},
+    "methods": {"errors", "output_files", "core", "fast"},
+    "running": {"errors", "output_files", "core", "fast", "methods", "sources"},
+    "evaluation": {"errors", "output_files", "core", "fast", "methods", "running", "sources"},
+    "integrations": {"root", "errors", "output_files", "core", "fast", "methods", "running", "sources", "evaluation"},
+    "cli": {"root", "errors", "output_files", "core", "fast", "methods", "running", "sources", "evaluation", "integrations"},
 }
 
 

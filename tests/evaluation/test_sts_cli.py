@@ -19,6 +19,7 @@ import torch
 
 import minidecoder
 import minidecoder.methods
+import minidecoder.running.jobs
 from minidecoder.cli import common, eval_cmd
 from minidecoder.errors import InputError
 from minidecoder.evaluation import evaluate_sts
@@ -69,8 +70,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
         seen["build"] = (name, options)
         return FakeMethod(name, **options)
 
+    def embed_resumably(model, method, sentences, work, batch_size=32, progress=False):  # eval's resumable job
+        assert not work.exists()  # the job's folder is the CLI's: it stays empty with the fake
+        return fake_embed(model, sentences, method), {"chunks_reused": 0}
+
     monkeypatch.setattr(minidecoder, "load", load)
     monkeypatch.setattr(minidecoder, "embed", fake_embed)
+    monkeypatch.setattr(minidecoder.running.jobs, "embed_resumably", embed_resumably)
     monkeypatch.setattr(minidecoder.methods, "build_method", build_method)
     return seen
 

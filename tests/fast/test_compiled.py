@@ -24,6 +24,11 @@ TEXTS = ["a man is playing a flute", "ok", "The quick brown fox jumps over the l
 
 
 def plain_and_compiled(name: str):
+    # A fresh compile cache: another test may have compiled the same graphs, and then `frames` (the count
+    # of compiled frames this file checks to know compile ran) would not move.
+    torch._dynamo.reset()
+    from minidecoder.fast.compiled import _shared_compiled_forward
+    _shared_compiled_forward.cache_clear()
     folder = checkpoint(name)[1]
     plain = minidecoder.load(folder, progress=False)
     compiled = minidecoder.load(folder, progress=False, compile=True)

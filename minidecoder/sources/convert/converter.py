@@ -35,7 +35,7 @@ from minidecoder.sources.convert.names import expected_hf_names, hf_name
 from minidecoder.sources.convert.transforms import undo_llama_cpp
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
-from minidecoder.outputs import check_writable_folder
+from minidecoder.output_files import check_writable_folder
 from minidecoder.sources.fetch import sha256_file
 from minidecoder.sources.staging import hold, remove_stale, staging
 
