@@ -87,17 +87,25 @@ class Method:
 
 # ---- option checks, shared by every method's __post_init__ -----------------------------------------
 def check_int(value: object, what: str, minimum: int | None = None, allow_none: bool = False,
-              example: str | None = None) -> int | None:
-    """An integer option (not a bool), at least `minimum`; None where `allow_none`."""
+              example: str | None = None, maximum: int | None = None) -> int | None:
+    """An integer option (not a bool) in [minimum, maximum]; None where `allow_none`."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{what} {value!r} is not an integer{' or None' if allow_none else ''}",
+        raise InputError(f"{what} {repr(value)[:60]} is not an integer{' or None' if allow_none else ''}",
                          f"pass e.g. {what}={example if example is not None else max(minimum or 0, 1)}")
     if minimum is not None and value < minimum:
-        raise InputError(f"{what} {value} must be at least {minimum}",
+        raise InputError(f"{what} {str(value)[:60]} must be at least {minimum}",
                          f"pass e.g. {what}={example if example is not None else minimum}")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{what} {str(value)[:60]} must be at most {maximum}",
+                         f"pass e.g. {what}={example if example is not None else 0}")
     return value
+
+
+def check_seed(value: object, what: str = "seed") -> int:
+    """A seed torch.Generator.manual_seed takes: an integer in [-2**63, 2**64 - 1]."""
+    return check_int(value, what, minimum=-(2 ** 63), maximum=2 ** 64 - 1, example="0")
 
 
 def check_bool(value: object, what: str) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass, Recorded, Step, Steps, column_field, last_token
@@ -179,8 +179,9 @@ class CP(Method):
         check_choice(self.site, "CP site", SITE_NAMES)
         for name in ("senteval_text", "tp", "tp_aux", "steer"):
             check_bool(getattr(self, name), f"CP {name}")
-        for name in ("start", "end", "seed"):
+        for name in ("start", "end"):
             check_int(getattr(self, name), name)
+        check_seed(self.seed)
         check_int(self.layer, "layer", allow_none=True, example="-1")
         check_placeholder_init(self.pst_init)
         if self.mode == "nr_head" and self.site != "head":

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass, to_device
@@ -124,8 +124,9 @@ class HTP(Method):
     padding_side: str = option("right", "right (the reference) or left; an embedding does not depend on it")
 
     def __post_init__(self) -> None:
-        for name in ("layer", "start", "end", "seed"):
+        for name in ("layer", "start", "end"):
             check_int(getattr(self, name), name)
+        check_seed(self.seed)
         check_int(self.sentences_per_block, "sentences_per_block", minimum=1)
         check_int(self.every_n_tokens, "every_n_tokens", minimum=1, allow_none=True, example="32")
         for name in ("literal_bos", "append_eos", "local_only", "global_only"):

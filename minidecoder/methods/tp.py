@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, check_bool, check_int, option, register
+from minidecoder.methods.base import Method, check_bool, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass, last_token
@@ -130,8 +130,9 @@ class TP(Method):
                 f"layer {self.output_layer(model)}, no copies (empty block range)")
 
     def __post_init__(self) -> None:
-        for name in ("start", "end", "seed"):
+        for name in ("start", "end"):
             check_int(getattr(self, name), name)
+        check_seed(self.seed)
         check_int(self.num_pst, "num_pst", minimum=1)
         check_int(self.layer, "layer", allow_none=True, example="-1")
         check_int(self.resume_at, "resume_at", allow_none=True, example="20")
