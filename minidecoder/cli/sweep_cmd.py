@@ -12,22 +12,28 @@ hidden_states indices, negatives counting from the end. Writes PREFIX.json and P
 PREFIX-<axis>.png with --plot, which needs matplotlib: `pip install minidecoder[plots]`), each locked
 from before the model loads until it is written, and none replaced without --overwrite.
 
-Ctrl-C keeps nothing of a sweep: its passes are shared across the whole grid and live in memory until
-the end (minidecoder.evaluation.sweep has no place to keep them yet), so a rerun starts over.
+Every finished batch (each grid point's vectors of its sentences, and its counts) is kept in
+`.PREFIX.json.partial/` beside the report, bound to the model's files, dtype, device, method, grid,
+data, --limit, --batch-size and code: Ctrl-C or a kill keeps them, and the same command (same --output)
+computes only the rest, to the same scores as an uninterrupted run; a run with other settings is refused,
+naming what differs. The cost counts every batch, those of an earlier run included (the report's
+`resumed_batches` says how many). The folder is removed once every output is written.
 """
 from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
                                     check_sizes, claim_cli_outputs, load_model, parse_options)
 from minidecoder.cli.eval_cmd import default_prefix
-from minidecoder.errors import InputError
+from minidecoder.errors import InputError, Interrupted, OutputError
 
-INTERRUPTED = ("interrupted; nothing of the sweep was kept (its shared passes live in memory until the end); "
-               "run the same command again to start over")
+# Ctrl-C before the sweep's first batch started (_sweep says more once it has)
+INTERRUPTED = ("interrupted before any batch of the sweep was computed; nothing new was kept; run the same command "
+               "again (with the same --output, it resumes from batches an earlier run kept)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -140,9 +146,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
-    from minidecoder.evaluation.report import write_or_rescue
+    from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
-    from minidecoder.evaluation.sweep_report import write_sweep_report
+    from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
+    from minidecoder.running.jobs import JobInterrupted
 
     fixed = set(parse_options(args.opt))
     model = load_model(args)
@@ -150,8 +157,17 @@ def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
     clash = sorted(fixed & set(axes))
     if clash:
         raise InputError(f"option(s) {clash} are both fixed (--opt) and swept", "drop one of the two")
-    result = sweep_sts(model, method, axes, data_dir=args.data, limit=args.limit, batch_size=args.batch_size,
-                       progress=not args.no_progress)
+    work = work_folder(prefix)
+    again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    try:
+        result = sweep_sts(model, method, axes, data_dir=args.data, limit=args.limit, batch_size=args.batch_size,
+                           progress=not args.no_progress, work=work)
+    except JobInterrupted as stop:
+        if stop.saved == 0:
+            raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "
+                              f"{again}") from None
+        raise Interrupted(f"interrupted; {stop.saved} of {stop.chunks} batches of the sweep are kept in {work}; "
+                          f"{again} to resume from them") from None
     metadata = {
         "model": args.model if args.model is not None else "default",
         "model_source": str(getattr(model, "source", args.model)),
@@ -164,19 +180,29 @@ def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
         "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
     }
-    from minidecoder.evaluation.sweep_report import sweep_markdown
-    json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata, args.overwrite),
-                                         prefix, sweep_markdown(result, {}))
-    written = [json_path, md_path]
-    if args.plot:
-        from minidecoder.evaluation.plots import plot_sweep
-        written += plot_sweep(result.to_dict(), json_path.with_suffix(""), metadata["model"],  # r.json -> r-<axis>.png
-                              overwrite=args.overwrite)
+    cost = result.cost
+    kept = f"all {cost['batches']} batches of the sweep are kept in {work}"
+    try:  # the batches stay until every output is written: a failed or interrupted write loses no work
+        json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata, args.overwrite),
+                                             prefix, sweep_markdown(result, {}))
+        written = [json_path, md_path]
+        if args.plot:
+            from minidecoder.evaluation.plots import plot_sweep
+            written += plot_sweep(result.to_dict(), json_path.with_suffix(""),  # r.json -> r-<axis>.png
+                                  metadata["model"], overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while writing the sweep's outputs; {kept}; {again} (with --overwrite for "
+                          f"any of them already written) to write them without recomputing") from None
+    except OutputError as error:
+        raise OutputError(f"{error.problem}; {kept}", f"{error.fix or 'fix the output folder'}; {again} to write "
+                          f"the outputs from them without recomputing, or delete {work}") from None
+    shutil.rmtree(work, ignore_errors=True)
     best = result.best
     print(f"best on STS-B dev: {best['options']} -> {best['score']:.2f}" if best else "no finite dev score")
-    cost = result.cost
+    resumed = (f"; {cost['resumed_batches']} of {cost['batches']} batches computed by an earlier run, which the "
+               "counts include" if cost["resumed_batches"] else "")
     print(f"rows x blocks computed: {cost['blocks_computed']:,} (separate runs: {cost['blocks_naive']:,}; "
-          f"rule: {result.rule})")
+          f"rule: {result.rule}{resumed})")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -20,16 +20,25 @@ length-sorted batches as `minidecoder.embed`), so the sweep's embeddings equal s
 tolerance (tests/evaluation/test_sweep.py compares scores to 1e-6). The cost is measured, not claimed:
 a forward pre-hook on every block counts rows x blocks actually computed; the naive cost is what the
 points' passes would compute run separately (the blocks each pass runs, times its rows).
+
+Given a work folder (`minidecoder sweep` gives `.PREFIX.json.partial/`), every finished batch is kept
+there as a chunk of running.jobs' work folder (`KeptChunks`: the same manifest check and chunk files as
+a resumable embedding job): its (points, rows, E) float32 vectors and its counts. Ctrl-C keeps them, the
+same call resumes from them, and the scores equal an uninterrupted run's exactly (the batches are the
+same, and a kept batch is read back bit for bit).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import math
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,9 +47,12 @@ from tqdm import tqdm
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
 from minidecoder.evaluation.sts_data import StsTask, load_tasks
+from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Forward, Pass
+from minidecoder.running.jobs import KeptChunks
+from minidecoder.sources.checksums import file_sha256, model_identity
 
 DEV_TASK = "STSBenchmark-dev"
 Point = dict[str, Any]  # option name -> value of one grid point
@@ -226,31 +238,74 @@ def sentence_order(model, texts: Sequence[str]) -> list[int]:
 
 
 def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = 32,
-               progress: bool = True) -> tuple[list[torch.Tensor], dict]:
+               progress: bool = True, kept: KeptChunks | None = None) -> tuple[list[torch.Tensor], dict]:
     """Every point's (N, E) embeddings of `texts`, sharing computation; and the cost dict:
-    {"blocks_computed", "blocks_naive" (rows x blocks), "ratio", "rule", "groups", "seconds"}."""
+    {"blocks_computed", "blocks_naive" (rows x blocks), "ratio", "rule", "groups", "seconds", "batches",
+    "resumed_batches"}.
+
+    kept: a work folder (running.jobs.KeptChunks, one chunk per batch) that keeps every finished batch:
+    its (P, B, E) float32 vectors and its counts. A batch found there is read back bit for bit instead of
+    computed, so Ctrl-C (JobInterrupted: what is kept) and the same call again compute only the rest. The
+    counts and seconds cover every batch, those computed by an earlier run included (kept with each
+    batch); "resumed_batches" says how many were."""
+    try:
+        return _embed_batches(model, method, points, texts, batch_size, progress, kept)
+    except KeyboardInterrupt:
+        if kept is None:
+            raise
+        raise kept.interrupted() from None
+    except BaseException:
+        if kept is not None:
+            kept.failed()
+        raise
+
+
+def _embed_batches(model, method: Method, points: list[Point], texts: list[str], batch_size: int, progress: bool,
+                   kept: KeptChunks | None) -> tuple[list[torch.Tensor], dict]:
     out = [torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32) for _ in points]
     order = sentence_order(model, texts)
-    naive, start = 0, time.perf_counter()
+    batches = [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
+    earlier = {"blocks_computed": 0, "seconds": 0.0}  # what the batches read back cost their run
+    naive, resumed, start = 0, 0, time.perf_counter()
     with tqdm(total=len(texts), unit="sent", desc=f"sweep {method.name}", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar, BlockCounter(model) as counter, torch.inference_mode():
-        for first in range(0, len(order), batch_size):
-            index = order[first:first + batch_size]
-            vectors, blocks = sweep_points(method, model, [texts[i] for i in index], points)
-            naive += blocks
-            for k, v in enumerate(vectors):
-                out[k][index] = v.float().cpu()
+        for b, index in enumerate(batches):
+            if kept is not None and kept.done(b):
+                array, info = kept.load(b)
+                vectors = torch.from_numpy(array)  # (P, B, E)
+                for key in earlier:
+                    earlier[key] += info[key]
+                naive += info["blocks_naive"]
+                resumed += 1
+            else:
+                tick, before = time.perf_counter(), counter.count
+                pooled, blocks = sweep_points(method, model, [texts[i] for i in index], points)
+                vectors = torch.stack([v.float().cpu() for v in pooled])  # (P, B, E)
+                naive += blocks
+                if kept is not None:
+                    kept.save(b, vectors.numpy(), {"rows": len(index), "blocks_computed": counter.count - before,
+                                                   "blocks_naive": blocks, "seconds": time.perf_counter() - tick})
+            for k in range(len(points)):
+                out[k][index] = vectors[k]
             bar.update(len(index))
             bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
-    cost = {"rule": RULE, "groups": 1, "blocks_computed": counter.count, "blocks_naive": naive,
-            "ratio": counter.count / naive if naive else None, "seconds": time.perf_counter() - start}
+    computed = counter.count + earlier["blocks_computed"]
+    cost = {"rule": RULE, "groups": 1, "blocks_computed": computed, "blocks_naive": naive,
+            "ratio": computed / naive if naive else None,
+            "seconds": time.perf_counter() - start + earlier["seconds"],
+            "batches": len(batches), "resumed_batches": resumed}
     return out, cost
 
 
 def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, limit: int | None = None,
-              batch_size: int = 32, progress: bool = True, dev: StsTask | None = None) -> SweepResult:
+              batch_size: int = 32, progress: bool = True, dev: StsTask | None = None,
+              work: str | Path | None = None) -> SweepResult:
     """Score every point of the grid on STS-B dev (and nothing else). Invalid points (e.g. a TP end
-    past the output layer) are listed with the reason they were skipped."""
+    past the output layer) are listed with the reason they were skipped.
+
+    work: a folder that keeps every finished batch (see `embed_grid`), bound to everything the vectors
+    depend on (`kept_manifest`): Ctrl-C raises running.jobs.JobInterrupted and the same call resumes;
+    other settings are refused, naming what differs. The caller removes it once the result is safe."""
     if dev is None:
         (dev,) = load_tasks([DEV_TASK], data_dir, limit)
     if dev.name != DEV_TASK:
@@ -268,7 +323,11 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
         raise InputError(f"no valid point in the grid {axes}: {records[0]['skipped']}",
                          "see the methods' layer rules (e.g. TP end <= layer)")
     sentences = unique_sentences([dev])
-    vectors, cost = embed_grid(model, method, valid, sentences, batch_size, progress)
+    kept = None
+    if work is not None:
+        kept = KeptChunks(work, kept_manifest(model, method, axes, valid, dev, sentences, batch_size),
+                          count=math.ceil(len(sentences) / batch_size))
+    vectors, cost = embed_grid(model, method, valid, sentences, batch_size, progress, kept)
     scorer = StsScorer([dev], sentences)
     scores = {_key(point): scorer(v)["tasks"][DEV_TASK]["score"] for point, v in zip(valid, vectors)}
     for record in records:
@@ -279,6 +338,42 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
                        best=best, rule=cost["rule"], cost=cost, sentences=len(sentences),
                        encode_seconds=cost["seconds"], limit=limit, data_dir=str(dev.data_dir),
                        data_files=list(dev.files))
+
+
+KEPT_VERSION = 1  # of the manifest below
+
+
+def kept_manifest(model, method: Method, axes: dict[str, list[Any]], points: list[Point], dev: StsTask,
+                  sentences: list[str], batch_size: int) -> dict[str, Any]:
+    """What a sweep's kept batches depend on; a later run reuses them only if its manifest is equal. The
+    model is its files' sha256 (running.jobs binds an embedding job the same way), the data its files'
+    sha256 and the sentences themselves (so --limit too), the code a sha256 of minidecoder's sources
+    (a changed method never meets batches of the old one)."""
+    if not getattr(model, "source", None):
+        raise InputError("keeping a sweep's batches needs a model loaded from a folder (its weight files' sha256 "
+                         "bind them)", "load it with minidecoder.load(folder), or sweep without work=")
+    return {
+        "kind": "sweep", "version": KEPT_VERSION,
+        "model": model_identity(model),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "device": model.device.type,
+        "fast_paths": dataclasses.asdict(fast_paths_of(model)),  # a fast path may round differently
+        "method": method.describe(), "axes": axes, "points": points, "batch_size": batch_size,
+        "data": {"task": dev.name, "limit": dev.limit,
+                 "files": {name: file_sha256(Path(dev.data_dir) / name) for name in dev.files},
+                 "sentences": len(sentences),
+                 "sentences_sha256": hashlib.sha256(json.dumps(sentences).encode("utf-8")).hexdigest()},
+        "code_sha256": _sources_sha256(),
+    }
+
+
+def _sources_sha256() -> str:
+    """sha256 of every minidecoder source file (integrations.mteb keys its result cache the same way)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _key(point: Point) -> str:

@@ -23,6 +23,9 @@ published through minidecoder.output_files (never replacing a file without `over
 that appeared during the run); then the folder is removed. The output and its sidecar are claimed
 (locked, checked) for the whole job.
 
+`KeptChunks` is the same folder (manifest check, chunk files, Ctrl-C line) for a caller that computes its
+own chunks: `minidecoder sweep` keeps one per batch in it.
+
 Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
 entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
 `truncate` cut any text, which rows and from how many tokens (the driver never truncates silently).
@@ -307,6 +310,56 @@ class JobInterrupted(Interrupted):
             line = (f"interrupted; {saved} of {chunks} chunks are saved in {work}; run the same command again to "
                     "resume")
         super().__init__(line)
+
+
+class KeptChunks:
+    """A job's work folder for a caller that computes its own numbered chunks (`minidecoder sweep` keeps one
+    per batch): the same manifest check and the same chunk files as `run_embedding_job`, without its input
+    file and output. A chunk is any float32 array with a small JSON record beside it.
+
+        kept = KeptChunks(work, manifest, count)  # resumes a folder of an equal manifest, else refuses
+        if kept.done(k): array, info = kept.load(k)  # read back bit for bit
+        else: kept.save(k, array, info)            # once chunk k is computed
+        raise kept.interrupted() from None         # on Ctrl-C: JobInterrupted (what is kept)
+        kept.remove()                              # once the result is written
+    """
+
+    def __init__(self, work: str | Path, manifest: dict[str, Any], count: int) -> None:
+        self.work, self.count = Path(work), count
+        self.created = _open_work_folder(self.work, _jsonable(manifest))
+        self.reused = self.saved()  # chunks an earlier run finished
+
+    def done(self, k: int) -> bool:
+        return _chunk_done(self.work, k)
+
+    def saved(self) -> int:
+        return sum(_chunk_done(self.work, k) for k in range(self.count))
+
+    def save(self, k: int, array: np.ndarray, info: dict[str, Any]) -> None:
+        _write_chunk(self.work, k, array, info, self.count)
+
+    def load(self, k: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """The chunk's array, read back bit for bit, and its record."""
+        try:
+            info = json.loads(_chunk_path(self.work, k, ".json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise MinidecoderError(f"chunk {k} in {self.work} has an unreadable record ({error})",
+                                   f"delete {_chunk_path(self.work, k, '.npy')} and rerun to recompute it") from None
+        return _load_chunk(self.work, k), info
+
+    def interrupted(self) -> JobInterrupted:
+        """Ctrl-C: what is kept (a folder this run made and finished nothing in is removed)."""
+        self.failed()
+        return JobInterrupted(self.saved(), self.count, self.work)
+
+    def failed(self) -> None:
+        """A run that stops before its first chunk leaves nothing behind, so that its corrected rerun is
+        never told about an interrupted job with other settings (as `run_embedding_job`)."""
+        if self.created and self.saved() == 0:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:

@@ -154,12 +154,50 @@ def test_7_ctrl_c_in_eval_keeps_finished_chunks_and_the_same_command_resumes(tin
     assert not work.exists()
 
 
+def test_7_ctrl_c_in_a_sweep_keeps_finished_batches_and_the_same_command_resumes(tiny_llama, tmp_path, capsys,
+                                                                                  monkeypatch) -> None:
+    from minidecoder.evaluation import sweep
+
+    data = sts_data(tmp_path / "sts")  # 24 distinct dev sentences: six batches of 4
+    argv = ["sweep", "--model", str(tiny_llama), "--method", "cp", "--layers=-2,-1", "--cp-steer", "1",
+            "--cp-alpha", "0.5,2", "--data", str(data), "--no-progress", "--batch-size", "4"]
+    run = stalled("minidecoder.evaluation.sweep:sweep_points:2", tmp_path / "never", *argv, "--output",
+                  str(tmp_path / "rep"))
+    run.send_signal(signal.SIGINT)  # Ctrl-C during the third batch
+    _, err = run.communicate(timeout=60)
+    work = tmp_path / ".rep.json.partial"
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (f"minidecoder: interrupted; 2 of 6 batches of the sweep are kept in "
+                                            f"{work}; run the same command again to resume from them")
+    assert len(list(work.glob("chunk-*.npy"))) == 2
+
+    changed = [*argv[:-2], "--batch-size", "3", "--output", str(tmp_path / "rep")]  # other settings: refused
+    code, err = cli(capsys, *changed)
+    assert code == 2 and "holds an interrupted job with other settings" in err and "batch_size was 4, now 3" in err
+    assert len(list(work.glob("chunk-*.npy"))) == 2 and not (tmp_path / "rep.json").exists()
+
+    real, calls = sweep.sweep_points, []
+    monkeypatch.setattr(sweep, "sweep_points", lambda *args: calls.append(1) or real(*args))
+    assert cli(capsys, *argv, "--output", str(tmp_path / "rep"))[0] == 0
+    assert len(calls) == 4  # only the batches not kept
+    assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
+    resumed = json.loads((tmp_path / "rep.json").read_text())["sweep"]
+    clean = json.loads((tmp_path / "clean.json").read_text())["sweep"]
+    assert resumed["points"] == clean["points"]  # the same scores, exactly
+    assert resumed["cost"]["resumed_batches"] == 2 and clean["cost"]["resumed_batches"] == 0
+    assert resumed["cost"]["blocks_computed"] == clean["cost"]["blocks_computed"]  # counts cover every batch
+    assert not work.exists() and not (tmp_path / ".clean.json.partial").exists()
+
+
 @pytest.mark.parametrize("where, argv, line", [
     ("minidecoder.running.generation:greedy:0", ["generate", "hello"],
      "minidecoder: interrupted; nothing was kept (generate writes nothing until it ends); run the same command again"),
     ("minidecoder.evaluation.sweep:sweep_sts:0", ["sweep", "--method", "mean", "--layers", "1,2", "--no-progress"],
-     "minidecoder: interrupted; nothing of the sweep was kept (its shared passes live in memory until the end); "
-     "run the same command again to start over"),
+     "minidecoder: interrupted before any batch of the sweep was computed; nothing new was kept; run the same "
+     "command again (with the same --output, it resumes from batches an earlier run kept)"),
+    ("minidecoder.evaluation.sweep:sweep_points:0", ["sweep", "--method", "mean", "--layers", "1,2", "--no-progress"],
+     "minidecoder: interrupted before the first batch of the sweep was finished; nothing was kept; run the same "
+     "command again"),
 ])
 def test_7_ctrl_c_anywhere_prints_one_line_of_what_was_kept(tiny_llama, tmp_path, where, argv, line) -> None:
     extra = ["--data", str(sts_data(tmp_path / "sts")), "--output", str(tmp_path / "s")] if argv[0] == "sweep" else []

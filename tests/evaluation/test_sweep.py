@@ -121,6 +121,48 @@ def test_sweep_refuses_a_test_split(tiny, data: Path) -> None:
         sweep_sts(tiny, build_method("prompteol"), {"layer": [4]}, dev=test, progress=False)
 
 
+def test_kept_batches_resume_to_the_same_scores_and_cost(tiny, data: Path, tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C during a batch keeps the batches finished before it in the work folder; the same call computes
+    only the others, and its scores and counts equal an uninterrupted run's exactly. A call with other
+    settings is refused and leaves the kept batches as they were."""
+    from minidecoder.evaluation import sweep
+    from minidecoder.running.jobs import JobInterrupted
+
+    method, axes = build_method("cp"), {"layer": [3, 4], "steer_layer": [0, 2], "alpha": [0.5, 2.0]}
+    work = tmp_path / "kept"
+    (dev,) = load_tasks(["STSBenchmark-dev"], data)
+    batches = -(-len(unique_sentences([dev])) // BATCH)
+    clean = sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False)
+    real, calls, stop_at = sweep.sweep_points, [], [2]
+
+    def counted(*args):
+        calls.append(1)
+        if len(calls) == stop_at[0]:
+            raise KeyboardInterrupt  # Ctrl-C inside the second batch
+        return real(*args)
+
+    monkeypatch.setattr(sweep, "sweep_points", counted)
+    with pytest.raises(JobInterrupted) as stop:
+        sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False, work=work)
+    assert (stop.value.saved, stop.value.chunks) == (1, batches)
+    for other in ({"batch_size": BATCH - 1}, {"axes": {**axes, "alpha": [0.5]}}):
+        with pytest.raises(InputError, match="other settings") as refused:
+            sweep_sts(tiny, method, **{"axes": axes, "batch_size": BATCH, **other}, data_dir=data, progress=False,
+                      work=work)
+        assert ("batch_size was 4, now 3" if "batch_size" in other else "axes.alpha was [0.5, 2.0], now [0.5]") \
+            in str(refused.value)
+    assert len(list(work.glob("chunk-*.npy"))) == 1
+
+    calls.clear()
+    stop_at[0] = 0
+    resumed = sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False, work=work)
+    assert len(calls) == batches - 1  # only the batches not kept
+    assert resumed.points == clean.points and resumed.best == clean.best  # the same scores, exactly
+    same = ("blocks_computed", "blocks_naive", "batches")
+    assert {k: resumed.cost[k] for k in same} == {k: clean.cost[k] for k in same}  # counts cover every batch
+    assert (resumed.cost["resumed_batches"], clean.cost["resumed_batches"]) == (1, 0)
+
+
 def test_grid_helpers() -> None:
     assert layer_axis("all", 4) == [1, 2, 3, 4]
     assert layer_axis("-1,2,-2", 4) == [2, 3, 4]
