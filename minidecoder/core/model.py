@@ -311,7 +311,8 @@ class Decoder(nn.Module):
         else:
             h = self.model.embed_tokens(input_ids)
         if self.config.scale_embeddings:  # Gemma: sqrt(E), rounded to the weight dtype first
-            h = h * torch.tensor(self.config.hidden_size ** 0.5, dtype=h.dtype, device=h.device)
+            # torch.full, not torch.tensor: the same rounded scalar, filled on the device (no copy from the host)
+            h = h * torch.full((), self.config.hidden_size ** 0.5, dtype=h.dtype, device=h.device)
         return h
 
     def unembed(self, h: torch.Tensor) -> torch.Tensor:
@@ -360,7 +361,7 @@ class Decoder(nn.Module):
                 "each text; to generate, ask for fewer new tokens", length=seq_len, limit=self.max_context)
         tables = {}
         for kind, spec in self.config.rope.items():
-            inv_freq, scaling = self._inv_freq[kind]
+            inv_freq, scaling = self.rope_frequencies(kind)
             if spec.rope_type == "dynamic" and seq_len > self.config.max_position_embeddings:
                 inv_freq, scaling = inverse_frequencies(spec, self.config.head_dim,
                                                         self.config.max_position_embeddings, seq_len)
@@ -370,6 +371,15 @@ class Decoder(nn.Module):
                  for kind in set(self.config.layer_types)}
         return Context(cos_sin=tables, masks=masks, cache=cache, positions=position_ids,
                        explicit_attention=explicit_attention)
+
+    def rope_frequencies(self, kind: str) -> tuple[torch.Tensor, float]:
+        """(inverse frequencies on the model's device, attention scaling) of a layer type's RoPE. Kept on the
+        device once moved there: a copy from the host's memory each forward would make a GPU wait."""
+        inv_freq, scaling = self._inv_freq[kind]
+        if inv_freq.device != self.device:
+            inv_freq = inv_freq.to(self.device)
+            self._inv_freq[kind] = (inv_freq, scaling)
+        return inv_freq, scaling
 
     # ---- the plain forward -----------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -7,6 +7,19 @@ and `tools/bench.py` compare against the plain loop:
 
     with fast_paths_overridden(model, prefix_cache=False):
         plain = minidecoder.embed(model, texts, "tp")
+
+A setting left at None is decided per device (`for_device`, and per batch where the batch matters), as
+`describe(model)` prints it:
+
+    path              CPU                                   GPU (CUDA)
+    prefix_cache      a shared run of >= 4 tokens           the same, and only when the tokens it saves,
+                                                            (rows - 1) x prefix, are >= 1,024 (a second,
+                                                            batch-1 pass costs a GPU launches, not work)
+    explicit_attention  up to 80 keys (fp32), 256 (bf16)    never (the fused kernel)
+    buckets, graphs   off (no CUDA graphs)                  on: batches padded to bounded shapes, each
+                                                            site-free block call replayed from a graph
+    compiled, packed  opt-in at load                        compiled opt-in; packed is CPU-only
+    blocked_fusion    from 256 tokens                       from 256 tokens
 """
 from __future__ import annotations
 
@@ -18,12 +31,47 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class FastPaths:
-    prefix_cache: bool = True  # a prompt's shared leading tokens run once, reused through the KV cache
+    prefix_cache: bool | None = None  # a prompt's shared leading tokens run once, reused through the KV cache;
+    #                                   None: where it pays on the device (fast.prefix_cache.pays)
     explicit_attention: bool = True  # short inputs on a CPU take the explicit kernel (fast.attention)
     compiled: bool = False  # site-free block calls run torch.compile'd Block.forward (fast.compiled)
     packed: bool = False  # the blocks' linear layers are fast.packed.PackedLinear (set at load; informative)
+    buckets: bool | None = None  # batches padded to a bounded set of shapes (fast.graphs.bucket); None: on a GPU
+    graphs: bool | None = None  # site-free block calls replayed from CUDA graphs (fast.graphs); None: on a GPU
     blocked_fusion_from: int | None = 256  # ReBA: fold patterns one head at a time from this many tokens on;
     #                                        0 = always, None = never (fast.blocked_fusion)
+
+    def for_device(self, device) -> "FastPaths":
+        """These settings with every None decided for `device` (prefix_cache stays None: it is decided per
+        batch, `prefix_cache.pays`)."""
+        gpu = getattr(device, "type", device) == "cuda"
+        return dataclasses.replace(self, buckets=gpu if self.buckets is None else self.buckets,
+                                   graphs=gpu if self.graphs is None else self.graphs)
+
+
+def describe(model) -> dict[str, str]:
+    """Each fast path's setting on `model` and what it means on its device, in words (the benchmarks print it)."""
+    from minidecoder.fast.attention import EXPLICIT_ATTENTION_MAX_KEYS
+    from minidecoder.fast.prefix_cache import GPU_MIN_SAVED_TOKENS, MIN_PREFIX
+
+    paths = fast_paths_of(model).for_device(model.device)
+    gpu = model.device.type == "cuda"
+    prefix = {True: f"on (a shared run of >= {MIN_PREFIX} tokens)", False: "off"}.get(
+        paths.prefix_cache, f"per batch: a shared run of >= {MIN_PREFIX} tokens"
+        + (f" saving >= {GPU_MIN_SAVED_TOKENS} tokens ((rows - 1) x prefix)" if gpu else ""))
+    keys = EXPLICIT_ATTENTION_MAX_KEYS.get(model.dtype, 0)
+    return {
+        "device": str(model.device),
+        "prefix_cache": prefix,
+        "explicit_attention": (f"up to {keys} keys" if paths.explicit_attention and model.device.type == "cpu"
+                               and keys else "off (the fused kernel)"),
+        "buckets": "on" if paths.buckets else "off",
+        "graphs": ("on (captured CUDA graphs)" if gpu else "on (buffers only: no CUDA graphs on a CPU)")
+                  if paths.graphs else "off",
+        "compiled": "on" if paths.compiled else "off",
+        "packed": "on" if paths.packed else "off",
+        "blocked_fusion_from": "never" if paths.blocked_fusion_from is None else f"{paths.blocked_fusion_from} tokens",
+    }
 
 
 def fast_paths_of(model) -> FastPaths:

@@ -44,6 +44,20 @@ import torch
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
 # (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine.
 MIN_PREFIX = 4
+# On a GPU the second, batch-1 pass costs launches (about fifteen a block), not work, and only pays when
+# the tokens it saves are many. Not yet measured on a GPU (no session has been lent one since this rule
+# was written): `tools/bench_gpu.py` times PromptEOL with the cache on and off to set it.
+GPU_MIN_SAVED_TOKENS = 1024
+
+
+def pays(device, p: int, rows: int, forced: bool | None) -> bool:
+    """Whether running a `p`-token shared prefix once pays for a batch of `rows` on `device`; `forced` is
+    the setting (True: wherever p >= MIN_PREFIX; False: never; None: the device's rule)."""
+    if forced is False or p < MIN_PREFIX:
+        return False
+    if forced is None and getattr(device, "type", device) == "cuda":
+        return (rows - 1) * p >= GPU_MIN_SAVED_TOKENS
+    return True
 
 
 NOWHERE = 1 << 30  # the first column of a row no column field names

@@ -23,6 +23,9 @@ fast path applies (a method never branches on one):
                            the KV cache; the step's column fields are shifted for the rest (fast.prefix_cache)
     explicit attention     short inputs on a CPU take the explicit kernel (fast.attention)
     compiled blocks        site-free block calls go through torch.compile (fast.compiled)
+    buckets, graphs        on a GPU a batch is padded to one of a bounded set of shapes, and each site-free
+                           block call replays a captured CUDA graph (fast.graphs); the step sees the
+                           batch's rows, its column fields shifted past the padding columns
     blocked fusion         a step that folds patterns gets a few heads at a time (fast.blocked_fusion)
 
 Nothing inside a forward reads a device value back to the host: the decisions above are made on the
@@ -46,6 +49,7 @@ from minidecoder.fast import prefix_cache
 from minidecoder.fast.attention import explicit_is_faster
 from minidecoder.fast.blocked_fusion import head_group_patterns
 from minidecoder.fast.compiled import compiled_block_forward
+from minidecoder.fast.graphs import bucket, graph_bank
 from minidecoder.fast.options import FastPaths, fast_paths_of
 from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.layers import resolve_output_layer
@@ -198,15 +202,17 @@ class _Setup:
     """What a forward and all its forks share: nothing here changes once the forward is built."""
 
     model: Any
-    fast: FastPaths
-    ids: torch.Tensor  # (B, T') on the device: the batch, or its rest after the shared prefix
+    fast: FastPaths  # decided for the model's device
+    ids: torch.Tensor  # (B', T') on the device: the batch, its rest after the shared prefix, or its bucket
     mask: torch.Tensor | None  # (B, T) bool on the device: the whole batch's (assembles states)
-    stream_mask: torch.Tensor | None  # (B, T') the stream's
+    stream_mask: torch.Tensor | None  # (B', T') the stream's
     extra_rows: Mapping[int, torch.Tensor]
     keep: frozenset[int]
     deepest: int
     record: Mapping[int, frozenset[str]]
     prefix: "Forward | None"
+    offset: int  # stream column j is batch column j + offset (the prefix: p; bucket padding: minus its columns)
+    rows: int  # the batch's rows; a bucket-padded stream has more, all padding, after them
     explicit: bool
     longest: int  # positions the longest row reaches (host-known: no read-back)
     watch: Any
@@ -231,14 +237,13 @@ class Forward:
         step = step if step is not None else Step()
         keep = frozenset(keep)
         record = {i: frozenset(names) for i, names in (record or {}).items()}
-        fast = fast if fast is not None else fast_paths_of(model)
         device = model.device
+        fast = (fast if fast is not None else fast_paths_of(model)).for_device(device)
         ids = input_ids.cpu()  # decisions are made on the host's copy: no device value is read back
         mask = None if attention_mask is None else attention_mask.cpu().bool()
-        p = 0
-        if cache is None:
-            p = _prefix_length(model, fast, ids, mask, (step, *touched_by), record)
-        prefix = None
+        steps = (step, *touched_by)
+        p = 0 if cache is not None else _prefix_length(model, fast, ids, mask, steps, record)
+        prefix, offset = None, p
         stream_ids, stream_mask = ids, mask
         if p:
             # The shared prefix, once (batch 1), through every block this forward may run; its keys and
@@ -247,13 +252,16 @@ class Forward:
             prefix = Forward(model, prefix_ids, None, keep=keep | {max(keep, default=0)}, fast=fast,
                              cache=KVCache.empty(model.num_layers), record=record)
             prefix.run_to(prefix.setup.deepest)
+        elif cache is None and fast.buckets and watch is None and _bucketable(steps, record):
+            stream_ids, stream_mask, offset = _padded_to_bucket(ids, mask)  # a bounded set of shapes (fast.graphs)
         past = p or (cache.length if cache is not None else 0)
         real = stream_ids.shape[1] if stream_mask is None else int(stream_mask.sum(dim=1).max())
         explicit = fast.explicit_attention and explicit_is_faster(device, model.dtype, stream_ids.shape[1] + past)
         self.setup = _Setup(model, fast, to_device(stream_ids, device), to_device(mask, device),
                             to_device(stream_mask, device), to_device(dict(extra_rows or {}), device), keep,
-                            max(keep, default=0), record, prefix, explicit, past + real, watch)
-        self.step = to_device(prefix_cache.shifted(step, p) if p else step, device)
+                            max(keep, default=0), record, prefix, offset, ids.shape[0], explicit, past + real,
+                            watch)
+        self.step = to_device(prefix_cache.shifted(step, offset) if offset else step, device)
         self.ctx = self._context(cache)
         self.first_ctx = self._first_context()
         self.h = model.embed(self.setup.ids, self.setup.extra_rows)  # (B, T, E): hidden_states[0]
@@ -298,7 +306,7 @@ class Forward:
             raise ValueError(f"this forward keeps hidden states up to {self.setup.deepest}, not {index}")
         while self.next_block < index:
             i = self.next_block
-            h = self.step.before(i, self.h)
+            h = self._before(i, self.h)
             if self.setup.watch is not None:
                 self.setup.watch.ran(self, i)
                 if h is not self.h:
@@ -309,6 +317,15 @@ class Forward:
                 self.states[i + 1] = self.h
         return self
 
+    def _before(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """The step's `before`, on the batch's rows only (a bucket's padding rows are none of its business)."""
+        rows = self.setup.rows
+        if h.shape[0] == rows:
+            return self.step.before(i, h)
+        real = h[:rows]
+        out = self.step.before(i, real)
+        return h if out is real else torch.cat([out, h[rows:]])
+
     def _block(self, i: int, h: torch.Tensor) -> torch.Tensor:
         s = self.setup
         block, ctx = s.model.layers[i], (self.first_ctx if i == 0 else self.ctx)
@@ -316,8 +333,13 @@ class Forward:
         folding = self.step.folds and i in self.step.blocks
         blocked = folding and s.fast.blocked_fusion_from is not None and h.shape[1] >= s.fast.blocked_fusion_from
         wanted = record | ({"q", "k"} if blocked else {"pattern"} if folding else set())
-        if not wanted and not edits and s.fast.compiled and ctx.cache is None:  # cached calls: fast/compiled.py
-            return compiled_block_forward(block, h, ctx)
+        if not wanted and not edits and ctx.cache is None:  # cached calls run plain: fast/compiled.py
+            if s.fast.graphs:
+                return graph_bank(s.model).forward(block, h, ctx)  # one captured graph a block (fast/graphs.py)
+            if s.fast.compiled:
+                return compiled_block_forward(block, h, ctx)
+        if h.shape[0] != s.rows:  # a step edits the batch's rows only
+            edits = {name: _on_rows(edit, s.rows) for name, edit in edits.items()}
         if s.watch is not None:
             edits = {name: self._watched(i, name, edit) for name, edit in edits.items()}
         sites = Sites(record=wanted, edit=edits) if wanted or edits else None
@@ -343,25 +365,27 @@ class Forward:
             return out
         return watched
 
+    def _batch_layout(self, value: torch.Tensor, prefix_value: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A token-major (B', T', ...) value of the stream in the padded batch's layout (B, T, ...)."""
+        s = self.setup
+        if s.prefix is not None:
+            return prefix_cache.assemble(prefix_value(), value, s.mask)
+        if s.offset < 0:  # bucket padding: drop its rows and its leading columns
+            return value[:s.rows, -s.offset:]
+        return value
+
     def hidden(self, index: int) -> torch.Tensor:
         """hidden_states[index] (B, T, E) in the padded batch's layout, running the blocks it needs.
         Index L is after the final norm; when the prefix ran once, padded positions hold zeros."""
         self.run_to(index)
-        state = self.states[index]
-        prefix = self.setup.prefix
-        if prefix is not None:
-            state = prefix_cache.assemble(prefix.states[index], state, self.setup.mask)
+        state = self._batch_layout(self.states[index], lambda: self.setup.prefix.states[index])
         return self.setup.model.norm(state) if index == self.setup.model.num_layers else state
 
     def recorded(self, block: int, site: str) -> torch.Tensor:
         """The value of `site` in block `block` (asked for with `record`), in the padded batch's layout,
         as `hidden` reads a layer: (B, T, H, D) for z, (B, T, E) for the residual sites."""
         self.run_to(block + 1)
-        value = self.records[(block, site)]
-        prefix = self.setup.prefix
-        if prefix is not None:
-            value = prefix_cache.assemble(prefix.records[(block, site)], value, self.setup.mask)
-        return value
+        return self._batch_layout(self.records[(block, site)], lambda: self.setup.prefix.records[(block, site)])
 
     def fork(self, step: Step) -> "Forward":
         """A branch that continues from this forward's current state with `step` (a sweep's grid point).
@@ -373,10 +397,11 @@ class Forward:
         p = self.prefix_length
         if p:
             first = prefix_cache.first_real_positions(s.mask.cpu())
-            touched = prefix_cache.first_touched(step, s.ids.shape[0])
+            touched = prefix_cache.first_touched(step, s.rows)
             if step.folds or step.hidden_keys is not None or int((touched - first).min()) < p:
                 raise ValueError("the forked step touches the shared prefix; build the forward with it in touched_by")
-            step = prefix_cache.shifted(step, p)
+        if s.offset:
+            step = prefix_cache.shifted(step, s.offset)
         branch = object.__new__(Forward)
         branch.setup, branch.step = s, to_device(step, s.model.device)
         branch.ctx = branch._context(None) if s.prefix is not None else self.ctx  # its own broadcast of the prefix
@@ -386,10 +411,34 @@ class Forward:
         return branch
 
 
+def _on_rows(edit: Callable, rows: int) -> Callable:
+    """An edit applied to the first `rows` rows of a site's value only (the rest: a bucket's padding)."""
+    return lambda value: torch.cat([edit(value[:rows]), value[rows:]])
+
+
+def _bucketable(steps: tuple[Step, ...], record: Mapping[int, frozenset[str]]) -> bool:
+    """Bucket padding keeps every stream column a batch column (shifted) and every row after the batch's
+    padding; a fold or hidden keys would see the padding, and only token-major sites come back unpadded."""
+    return (not any(step.folds or step.hidden_keys is not None for step in steps)
+            and all(names <= TOKEN_MAJOR_SITES for names in record.values()))
+
+
+def _padded_to_bucket(ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(ids, mask) padded to `fast.graphs.bucket`'s shape: padding rows after the batch's, padding columns
+    before its first (masked, pad id 0); and the column offset, minus the columns added."""
+    B, T = ids.shape
+    rows, columns = bucket(B, T)
+    padded_ids = torch.zeros(rows, columns, dtype=ids.dtype)
+    padded_mask = torch.zeros(rows, columns, dtype=torch.bool)
+    padded_ids[:B, columns - T:] = ids
+    padded_mask[:B, columns - T:] = True if mask is None else mask
+    return padded_ids, padded_mask, -(columns - T)
+
+
 def _prefix_length(model, fast: FastPaths, ids: torch.Tensor, mask: torch.Tensor | None, steps: tuple[Step, ...],
                    record: Mapping[int, frozenset[str]]) -> int:
     """How many leading tokens every row shares and may run once (0: the plain loop), from the host's ids."""
-    if not fast.prefix_cache or mask is None:
+    if fast.prefix_cache is False or mask is None:
         return 0
     if any(step.folds or step.hidden_keys is not None for step in steps):
         return 0  # a fold reads every column's attention; hidden keys change block 0 for every query
@@ -401,7 +450,7 @@ def _prefix_length(model, fast: FastPaths, ids: torch.Tensor, mask: torch.Tensor
     first = prefix_cache.first_real_positions(mask)
     for step in steps:  # cut before the first column any step reads or writes
         p = min(p, int((prefix_cache.first_touched(step, ids.shape[0]) - first).min()))
-    return p if p >= prefix_cache.MIN_PREFIX else 0
+    return p if prefix_cache.pays(model.device, p, ids.shape[0], fast.prefix_cache) else 0
 
 
 # ---- passes: a method's forwards, described -------------------------------------------------------------

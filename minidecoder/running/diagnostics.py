@@ -42,9 +42,11 @@ class NonFinite:
                 f"({self.count} values, dtype {str(self.dtype).replace('torch.', '')})")
 
 
-def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | None = None) -> NonFinite | None:
+def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | None = None,
+                          extra_rows: dict | None = None) -> NonFinite | None:
     """Rerun `model` on `batch_or_ids` (a (B, T) id tensor, a list of id lists, or a PromptBatch) and
-    return the first site with NaN/inf at a real position, or None if every activation is finite."""
+    return the first site with NaN/inf at a real position, or None if every activation is finite.
+    extra_rows: input rows of placeholder ids (a method's pass)."""
     ids, mask = _inputs(batch_or_ids, attention_mask)
     ids = ids.to(model.device)
     mask = None if mask is None else mask.to(device=model.device, dtype=torch.bool)
@@ -52,7 +54,8 @@ def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | No
     L = model.num_layers
     with torch.inference_mode():
         every_site = {i: set(SITES) for i in range(L)}
-        forward = Forward(model, ids, mask, keep=range(L + 1), record=every_site, fast=FastPaths(prefix_cache=False))
+        forward = Forward(model, ids, mask, keep=range(L + 1), record=every_site, fast=FastPaths(prefix_cache=False),
+                          extra_rows=extra_rows)
         found = _check(forward.hidden(0), real, "embed", None, 0, model.dtype)
         if found:
             return found

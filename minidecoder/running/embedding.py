@@ -2,24 +2,36 @@
 
 Sorting by token length before batching keeps padding small (the references padded each batch of
 SentEval's order); results are put back in input order. Everything runs under inference_mode.
+
+Batches are sized by tokens, as embedding servers size them: rows are added while rows x the longest
+row's forward length stays within a budget per device (`running.memory.token_budget`: about the CPU
+figures' 32 sentences on a CPU; as much as memory comfortably allows on a GPU, where a forward costs
+about the same from one row to thousands). `batch_size=N` cuts N sentences a batch instead. On a GPU
+each batch's embeddings come back to the host without blocking, two batches late (`_Results`), so the
+device never waits for the host between batches.
 """
 from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
+from collections.abc import Callable
 
 import torch
 
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
+from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
-from minidecoder.running.memory import split_for_memory
+from minidecoder.running.memory import available_bytes, split_for_memory, token_budget
 from minidecoder.running.texts import check_text
 
 
-def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int = 32,
+def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int | None = None,
           progress: bool = False, truncate: int | None = None, report: dict | None = None,
           **options) -> torch.Tensor:
     """(N, E) float32 embeddings of `texts`, in input order.
+
+    batch_size: sentences per batch; None (the default) fills each batch up to the device's token budget.
 
     Length policy: an input longer than the model's context (tokenizer_config.json `model_max_length`)
     is an error naming the text. `truncate=N` keeps the first N tokens of each TEXT (never of the
@@ -39,8 +51,9 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         if not text.strip():
             raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
                              "remove that row or give it some text; an embedding of nothing is undefined")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer", "e.g. batch_size=32")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer or None",
+                                "e.g. batch_size=32, or leave it out to fill batches by tokens")
     if model.tokenizer is None:
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
@@ -52,28 +65,120 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     _check_context(model, lengths)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
-    out = torch.empty(len(texts), model.config.hidden_size, dtype=torch.float32)
+    free = available_bytes(model.device)  # read once, not per batch
+    batches = plan_batches(order, lengths, batch_size, token_budget(model, free), forward_length(model, method))
+
+    def refuse_nonfinite(row: int) -> None:
+        raise NumericsError(
+            f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
+            f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
+            nonfinite_hint(model))
+
+    results = _Results(len(texts), model.config.hidden_size, refuse_nonfinite)
     bar = _progress_bar(len(texts)) if progress else None
     start = time.perf_counter()
     with torch.inference_mode():
-        for first in range(0, len(order), batch_size):
-            batch = order[first:first + batch_size]
-            for index in split_for_memory(model, batch, [lengths[i] for i in batch], texts):
-                vectors = _run_batch(model, method, texts, index, lengths)
-                finite = torch.isfinite(vectors).all(dim=-1)  # (B,)
-                if not finite.all():
-                    row = index[int((~finite).nonzero()[0, 0])]
-                    raise NumericsError(
-                        f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
-                        f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
-                        nonfinite_hint(model))
-                out[index] = vectors.float().cpu()
+        for batch in batches:
+            for index in split_for_memory(model, batch, [lengths[i] for i in batch], texts, free=free):
+                results.add(index, _run_batch(model, method, texts, index, lengths))
                 if bar is not None:
                     bar.update(len(index))
                     bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
+        out = results.finish()
     if bar is not None:
         bar.close()
     return out
+
+
+def plan_batches(order: list[int], lengths: list[int], batch_size: int | None, budget: int,
+                 length_of: Callable[[int], float]) -> list[list[int]]:
+    """The rows of each batch, in `order` (ascending length): `batch_size` rows each, or with None as many
+    as keep rows x the longest row's forward length (`length_of(text tokens)`) within `budget` tokens."""
+    if batch_size is not None:
+        return [order[first:first + batch_size] for first in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for row in order:  # ascending: the newest row is the longest of its batch
+        if current and (len(current) + 1) * length_of(lengths[row]) > budget:
+            batches.append(current)
+            current = []
+        current.append(row)
+    return batches + ([current] if current else [])
+
+
+def forward_length(model, method: Method) -> Callable[[int], float]:
+    """The tokens each row adds to the longest forward `method` runs on a text of n tokens, as k * n + c,
+    measured on the method's own passes for two probe texts (a prompt adds c; ReBA's and Echo's
+    repetitions make k 2). Where the loop runs a prompt's shared prefix once per batch (the CPU's prefix
+    cache), that prefix is not counted per row."""
+    once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache
+    sizes = []
+    try:
+        for probe in ("x", " ".join(["word"] * 9)):  # different first tokens: only the template is shared
+            n = len(model.tokenizer.encode(probe, add_special_tokens=False))
+            sizes.append((n, [p.batch for p in method.passes(model, [probe])]))
+    except Exception:  # a method that refuses the probe: assume a prompt of 64 tokens around the text
+        return lambda n: n + 64
+    (n1, short), (n2, long) = sizes
+    length, k, c = 0.0, 1.0, 0.0
+    for a, b in zip(short, long):
+        t1, t2 = a.input_ids.shape[1], b.input_ids.shape[1]
+        shared = _shared_start(a.input_ids[0].tolist(), b.input_ids[0].tolist()) if once else 0
+        if t1 - shared >= length:  # the pass with the most tokens per row sets the batch's size
+            length = t1 - shared
+            k = (t2 - t1) / (n2 - n1) if n2 != n1 else 1.0
+            c = t1 - shared - k * n1
+    return lambda n: k * n + c
+
+
+def _shared_start(a: list[int], b: list[int]) -> int:
+    common = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        common += 1
+    return common
+
+
+class _Results:
+    """The (N, E) float32 embeddings, filled batch by batch and checked finite. From a GPU each batch is
+    copied into pinned host memory without blocking and read LAG batches later, so the device is never
+    idle while the host reads a batch back (a plain `.cpu()` would wait for it)."""
+
+    LAG = 2
+
+    def __init__(self, rows: int, dim: int, refuse_nonfinite: Callable[[int], None]) -> None:
+        self.out = torch.empty(rows, dim, dtype=torch.float32)
+        self.refuse_nonfinite = refuse_nonfinite
+        self.pending: deque = deque()  # (rows, host tensor, CUDA event)
+
+    def add(self, index: list[int], vectors: torch.Tensor) -> None:
+        if vectors.device.type != "cuda":
+            self._store(index, vectors.float().cpu())
+            return
+        host = torch.empty(vectors.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(vectors.float(), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.pending.append((index, host, event))
+        while len(self.pending) > self.LAG:
+            self._take()
+
+    def _take(self) -> None:
+        index, host, event = self.pending.popleft()
+        event.synchronize()
+        self._store(index, host)
+
+    def _store(self, index: list[int], vectors: torch.Tensor) -> None:
+        finite = torch.isfinite(vectors).all(dim=-1)  # (B,), on the host
+        if not finite.all():
+            self.refuse_nonfinite(index[int((~finite).nonzero()[0, 0])])
+        self.out[index] = vectors
+
+    def finish(self) -> torch.Tensor:
+        while self.pending:
+            self._take()
+        return self.out
 
 
 def _as_text_list(texts) -> list[str]:
@@ -185,18 +290,12 @@ def truncate_that_fits(tokenizer, text: str, method: Method, excess: int) -> int
 
 
 def _locate_nonfinite(model, method: Method, text: str) -> str:
-    """Rerun the plain forward of the method's prompt on `text` block by block (diagnostics)."""
+    """Rerun the plain forward of the method's first pass on `text` block by block (diagnostics)."""
     from minidecoder.running.diagnostics import first_nonfinite_layer
-    from minidecoder.methods.inputs import encode_prompts
 
-    template = getattr(method, "template", None)
-    if hasattr(method, "prompt_template"):
-        template = method.prompt_template()
-    if not isinstance(template, str) or "{text}" not in template:
-        template = "{text}"
     try:
-        batch = encode_prompts(model.tokenizer, template, [text])
-        found = first_nonfinite_layer(model, batch)
+        first = method.passes(model, [text])[0]  # its tokens and placeholder rows, without its step
+        found = first_nonfinite_layer(model, first.batch, extra_rows=first.extra_rows)
     except Exception as error:  # a diagnosis must never hide the original problem
         return f"(could not locate it: {type(error).__name__}: {error})"
     if found is None:

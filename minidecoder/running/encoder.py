@@ -99,13 +99,15 @@ class SentenceEncoder:
         return f"SentenceEncoder({self.name}, {self.method.describe()})"
 
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-               batch_size: int = 32, show_progress_bar: bool | None = None,
+               batch_size: int | None = None, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False,
                device: str | torch.device | list | None = None, normalize_embeddings: bool = False,
                truncate_dim: int | None = None, pool: Any = None, chunk_size: int | None = None,
                **kwargs: Any) -> np.ndarray | torch.Tensor | list:
-        """Embeddings of `inputs` in input order; see the module docstring for the arguments and returns."""
+        """Embeddings of `inputs` in input order; see the module docstring for the arguments and returns.
+        batch_size: sentences per batch (sentence-transformers' 32 is honoured when given); None fills each
+        batch up to the device's token budget, `minidecoder.embed`'s default."""
         inputs = _inputs_argument(inputs, kwargs)
         _refuse_unsupported(output_value, pool, chunk_size, device, precision, kwargs)
         if device is not None and torch.device(device) != self.model.device:

@@ -9,6 +9,9 @@ path's (which methods reading the pattern take):
     activations              B x T x (4 E + 3 I) x dtype bytes (residual, norm, q/k/v/o, MLP)
 
 The budget is 80% of what the device has free (/proc/meminfo MemAvailable on a CPU, cudaMemGetInfo on a GPU).
+
+`token_budget` is the other side: how many padded tokens a batch should hold to keep the device busy,
+as embedding servers size batches (`minidecoder.embed`'s default, instead of a count of sentences).
 """
 from __future__ import annotations
 
@@ -28,6 +31,23 @@ def forward_bytes(model, batch: int, tokens: int) -> int:
     return attention + activations
 
 
+# Padded tokens per batch. On a CPU the matrix products run near the machine's peak from a few hundred
+# rows on, so the budget keeps batches near the 32 sentences the CPU figures were measured with (PromptEOL
+# on STS-B: 20-50 tokens a row). On a GPU a forward costs about the same time from one row to thousands
+# (launches, weight reads), so a batch is as large as memory comfortably allows, up to GPU_MAX_TOKENS.
+CPU_TOKENS = 1024
+GPU_MAX_TOKENS = 32768
+GPU_MEMORY_SHARE = 0.25  # of the free memory, for one batch's activations (the rest: fragmentation, ReBA's A)
+
+
+def token_budget(model, free: int | None) -> int:
+    """Padded tokens (rows x longest row) one batch should hold on `model`'s device, `free` bytes free."""
+    if model.device.type == "cpu" or free is None:
+        return CPU_TOKENS
+    per_token = max(forward_bytes(model, 1, 512) // 512, 1)  # activations + attention at a sentence's length
+    return int(max(1024, min(GPU_MAX_TOKENS, free * GPU_MEMORY_SHARE // per_token)))
+
+
 def available_bytes(device: torch.device) -> int | None:
     """Free memory on `device` in bytes, or None when it cannot be read (then nothing is split)."""
     try:
@@ -43,13 +63,15 @@ def available_bytes(device: torch.device) -> int | None:
 
 
 def split_for_memory(model, index: list[int], lengths: list[int], texts: list[str] | None = None,
-                     overhead_tokens: int = 64) -> list[list[int]]:
+                     overhead_tokens: int = 64, free: int | None | str = "read") -> list[list[int]]:
     """`index` (rows sorted by length) cut into sub-batches whose estimated forward fits the budget.
 
     lengths: text tokens per row of `index`; `overhead_tokens` stands for a method's prompt. A single row
-    that alone does not fit is refused, naming it, its length and the memory it would take.
+    that alone does not fit is refused, naming it, its length and the memory it would take. free: the
+    bytes free, read once by the caller ("read": read it now).
     """
-    free = available_bytes(model.device)
+    if free == "read":
+        free = available_bytes(model.device)
     if free is None or not index:
         return [index]
     budget = int(free * BUDGET_FRACTION)

@@ -42,3 +42,32 @@ def test_cached_step_logits_equal_full_forward() -> None:
         stepped = model(ids[:, 8:], cache=cache).logits
         full = model(ids).logits[:, 8:]
     torch.testing.assert_close(stepped, full, atol=5e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"])
+def test_static_cache_decoding_equals_the_dynamic_cache(name: str) -> None:
+    """The static cache and its one-token step (what a GPU captures and replays): the same tokens as the
+    dynamic cache, past every sliding window, and the same logits to float tolerance."""
+    from minidecoder.fast.static_cache import DecodeStep, StaticKVCache
+
+    _, folder = checkpoint(name)
+    model = minidecoder.load(folder)
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    plain = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=False)
+    static = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=True)
+    assert static == plain
+    with torch.inference_mode():
+        cache = minidecoder.KVCache.empty(model.num_layers)
+        model(torch.tensor([prompt]), cache=cache)
+        step = DecodeStep(model, StaticKVCache.from_prefill(cache, len(prompt) + 3))
+        got = step(plain[0], len(prompt))
+        want = model(torch.tensor([prompt + plain[:1]])).logits[:, -1]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+def test_captured_decode_step_on_a_gpu_equals_the_dynamic_cache() -> None:
+    model = minidecoder.load(checkpoint("gemma3")[1], device="cuda")
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    assert (minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=True)
+            == minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=False))

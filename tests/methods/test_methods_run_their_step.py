@@ -35,10 +35,10 @@ def test_every_method_runs_the_shared_loop(model, monkeypatch) -> None:
 
 def test_tp_runs_its_step_with_the_prefix_cache_on(model, monkeypatch) -> None:
     copies = count(monkeypatch, placeholders.CopyRows, "before")
-    steps = count(monkeypatch, tp.TPStep, "of")
+    runs = count(monkeypatch, loop.Pass, "start")
     prefixes = count(monkeypatch, loop.prefix_cache, "split")
     minidecoder.embed(model, TEXTS, "tp", layer=-1, start=1, end=3)
-    assert len(steps) == 1 and prefixes  # one batch, one TP step, and the shared prefix ran once
+    assert len(runs) == 1 and isinstance(runs[0][0].step, tp.TPStep) and prefixes  # one TP pass, prefix once
     assert sorted({call[1] for call in copies}) == [0, 1, 2, 3]  # asked before every block ...
     assert {call[1] for call in copies if call[1] in call[0].blocks} == {1, 2}  # ... copying before 1 and 2
 
