@@ -2,6 +2,7 @@
 
     python tools/bench.py --limit 256 --repeat 2                       # the table in docs/benchmarks.md
     python tools/bench.py --limit 64 --methods prompteol,tp --dtype float32
+    python tools/bench.py --device cuda                                # the GPU benchmark: tools/bench_gpu.py
 
 Each configuration runs in a fresh subprocess (so peak memory is its own) on STS-B test sentences in
 dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch warm-up:
@@ -417,7 +418,16 @@ def median_of(runs: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # `--device cuda` is a different benchmark (a 7B-shaped model on one GPU, tools/bench_gpu.py): hand
+    # the whole command line over before this parser sees options only that one knows.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--device", default="cpu")
+    if pre.parse_known_args(argv)[0].device.startswith("cuda"):
+        from bench_gpu import main as gpu_main
+        sys.exit(gpu_main(argv))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu"], help="cpu: this benchmark (default); cuda: "
+                        "tools/bench_gpu.py's GPU benchmark, which takes its own options (--device cuda --help)")
     parser.add_argument("--limit", type=int, default=256, help="STS-B test sentences (s1, s2 of limit/2 pairs)")
     parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the median is kept")
     parser.add_argument("--methods", default=None, help="comma-separated configuration names or method names "

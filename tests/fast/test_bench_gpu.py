@@ -1,0 +1,74 @@
+"""tools/bench_gpu.py (issue 27's GPU benchmark) runs end to end on a CPU: the tiny shape, 32 sentences, one
+run. CI has no GPU, so this is what keeps the tool working between the sessions that are lent one: every
+section of its JSON is there, the CUDA-only ones say they were skipped and why, every configuration ran,
+and `tools/bench.py --device cuda` hands over to it. No timing is checked."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from repo_paths import REPO
+
+CPU_COMMAND = ["tools/bench_gpu.py", "--device", "cpu", "--shape", "tiny", "--limit", "32", "--repeat", "1"]
+MEASURED = ["checkpoint", "fast_paths", "rates", "throughput", "floor", "methods", "reba_batch", "generation"]
+CUDA_ONLY = ["gpu_busy", "sync"]
+
+
+def run(args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
+    # `smollm2`: the default model's folder, whose tokenizer the tool copies beside its random weights
+    out = tmp_path / "bench.json"
+    result = run(CPU_COMMAND + ["--json", str(out)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert set(data) == {"header", *MEASURED, *CUDA_ONLY, "targets"}
+    for name in MEASURED:
+        assert "error" not in data[name] and "skipped" not in data[name], (name, data[name])
+    for name in CUDA_ONLY:  # skipped, and the output says so
+        assert data[name] == {"skipped": "needs CUDA (this run is on the CPU)"}
+        assert f"## {name}: skipped (needs CUDA" in result.stdout
+
+    assert data["header"]["sentences"] == 32 and data["header"]["shape"] == "tiny"
+    configs = data["throughput"]["configs"]
+    assert set(configs) == {"minidecoder default"} | {f"{who} batch {b}" for who in
+                                                      ("minidecoder", "reference", "transformers sorted")
+                                                      for b in (32, 128, 512)}
+    for name, r in configs.items():
+        assert "error" not in r and r["sentences_per_s"] > 0, (name, r)
+        if name != "minidecoder default":  # the same embeddings, whoever computes them (bfloat16)
+            assert r["min_cosine_vs_default"] > 0.98, (name, r["min_cosine_vs_default"])
+    floor = data["floor"]
+    assert floor["prompt_tokens"] > 32 and floor["floor_seconds"] > 0
+    assert set(floor["fraction_of_floor"]) == set(configs)
+
+    methods = data["methods"]["configs"]
+    assert list(methods) == ["prompteol", "pretended_cot", "knowledge", "metaeol", "echo", "mean", "tp", "htp",
+                             "cp", "cp tp=true", "reba"]
+    for name, r in methods.items():
+        assert "error" not in r and r["seconds"] > 0 and r["work_ratio"] > 0, (name, r)
+    assert methods["prompteol"]["work_ratio"] == 1.0
+    assert methods["metaeol"]["work"]["passes_per_batch"] == 8  # eight prompts, each its own forward
+    assert methods["cp"]["work"]["passes_per_batch"] == 2  # the auxiliary pass, then the steered one
+
+    assert data["reba_batch"]["texts"] == 8 and data["reba_batch"]["batch2_over_batch8"] > 0
+    gen = data["generation"]["configs"]
+    assert {r["new_tokens"] for r in gen.values()} == {128} and "transformers generate(do_sample=False)" in gen
+
+    targets = data["targets"]
+    assert targets["applies"] is False and len(targets["rows"]) == 7
+    assert [r["met"] for r in targets["rows"][-2:]] == [None, None]  # GPU busy and sync need CUDA
+    assert "## Targets (issue 27)" in result.stdout
+
+
+def test_bench_dispatches_cuda_to_bench_gpu() -> None:
+    handed_over = run(["tools/bench.py", "--device", "cuda", "--help"], timeout=120)
+    assert handed_over.returncode == 0 and "--shape" in handed_over.stdout and "--tokenizer" in handed_over.stdout
+    cpu = run(["tools/bench.py", "--device", "cpu", "--help"], timeout=120)
+    assert cpu.returncode == 0 and "--shape" not in cpu.stdout and "--worker" not in cpu.stdout
