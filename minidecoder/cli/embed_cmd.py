@@ -39,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="a method option (listed below); repeat for more")
     parser.add_argument("--input", required=True, metavar="FILE", help="one sentence per line, or .jsonl with {\"text\": ...}")
     parser.add_argument("--output", required=True, metavar="FILE", help=".npy or .safetensors")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences per forward pass (default: each batch filled up to the device's token budget)")
     parser.add_argument("--truncate", type=int, default=None, metavar="N",
                         help="keep the first N tokens of each text (default: a text longer than the model's context is an error)")
     add_output_options(parser, "the output file (and its .npy.json)")

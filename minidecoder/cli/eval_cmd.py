@@ -39,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--tasks", default=None, help="comma-separated tasks (default: the seven; also STSBenchmark-dev)")
     sts.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
     sts.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each subset (quick look)")
-    sts.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    sts.add_argument("--batch-size", type=int, default=None,
+                        help="sentences per forward pass (default: each batch filled up to the device's token budget)")
     sts.add_argument("--output", default=None, metavar="PREFIX", help="write PREFIX.json and PREFIX.md (a PREFIX ending in .json or .md names that file; default: ./sts-MODEL-METHOD-DATE)")
     add_output_options(sts, "PREFIX.json / PREFIX.md")
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

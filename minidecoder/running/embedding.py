@@ -22,7 +22,7 @@ import torch
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
-from minidecoder.running.memory import available_bytes, split_for_memory, token_budget
+from minidecoder.running import memory
 from minidecoder.running.texts import check_text
 
 
@@ -65,8 +65,8 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     _check_context(model, lengths)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
-    free = available_bytes(model.device)  # read once, not per batch
-    batches = plan_batches(order, lengths, batch_size, token_budget(model, free), forward_length(model, method))
+    free = memory.available_bytes(model.device)  # read once, not per batch
+    batches = plan_batches(order, lengths, batch_size, memory.token_budget(model, free), forward_length(model, method))
 
     def refuse_nonfinite(row: int) -> None:
         raise NumericsError(
@@ -79,7 +79,7 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            for index in split_for_memory(model, batch, [lengths[i] for i in batch], texts, free=free):
+            for index in memory.split_for_memory(model, batch, [lengths[i] for i in batch], texts, free=free):
                 results.add(index, _run_batch(model, method, texts, index, lengths))
                 if bar is not None:
                     bar.update(len(index))

@@ -53,7 +53,7 @@ FORMATS = (".npy", ".safetensors")
 
 
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
-                      overwrite: bool = False, batch_size: int = 32, progress: bool | Callable[[int, int], None] = False,
+                      overwrite: bool = False, batch_size: int | None = None, progress: bool | Callable[[int, int], None] = False,
                       truncate: int | None = None, extra_metadata: dict[str, Any] | None = None,
                       wait: bool = False, **options: Any) -> dict[str, Any]:
     """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
@@ -76,6 +76,8 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     if output_path.suffix not in FORMATS:
         raise InputError(f"output {output_path} must end in .npy or .safetensors", "e.g. --output vectors.npy")
     for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
+        if name == "batch_size" and value is None:
+            continue  # batches filled by tokens (minidecoder.embed's default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
     if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 1):
@@ -96,7 +98,7 @@ def job_outputs(output_path: str | Path) -> list[Path]:
     return [output_path, sidecar] if output_path.suffix == ".npy" else [output_path]
 
 
-def embed_resumably(model, method, texts: list[str], work: str | Path, batch_size: int = 32,
+def embed_resumably(model, method, texts: list[str], work: str | Path, batch_size: int | None = None,
                     progress: bool | Callable[[int, int], None] = False,
                     chunk_size: int = 1024) -> tuple["torch.Tensor", dict[str, Any]]:
     """`embed(model, texts, method)` as a job in the folder `work`, so that Ctrl-C or a kill keeps every
