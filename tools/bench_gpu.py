@@ -1,5 +1,5 @@
-"""GPU benchmark (issue 27): minidecoder on a Llama-2-7B-shaped model against transformers, the
-matrix-work floor and the issue's targets, set up and measured in one run.
+"""GPU benchmark: minidecoder on a Llama-2-7B-shaped model against transformers, the
+matrix-work floor and the GPU targets, set up and measured in one run.
 
     python tools/bench.py --device cuda                         # hands over to this file's main
     python tools/bench_gpu.py --device cuda --json bench.json   # the same
@@ -30,9 +30,9 @@ every section, so a run cut off at a time limit still leaves what it measured):
   generation   greedy decoding at batch 1, 128 new tokens: minidecoder.generate against transformers'
                generate(do_sample=False), and the memory-bandwidth limit (weight bytes / copy bandwidth)
   fast_paths   model.fast_paths and what the model and the embedding call expose about their choices
-  targets      the issue's targets, met or not met, from the numbers above
+  targets      the GPU targets (TARGETS below), met or not met, from the numbers above
 
-Every figure printed is measured in the run; the only typed numbers are the issue's targets. On a CPU
+Every figure printed is measured in the run; the only typed numbers are the targets (TARGETS). On a CPU
 the CUDA-only parts (profiler kernel time, sync debug mode, CUDA events, GPU memory) are skipped and the
 output says so. The GPU has no internet: pass --tokenizer DIR and --sts FILE to files carried along
 (docs/benchmarks.md, "GPU benchmark").
@@ -85,7 +85,7 @@ SHAPES: dict[str, dict[str, int]] = {
                  num_key_value_heads=4, max_position_embeddings=4096),
 }
 SECTIONS = ("rates", "throughput", "floor", "gpu_busy", "sync", "methods", "reba_batch", "generation", "fast_paths")
-# The issue's targets (an H100, the llama2-7b shape, bfloat16): the only typed numbers in the output.
+# The targets set for the GPU work (an H100, the llama2-7b shape, bfloat16): the only typed numbers in the output.
 TARGET_SPS, STRETCH_SPS, METHOD_SLACK, REBA_SLACK, TARGET_TOKENS, TARGET_BUSY = 1600, 2000, 1.10, 1.20, 110, 0.90
 
 
@@ -993,7 +993,7 @@ def generation(model, hf, tok, sentences: list[str], device: torch.device, repea
 
 
 def targets(record: Record, applies: bool, setting: str) -> None:
-    """The issue's targets against this run's numbers."""
+    """The targets against this run's numbers."""
     data = record.data
     rows, out = [], []
 
@@ -1051,7 +1051,7 @@ def targets(record: Record, applies: bool, setting: str) -> None:
     data["targets"] = {"applies": applies, "setting": setting, "rows": out}
     note = ("" if applies else f"These targets are set for an H100 and the llama2-7b shape; this run is {setting}, "
             "so the absolute ones say nothing here.")
-    table("Targets (issue 27)", ["target", "this run", "status"], rows, note)
+    table("Targets", ["target", "this run", "status"], rows, note)
 
 
 if __name__ == "__main__":

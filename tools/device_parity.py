@@ -28,7 +28,7 @@ product with room. On every output of every tiny family but one, `rounding` <= 4
 well-conditioned output that differs by more fails as before. An output whose own rounding sets its
 bound is reported as ill-conditioned: rounding alone decides it, and no device comparison can check it.
 
-The one such output (issue 27: on an H100, `mistral_window`'s `cp mode=nr steer_layer=3` differed
+The one such output (reported from an H100: `mistral_window`'s `cp mode=nr steer_layer=3` differed
 from the CPU by 0.70 relative) is ill-conditioned, not a device defect. CP's Norm Recovering writes
 (a - b) ||a|| / (||a - b|| + 1e-7) at block 3, and on that model a = b exactly: all four blocks attend
 within a window of 5, so the last token at block 3 sees the last 17 tokens only; both prompts end in

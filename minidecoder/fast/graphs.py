@@ -59,7 +59,8 @@ class GraphBank:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.graphs: dict[tuple, _Captured] = {}
         self.contexts: dict[tuple, Context] = {}  # static masks and RoPE tables, per shape
-        self.filled_from: dict[tuple, int] = {}  # which forward's context each static one holds
+        self.filled_from: dict[tuple, Context] = {}  # which forward's context each static one holds (held, so
+        #                                             that no later context can take its id)
         self.captures = 0
         self.key: tuple = ()  # (device, dtype) of the model the graphs were captured on
 
@@ -86,14 +87,14 @@ class GraphBank:
                 cos_sin={kind: (cos.clone(), sin.clone()) for kind, (cos, sin) in ctx.cos_sin.items()},
                 masks={kind: None if mask is None else mask.clone() for kind, mask in ctx.masks.items()},
                 explicit_attention=ctx.explicit_attention)
-        elif self.filled_from.get(shape) != id(ctx):
+        elif self.filled_from.get(shape) is not ctx:
             for kind, (cos, sin) in ctx.cos_sin.items():
                 static.cos_sin[kind][0].copy_(cos)
                 static.cos_sin[kind][1].copy_(sin)
             for kind, mask in ctx.masks.items():
                 if mask is not None:
                     static.masks[kind].copy_(mask)
-        self.filled_from[shape] = id(ctx)
+        self.filled_from[shape] = ctx
         return static
 
     def _capture(self, block: Block, h: torch.Tensor, ctx: Context) -> _Captured:

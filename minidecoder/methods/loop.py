@@ -211,8 +211,10 @@ class _Setup:
     deepest: int
     record: Mapping[int, frozenset[str]]
     prefix: "Forward | None"
+    first: torch.Tensor | None  # (B,) on the host: each row's first real column (whether a fork touches the prefix)
     offset: int  # stream column j is batch column j + offset (the prefix: p; bucket padding: minus its columns)
     rows: int  # the batch's rows; a bucket-padded stream has more, all padding, after them
+    bucketed: bool  # padded to a bucket shape: its site-free block calls may replay captured graphs
     explicit: bool
     longest: int  # positions the longest row reaches (host-known: no read-back)
     watch: Any
@@ -243,7 +245,7 @@ class Forward:
         mask = None if attention_mask is None else attention_mask.cpu().bool()
         steps = (step, *touched_by)
         p = 0 if cache is not None else _prefix_length(model, fast, ids, mask, steps, record)
-        prefix, offset = None, p
+        prefix, offset, bucketed = None, p, False
         stream_ids, stream_mask = ids, mask
         if p:
             # The shared prefix, once (batch 1), through every block this forward may run; its keys and
@@ -254,13 +256,15 @@ class Forward:
             prefix.run_to(prefix.setup.deepest)
         elif cache is None and fast.buckets and watch is None and _bucketable(steps, record):
             stream_ids, stream_mask, offset = _padded_to_bucket(ids, mask)  # a bounded set of shapes (fast.graphs)
+            bucketed = True
         past = p or (cache.length if cache is not None else 0)
         real = stream_ids.shape[1] if stream_mask is None else int(stream_mask.sum(dim=1).max())
         explicit = fast.explicit_attention and explicit_is_faster(device, model.dtype, stream_ids.shape[1] + past)
         self.setup = _Setup(model, fast, to_device(stream_ids, device), to_device(mask, device),
                             to_device(stream_mask, device), to_device(dict(extra_rows or {}), device), keep,
-                            max(keep, default=0), record, prefix, offset, ids.shape[0], explicit, past + real,
-                            watch)
+                            max(keep, default=0), record, prefix,
+                            None if mask is None else prefix_cache.first_real_positions(mask), offset, ids.shape[0],
+                            bucketed, explicit, past + real, watch)
         self.step = to_device(prefix_cache.shifted(step, offset) if offset else step, device)
         self.ctx = self._context(cache)
         self.first_ctx = self._first_context()
@@ -334,7 +338,7 @@ class Forward:
         blocked = folding and s.fast.blocked_fusion_from is not None and h.shape[1] >= s.fast.blocked_fusion_from
         wanted = record | ({"q", "k"} if blocked else {"pattern"} if folding else set())
         if not wanted and not edits and ctx.cache is None:  # cached calls run plain: fast/compiled.py
-            if s.fast.graphs:
+            if s.fast.graphs and s.bucketed:  # a bounded set of shapes, so a bounded set of captures
                 return graph_bank(s.model).forward(block, h, ctx)  # one captured graph a block (fast/graphs.py)
             if s.fast.compiled:
                 return compiled_block_forward(block, h, ctx)
@@ -396,9 +400,8 @@ class Forward:
             raise ValueError("a forward that fills a KV cache cannot be forked (its branches would share the cache)")
         p = self.prefix_length
         if p:
-            first = prefix_cache.first_real_positions(s.mask.cpu())
             touched = prefix_cache.first_touched(step, s.rows)
-            if step.folds or step.hidden_keys is not None or int((touched - first).min()) < p:
+            if step.folds or step.hidden_keys is not None or int((touched - s.first).min()) < p:
                 raise ValueError("the forked step touches the shared prefix; build the forward with it in touched_by")
         if s.offset:
             step = prefix_cache.shifted(step, s.offset)

@@ -111,7 +111,7 @@ def forward_length(model, method: Method) -> Callable[[int], float]:
     measured on the method's own passes for two probe texts (a prompt adds c; ReBA's and Echo's
     repetitions make k 2). Where the loop runs a prompt's shared prefix once per batch (the CPU's prefix
     cache), that prefix is not counted per row."""
-    once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache
+    once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
     sizes = []
     try:
         for probe in ("x", " ".join(["word"] * 9)):  # different first tokens: only the template is shared

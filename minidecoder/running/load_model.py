@@ -90,5 +90,5 @@ def check_device(device: str | torch.device) -> torch.device:
             raise InputError(f"device {str(device)!r} requested but no CUDA GPU is available", "use device='cpu'")
         if (parsed.index or 0) >= count:
             raise InputError(f"device {str(device)!r} requested but this machine has {count} CUDA GPU(s), "
-                             f"cuda:0 to cuda:{count - 1}", f"use one of them, e.g. device='cuda:0'")
+                             f"cuda:0 to cuda:{count - 1}", "use one of them, e.g. device='cuda:0'")
     return parsed

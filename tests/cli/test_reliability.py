@@ -1,4 +1,4 @@
-"""Issue 13: the ten classes of hostile input and faults, each met where a user meets it (the CLI, in
+"""Hardening, round one: the ten classes of hostile input and faults, each met where a user meets it (the CLI, in
 process or in a subprocess, or the public API). docs/reliability.md lists them against these tests."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import minidecoder
-from minidecoder.cli import main
 from minidecoder.errors import ContextLengthError, MinidecoderError
+from cli_runner import cli
 from repo_paths import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -35,14 +35,6 @@ def short(tmp_path_factory, tiny_llama: Path) -> Path:
 def model(short: Path):
     return minidecoder.load(short, progress=False)
 
-
-def cli(capsys, *argv: str) -> tuple[int, str]:
-    """minidecoder's own entry point in process: (exit status, stderr). argparse's own errors exit 2 too."""
-    try:
-        code = main(list(argv))
-    except SystemExit as stop:
-        code = stop.code
-    return code, capsys.readouterr().err
 
 
 def lines(path: Path, texts: list[str]) -> Path:

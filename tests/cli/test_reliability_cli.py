@@ -1,7 +1,7 @@
-"""Issue 29 (hardening, round three), the classes met at the CLI and the text entry points: outputs
+"""Hardening, round three: the classes met at the CLI and the text entry points: outputs
 claimed and locked (3), Ctrl-C (7), closed pipes (8), inputs validated before any work (9), messages
 (10), sentence-transformers' `encode` arguments (11), CR-only line endings (12). docs/reliability.md
-lists them against these tests; the numbers in the test names are the issue's."""
+lists them against these tests; the numbers in the test names are the round's own (docs/reliability.md rows 17-24 give both)."""
 from __future__ import annotations
 
 import io
@@ -18,21 +18,13 @@ import pytest
 import torch
 
 import minidecoder
-from minidecoder.cli import main
 from minidecoder.errors import InputError, MinidecoderError, OutputError
+from cli_runner import cli
 from repo_paths import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 NO_MODEL = "no-such-model-folder"  # a run that names this and fails on something else never loaded a model
 
-
-def cli(capsys, *argv: str) -> tuple[int, str]:
-    """minidecoder's own entry point in process: (exit status, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as stop:
-        code = stop.code
-    return code, capsys.readouterr().err
 
 
 def sts_data(folder: Path, pairs: int = 12, gold: str | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Issue 29 (hardening, round three), the sourcing classes: what a model is (caches keyed by its weights),
+"""Hardening, round three: the sourcing classes: what a model is (caches keyed by its weights),
 whose folders may be replaced, what a config value's type must be, what a failed load is blamed on,
 what a killed conversion leaves behind, and weights that are not finite. docs/reliability.md lists
 them against these tests (rows 11-16)."""
@@ -10,59 +10,31 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
 import minidecoder
-from minidecoder.cli import main
 from minidecoder.errors import MinidecoderError
+from cli_runner import cli
 from repo_paths import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
-def cli(capsys, *argv: str) -> tuple[int, str]:
-    """minidecoder's own entry point in process: (exit status, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as stop:
-        code = stop.code
-    return code, capsys.readouterr().err
-
 
 # ---- 11. MTEB's result cache keyed by what determines the score -----------------------------------------
 def synthetic_sts_task():
     """A 16-pair MTEB STS task built here (nothing read or downloaded): enough for a rank correlation."""
-    from datasets import Dataset, DatasetDict
-    from mteb.abstasks.sts import AbsTaskSTS
-    from mteb.abstasks.task_metadata import TaskMetadata
+    from mteb_tasks import local_sts_task
 
     words = ["a cat sat", "the dog ran", "birds sing", "rain falls", "cars honk", "kids play", "sun sets",
              "waves crash"]
     first = [w for w in words for _ in range(2)]
     second = [w if i % 2 else words[(k + 3) % len(words)] for k, w in enumerate(words) for i in range(2)]
-
-    class SyntheticSTS(AbsTaskSTS):
-        metadata = TaskMetadata(
-            name="SyntheticSTS", type="STS", main_score="cosine_spearman", category="t2t",
-            description="pairs built in the test", reference="https://example.org", eval_splits=["test"],
-            dataset={"path": "local/SyntheticSTS", "revision": "local"}, eval_langs=["eng-Latn"],
-            date=("2020-01-01", "2020-12-31"), dialect=["Written"], domains=[], task_subtypes=[],
-            license="cc-by-sa-4.0", annotations_creators="human-annotated", modalities=["text"],
-            sample_creation="found", bibtex_citation="")
-        min_score = 0
-        max_score = 5
-
-        def load_data(self, num_proc=None, **kwargs) -> None:
-            self.dataset = DatasetDict({"test": Dataset.from_dict({
-                "sentence1": first, "sentence2": second,
-                "score": [5.0 if a == b else float(k % 4) for k, (a, b) in enumerate(zip(first, second))]})})
-            self.data_loaded = True
-
-    return SyntheticSTS()
+    scores = [5.0 if a == b else float(k % 4) for k, (a, b) in enumerate(zip(first, second))]
+    return local_sts_task("SyntheticSTS", first, second, scores)
 
 
 def test_11_mteb_caches_a_score_per_weights_dtype_and_code(tmp_path: Path, monkeypatch) -> None:

@@ -22,29 +22,11 @@ CASES = [
 def local_stsb_task(rows: list[list[str]]):
     """An MTEB STS task over STS-B test rows read here (columns as SentEval reads them: score 4,
     sentences 5 and 6, whitespace joined as SentEval's word lists are), so nothing is downloaded."""
-    from datasets import Dataset, DatasetDict
-    from mteb.abstasks.sts import AbsTaskSTS
-    from mteb.abstasks.task_metadata import TaskMetadata
+    from mteb_tasks import local_sts_task
 
-    class LocalSTSBenchmark(AbsTaskSTS):
-        metadata = TaskMetadata(
-            name="LocalSTSBenchmark", type="STS", main_score="cosine_spearman", category="t2t",
-            description="STS-B test, read from the local SentEval files", reference="https://ixa2.si.ehu.eus/stswiki",
-            dataset={"path": "local/STSBenchmark", "revision": "local"}, eval_splits=["test"], eval_langs=["eng-Latn"],
-            date=("2017-01-01", "2017-12-31"), dialect=["Written"], domains=[], task_subtypes=[],
-            license="cc-by-sa-4.0", annotations_creators="human-annotated", modalities=["text"],
-            sample_creation="found", bibtex_citation="")
-        min_score = 0
-        max_score = 5
-
-        def load_data(self, num_proc=None, **kwargs) -> None:
-            self.dataset = DatasetDict({"test": Dataset.from_dict({
-                "sentence1": [" ".join(row[5].split()) for row in rows],
-                "sentence2": [" ".join(row[6].split()) for row in rows],
-                "score": [float(row[4]) for row in rows]})})
-            self.data_loaded = True
-
-    return LocalSTSBenchmark()
+    return local_sts_task("LocalSTSBenchmark", [" ".join(row[5].split()) for row in rows],
+                          [" ".join(row[6].split()) for row in rows], [float(row[4]) for row in rows],
+                          description="STS-B test, read from the local SentEval files")
 
 
 def test_model_meta_is_what_mteb_needs(tiny_llama: Path):

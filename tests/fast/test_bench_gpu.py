@@ -1,4 +1,4 @@
-"""tools/bench_gpu.py (issue 27's GPU benchmark) runs end to end on a CPU: the tiny shape, 32 sentences, one
+"""tools/bench_gpu.py (the GPU benchmark) runs end to end on a CPU: the tiny shape, 32 sentences, one
 run. CI has no GPU, so this is what keeps the tool working between the sessions that are lent one: every
 section of its JSON is there, the CUDA-only ones say they were skipped and why, every configuration ran,
 and `tools/bench.py --device cuda` hands over to it. No timing is checked."""
@@ -64,7 +64,7 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     targets = data["targets"]
     assert targets["applies"] is False and len(targets["rows"]) == 7
     assert [r["met"] for r in targets["rows"][-2:]] == [None, None]  # GPU busy and sync need CUDA
-    assert "## Targets (issue 27)" in result.stdout
+    assert "## Targets" in result.stdout
 
 
 def test_bench_dispatches_cuda_to_bench_gpu() -> None:

@@ -2,7 +2,7 @@
 CUDA GPU every family's logits and every method's embeddings agree with the CPU's within their bound
 (skipped without one: CI has no GPU; a session that is lent one runs this file there). Each output's
 bound is max(TOLERANCE, K x its rounding estimate on the CPU); the estimate, checked here on the CPU,
-flags exactly the one ill-conditioned case of the tiny models (issue 27) and no well-conditioned one."""
+flags exactly the one ill-conditioned case of the tiny models (seen on an H100) and no well-conditioned one."""
 from __future__ import annotations
 
 import sys

@@ -20,7 +20,6 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.fast import prefix_cache
 from minidecoder.fast.options import fast_paths_overridden
-from minidecoder.methods import loop
 from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import encode_prompts, pad
 from minidecoder.methods.layers import resolve_output_layer
