@@ -11,6 +11,8 @@ every section, so a run cut off at a time limit still leaves what it measured):
   checkpoint   a random bfloat16 checkpoint of the chosen shape written once by transformers'
                `LlamaForCausalLM(config).save_pretrained` (initialised on the device), with the default
                model's tokenizer (49,152 ids) copied beside it; `--work DIR` keeps and reuses it
+  fast_paths   model.fast_paths, what each path means on the device (minidecoder.fast.options.describe) and
+               the default batching's token budget
   rates        bf16 matmul rate (n^3, CUDA events on a GPU) and copy bandwidth, measured now
   throughput   PromptEOL on the STS-B test sentences (s1, s2 of every pair, dataset order), median of
                --repeat interleaved runs: minidecoder at its default settings and at batch 32/128/512;
@@ -29,10 +31,9 @@ every section, so a run cut off at a time limit still leaves what it measured):
   reba_batch   ReBA's time per text at batch 2 and batch 8 on eight ~320-token texts
   generation   greedy decoding at batch 1, 128 new tokens: minidecoder.generate against transformers'
                generate(do_sample=False), and the memory-bandwidth limit (weight bytes / copy bandwidth)
-  fast_paths   model.fast_paths and what the model and the embedding call expose about their choices
-  targets      the GPU targets (TARGETS below), met or not met, from the numbers above
+  targets      the GPU targets (the TARGET_* constants below), met or not met, from the numbers above
 
-Every figure printed is measured in the run; the only typed numbers are the targets (TARGETS). On a CPU
+Every figure printed is measured in the run; the only typed numbers are the targets (TARGET_*). On a CPU
 the CUDA-only parts (profiler kernel time, sync debug mode, CUDA events, GPU memory) are skipped and the
 output says so. The GPU has no internet: pass --tokenizer DIR and --sts FILE to files carried along
 (docs/benchmarks.md, "GPU benchmark").
@@ -41,10 +42,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import datetime
 import gc
-import inspect
 import json
 import math
 import os
@@ -84,7 +83,7 @@ SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=8, num_attention_heads=4,
                  num_key_value_heads=4, max_position_embeddings=4096),
 }
-SECTIONS = ("rates", "throughput", "floor", "gpu_busy", "sync", "methods", "reba_batch", "generation", "fast_paths")
+SECTIONS = ("fast_paths", "rates", "throughput", "floor", "gpu_busy", "sync", "methods", "reba_batch", "generation")
 # The targets set for the GPU work (an H100, the llama2-7b shape, bfloat16): the only typed numbers in the output.
 TARGET_SPS, STRETCH_SPS, METHOD_SLACK, REBA_SLACK, TARGET_TOKENS, TARGET_BUSY = 1600, 2000, 1.10, 1.20, 110, 0.90
 
@@ -600,10 +599,12 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
     # ---- fast paths and per-device choices -----------------------------------------------------------
     with record.section("fast_paths", skip="--skip" if "fast_paths" in skip else None) as out:
         if out is not None:
-            out.update(fast_paths_report(model, sentences[:64]))
+            out.update(fast_paths_report(model))
             rows = [["model.fast_paths", out["fast_paths"]]]
-            rows += [[f"model.{k}", v] for k, v in out["model_attributes"].items()]
-            rows += [[k, v] for k, v in out["choices"].items()]
+            rows += [[f"fast.options.describe: {k}", v] for k, v in out["describe"].items()]
+            rows += [["running.memory.token_budget (default batch, padded tokens)", out["token_budget"]],
+                     ["free memory read by the default batching",
+                      "-" if out["free_bytes"] is None else f"{out['free_bytes'] / 2**30:.1f} GiB"]]
             table("Fast paths and per-device choices (read from the model at run time)", ["what", "value"], rows)
 
     # ---- rates -----------------------------------------------------------------------------------------
@@ -621,9 +622,8 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
     # ---- throughput --------------------------------------------------------------------------------------
     with record.section("throughput", skip="--skip" if "throughput" in skip else None) as out:
         if out is not None:
-            embed_report: dict = {}
             configs: dict[str, Callable] = {
-                "minidecoder default": lambda: minidecoder.embed(model, sentences, "prompteol", report=embed_report)}
+                "minidecoder default": lambda: minidecoder.embed(model, sentences, "prompteol")}
             warmups: dict[str, Callable] = {
                 "minidecoder default": lambda: minidecoder.embed(model, sentences[:512], "prompteol")}
             for b in BATCHES:
@@ -658,7 +658,6 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                              None if cosine is None else f"{cosine:.4f}", r.get("error", "")])
             out["configs"] = results
             out["sentences"] = n
-            out["embed_report"] = {k: v for k, v in embed_report.items()}
             note = ("peak GB: torch.cuda.max_memory_allocated during the run; above weights: that minus what was "
                     "allocated before it (both models' weights)" if cuda else f"peak GPU memory: {no_cuda}")
             if hf is None:
@@ -826,59 +825,15 @@ def git_commit() -> str | None:
         return None
 
 
-def fast_paths_report(model, texts: list[str]) -> dict:
-    """model.fast_paths, the model's other plain attributes, and the per-device choices the library exposes
-    (looked up at run time: whatever of them exists in this checkout is reported)."""
-    import minidecoder
-    fp = getattr(model, "fast_paths", None)
-    out: dict[str, Any] = {"fast_paths": repr(fp),
-                           "fast_paths_fields": dataclasses.asdict(fp) if dataclasses.is_dataclass(fp) else None}
-    extra = [n for n in dir(fp) if not n.startswith("_")
-             and n not in {f.name for f in dataclasses.fields(fp)}] if dataclasses.is_dataclass(fp) else []
-    out["fast_paths_other_names"] = extra
-    attributes = {}
-    for name, value in vars(model).items():
-        if name.startswith("_") or name in ("training", "fast_paths", "config", "tokenizer"):
-            continue
-        plain = value is None or isinstance(value, (bool, int, float, str, tuple, list, dict))
-        if plain or dataclasses.is_dataclass(value):
-            attributes[name] = repr(value)[:300]
-    out["model_attributes"] = attributes
-    choices: dict[str, str] = {}
-    if hasattr(fp, "for_device"):
-        choices["model.fast_paths.for_device(model.device)"] = repr(fp.for_device(model.device))
-    try:
-        from minidecoder.fast import options
-        if hasattr(options, "describe"):
-            choices.update({f"fast.options.describe: {k}": str(v) for k, v in options.describe(model).items()})
-    except Exception as error:
-        choices["fast.options.describe"] = f"error: {error_text(error)}"
-    try:
-        from minidecoder.running import memory
-        if hasattr(memory, "token_budget") and hasattr(memory, "available_bytes"):
-            free = memory.available_bytes(model.device)
-            budget = memory.token_budget(model, free)
-            choices["running.memory.token_budget (default batch, padded tokens)"] = repr(budget)
-            choices["free memory read by the default batching"] = "-" if free is None else f"{free / 2**30:.1f} GiB"
-    except Exception as error:
-        choices["running.memory.token_budget"] = f"error: {error_text(error)}"
-    try:
-        report: dict = {}
-        minidecoder.embed(model, texts, "prompteol", report=report)
-        choices["embed(..., report={}) fills"] = repr(report)[:500] or "{}"
-    except Exception as error:
-        choices["embed(..., report={})"] = f"error: {error_text(error)}"
-    for module_name in ("minidecoder.fast.options", "minidecoder.methods.loop"):
-        try:
-            module = __import__(module_name, fromlist=["_"])
-            names = [n for n in dir(module) if not n.startswith("_") and any(
-                w in n.lower() for w in ("choose", "choice", "decide", "device", "pays", "budget", "graph"))]
-            if names:
-                choices[f"{module_name} names about per-device choices"] = ", ".join(names)
-        except Exception as error:
-            choices[module_name] = f"error: {error_text(error)}"
-    out["choices"] = choices
-    return out
+def fast_paths_report(model) -> dict:
+    """model.fast_paths as set, what each path means on the model's device (`fast.options.describe`), and
+    the token budget the default batching fills (`running.memory.token_budget` of the free memory now)."""
+    from minidecoder.fast.options import describe
+    from minidecoder.running import memory
+
+    free = memory.available_bytes(model.device)
+    return {"fast_paths": repr(model.fast_paths), "describe": describe(model),
+            "token_budget": memory.token_budget(model, free), "free_bytes": free}
 
 
 def gpu_busy(fn: Callable[[], Any], device: torch.device) -> dict:
@@ -949,16 +904,14 @@ def generation(model, hf, tok, sentences: list[str], device: torch.device, repea
                bandwidth: float | None) -> dict:
     import minidecoder
     ids = model.tokenizer.encode(prompts_of(sentences[:1])[0])
-    parameters = inspect.signature(minidecoder.generate).parameters
-    kwargs = {"stop_at_eos": False} if "stop_at_eos" in parameters else {}
-    variants = {"minidecoder.generate": {}}  # the default settings: what the target is read from
-    if "static" in parameters:  # the static cache and captured decode step, against the dynamic cache
-        variants["minidecoder.generate static=False"] = {"static": False}
+    # the default settings (what the target is read from), and the dynamic cache against the static cache
+    # and captured decode step the default takes on a GPU
+    variants = {"minidecoder.generate": {}, "minidecoder.generate static=False": {"static": False}}
     configs: dict[str, Callable] = {}
     warmups: dict[str, Callable] = {}
     for name, extra in variants.items():
-        configs[name] = lambda extra=extra: minidecoder.generate(model, ids, max_new_tokens=128, **kwargs, **extra)
-        warmups[name] = lambda extra=extra: minidecoder.generate(model, ids, max_new_tokens=8, **kwargs, **extra)
+        configs[name] = lambda extra=extra: minidecoder.generate(model, ids, 128, stop_at_eos=False, **extra)
+        warmups[name] = lambda extra=extra: minidecoder.generate(model, ids, 8, stop_at_eos=False, **extra)
     if hf is not None:
         prompt = torch.tensor([ids], device=hf.device)
 
@@ -981,7 +934,7 @@ def generation(model, hf, tok, sentences: list[str], device: torch.device, repea
     # One token's forward reads every block weight, the final norm and the output matrix once.
     weight_bytes = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
                        if "embed_tokens" not in name or model.config.tie_word_embeddings)
-    out = {"configs": results, "prompt_tokens": len(ids), "stop_at_eos_off": bool(kwargs), "weight_bytes": weight_bytes}
+    out = {"configs": results, "prompt_tokens": len(ids), "weight_bytes": weight_bytes}
     if bandwidth:
         out["bandwidth_limit_tokens_per_s"] = bandwidth / weight_bytes
     theirs = outputs.get("transformers generate(do_sample=False)")
