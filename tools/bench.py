@@ -142,16 +142,17 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 2.0) -> floa
     return 2 * n**3 / best / 1e9
 
 
-def sts_sentences(limit: int) -> tuple[list[str], list[float]]:
-    """s1, s2 of the first limit // 2 STS-B test pairs (dataset order) and their gold scores."""
+def sts_sentences(limit: int | None, path: Path = STS_TEST) -> tuple[list[str], list[float]]:
+    """s1, s2 of the first limit // 2 STS-B test pairs of `path` (dataset order; None: every pair) and
+    their gold scores."""
     sentences, gold = [], []
-    for line in STS_TEST.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         cols = line.split("\t")
         if len(cols) < 7:
             continue
         sentences += [cols[5], cols[6]]
         gold.append(float(cols[4]))
-        if len(sentences) >= limit:
+        if limit is not None and len(sentences) >= limit:
             break
     return sentences, gold
 
@@ -199,9 +200,18 @@ class FlopCounter:
         return hook
 
     def flops(self) -> float:
-        cfg = self.model.config
-        per_block = sum(p.numel() for p in self.model.layers[0].parameters())
-        return 2 * per_block * self.tokens + 4 * cfg.num_heads * cfg.head_dim * self.pairs
+        return useful_flops(self.model, self.tokens, self.pairs)
+
+
+def block_params(model) -> int:
+    """Parameters of one block of a minidecoder model."""
+    return sum(p.numel() for p in model.layers[0].parameters())
+
+
+def useful_flops(model, token_blocks: int, pair_blocks: int) -> float:
+    """2 x block params per (real token, block) + 4 H D per (causal query-key pair, block)."""
+    cfg = model.config
+    return 2 * block_params(model) * token_blocks + 4 * cfg.num_heads * cfg.head_dim * pair_blocks
 
 
 def runs_of(calls: list[int]) -> str:
@@ -224,13 +234,11 @@ def effective_flops(model, method: str, options: dict, sentences: list[str]) -> 
         return float("nan")
     depth = resolve_output_layer(options.get("layer", -1 if method == "prompteol" else -2), model.num_layers)
     depth = min(depth, model.num_layers)
-    cfg = model.config
-    per_block = sum(p.numel() for p in model.layers[0].parameters())
-    total = 0.0
+    tokens = pairs = 0
     for text in sentences:
         n = len(encode_one(model.tokenizer, TEMPLATES[method], senteval_sentence(text))[0])
-        total += depth * (2 * per_block * n + 4 * cfg.num_heads * cfg.head_dim * n * (n + 1) / 2)
-    return total
+        tokens, pairs = tokens + n, pairs + n * (n + 1) // 2
+    return float(useful_flops(model, depth * tokens, depth * pairs))
 
 
 # ---- workers (one configuration per fresh process) ----------------------------------------------------
@@ -272,14 +280,17 @@ def fast_path_switches(name: str) -> dict:
     return switches
 
 
-def _hf(folder: str, dtype: str, attn: str = "sdpa"):
+def _hf(folder: str, dtype: str, attn: str = "sdpa", device_map: str | None = None):
+    """(tokenizer, model) of the reference approach: left padding, pad = eos where unset. device_map:
+    load straight onto that device (tools/bench_gpu.py); None: the CPU."""
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    placed = {} if device_map is None else {"device_map": device_map}
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
-                                                              attn_implementation=attn).eval()
+                                                              attn_implementation=attn, **placed).eval()
     return tok, model
 
 
@@ -337,9 +348,9 @@ def worker_ref(name: str, folder: str, limit: int) -> dict:
                 peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(), loaded_mb=rss_loaded, dtype=dtype)
 
 
-def long_texts(tokenizer, rows: int = 4, tokens: int = 255) -> list[str]:
-    """`rows` texts of about `tokens` tokens each, made of consecutive STS-B sentences."""
-    sentences, _ = sts_sentences(2000)
+def long_texts(tokenizer, rows: int = 4, tokens: int = 255, path: Path = STS_TEST) -> list[str]:
+    """`rows` texts of about `tokens` tokens each, made of consecutive STS-B sentences of `path`."""
+    sentences, _ = sts_sentences(2000, path)
     out, current = [], ""
     for s in sentences:
         candidate = (current + " " + s).strip()

@@ -65,7 +65,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import PROMPTEOL  # noqa: E402  the CPU bench's PromptEOL template, so both benches run one prompt
+# the CPU bench's PromptEOL template, reference loader, sentence reading, matmul timing and FLOP count
+from bench import PROMPTEOL, _hf, block_params, long_texts, matmul_peak, sts_sentences, useful_flops  # noqa: E402
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # its tokenizer (49,152 ids) is the one the issue measured with
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
@@ -236,30 +237,24 @@ def interleaved(configs: dict[str, Callable[[], Any]], warmups: dict[str, Callab
 
 def matmul_rate(device: torch.device, n: int, dtype: torch.dtype = torch.bfloat16) -> dict:
     """FLOP/s of an n x n x n matmul on random data: CUDA events around 10 back-to-back products (best of 3)
-    on a GPU, the best single product within a second on a CPU."""
+    on a GPU; on a CPU tools/bench.py's `matmul_peak` (the best single product within a second)."""
+    out = {"n": n, "dtype": str(dtype).replace("torch.", "")}
+    if device.type != "cuda":
+        return {**out, "flops_per_s": matmul_peak(dtype, n, seconds=1.0) * 1e9,
+                "timer": "time.perf_counter (no CUDA events on a CPU)"}
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    if device.type == "cuda":
-        for _ in range(3):
-            a @ b
-        best = float("inf")
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(10):
-                a @ b
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / 1e3 / 10)
-        timer = "CUDA events"
-    else:
+    for _ in range(3):
         a @ b
-        best, begin = float("inf"), time.perf_counter()
-        while time.perf_counter() - begin < 1.0:
-            t = time.perf_counter()
+    best = float("inf")
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
             a @ b
-            best = min(best, time.perf_counter() - t)
-        timer = "time.perf_counter (no CUDA events on a CPU)"
-    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "flops_per_s": 2 * n**3 / best, "timer": timer}
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3 / 10)
+    return {**out, "flops_per_s": 2 * n**3 / best, "timer": "CUDA events"}
 
 
 def copy_bandwidth(device: torch.device, nbytes: int) -> dict:
@@ -382,46 +377,17 @@ def resolve_sts(given: str | None) -> Path:
     return path
 
 
-def sts_sentences(path: Path, limit: int | None = None) -> list[str]:
-    """s1, s2 of every STS-B test pair in dataset order (tools/bench.py's `sts_sentences`), the first `limit`."""
-    sentences: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        cols = line.split("\t")
-        if len(cols) >= 7:
-            sentences += [cols[5], cols[6]]
-    return sentences if limit is None else sentences[:limit]
-
-
-def long_texts(tokenizer, sentences: list[str], rows: int, tokens: int) -> list[str]:
-    """`rows` texts of about `tokens` tokens, each consecutive STS-B sentences (tools/bench.py's `long_texts`)."""
-    out, current = [], ""
-    for s in sentences:
-        candidate = (current + " " + s).strip()
-        if len(tokenizer.encode(candidate, add_special_tokens=False)) > tokens and current:
-            out.append(current)
-            current = s
-            if len(out) == rows:
-                break
-        else:
-            current = candidate
-    return out
-
-
 # ---- the transformers side -----------------------------------------------------------------------------
 def load_transformers(folder: Path, device: torch.device):
-    """(model, tokenizer) as tools/bench.py's `_hf`: bfloat16, sdpa, left padding, pad = eos if unset."""
+    """(model, tokenizer): tools/bench.py's `_hf` (sdpa, left padding, pad = eos if unset) in bfloat16."""
     import transformers
     transformers.logging.set_verbosity_error()
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    kwargs = dict(dtype=torch.bfloat16, attn_implementation="sdpa")
     try:  # straight onto the device where this transformers can; else through host memory
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, device_map=str(device), **kwargs)
+        tok, model = _hf(str(folder), "bfloat16", device_map=str(device))
     except Exception:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, **kwargs).to(device)
-    return model.eval(), tok
+        tok, model = _hf(str(folder), "bfloat16")
+        model = model.to(device)
+    return model, tok
 
 
 def prompts_of(texts: list[str]) -> list[str]:
@@ -457,16 +423,11 @@ def sorted_embed(hf, tok, texts: list[str], batch: int) -> torch.Tensor:
 
 
 # ---- work counting ---------------------------------------------------------------------------------------
-def block_params(model) -> int:
-    return sum(p.numel() for p in model.layers[0].parameters())
-
-
 def method_work(model, method, texts: list[str], chunk: int = 256) -> dict:
     """Useful FLOPs of `method` on `texts`, from the passes it runs: per pass, real tokens x blocks run x 2 x
     block params + 4 H D x causal pairs x blocks run (tools/bench.py's count). `flops` counts a shared prompt
     prefix in every row (what the plain loop computes; MetaEOL's instruction prefix included);
     `flops_prefix_once` counts the leading tokens all rows of a `chunk` share once (what a prefix cache runs)."""
-    cfg, per_block = model.config, block_params(model)
     tokens = pairs = once_tokens = once_pairs = 0
     passes, blocks = 0, set()
     for first in range(0, len(texts), chunk):
@@ -485,9 +446,8 @@ def method_work(model, method, texts: list[str], chunk: int = 256) -> dict:
             if first == 0:
                 passes += 1
                 blocks.add(p.blocks)
-    attention = 4 * cfg.num_heads * cfg.head_dim
-    return {"flops": float(2 * per_block * tokens + attention * pairs),
-            "flops_prefix_once": float(2 * per_block * once_tokens + attention * once_pairs),
+    return {"flops": float(useful_flops(model, tokens, pairs)),
+            "flops_prefix_once": float(useful_flops(model, once_tokens, once_pairs)),
             "token_blocks": tokens, "pair_blocks": pairs, "passes_per_batch": passes, "blocks_run": sorted(blocks),
             "prefix_chunk": chunk}
 
@@ -564,7 +524,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
 
     tokenizer_dir = resolve_tokenizer(args.tokenizer)
     sts_path = resolve_sts(args.sts)
-    sentences = sts_sentences(sts_path, args.limit)
+    sentences = sts_sentences(args.limit, sts_path)[0][:args.limit]  # the first `limit`, odd or even
     header.update(tokenizer=str(tokenizer_dir), sts=str(sts_path), sentences=len(sentences))
     with record.section("checkpoint") as out:
         out.update(build_checkpoint(folder, args.shape, tokenizer_dir, device))
@@ -778,7 +738,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
     # ---- ReBA batch 2 vs 8 ------------------------------------------------------------------------------------
     with record.section("reba_batch", skip="--skip" if "reba_batch" in skip else None) as out:
         if out is not None:
-            texts = long_texts(model.tokenizer, sts_sentences(sts_path), rows=8, tokens=320)
+            texts = long_texts(model.tokenizer, rows=8, tokens=320, path=sts_path)
             lengths = [len(model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
             configs = {f"batch {b}": lambda b=b: minidecoder.embed(model, texts, "reba", batch_size=b) for b in (2, 8)}
             configs["default"] = lambda: minidecoder.embed(model, texts, "reba")
