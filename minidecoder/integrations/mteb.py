@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
 from minidecoder.running.encoder import SentenceEncoder
-from minidecoder.sources.checksums import model_identity
+from minidecoder.sources.checksums import model_identity, sources_sha256
 
 
 class MtebEncoder(AbsEncoder):
@@ -99,14 +98,11 @@ def revision_of(model: Any) -> str:
 
 
 def code_version() -> str:
-    """minidecoder's version and a hash of its source files: a changed method gives a new score."""
+    """minidecoder's version and a hash of its source files (sources.checksums): a changed method gives a
+    new score."""
     import minidecoder
 
-    package = Path(minidecoder.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
-    return f"{minidecoder.__version__}+{digest.hexdigest()[:8]}"
+    return f"{minidecoder.__version__}+{sources_sha256()[:8]}"
 
 
 def _parameters_sha256(model: Any) -> str:

@@ -6,7 +6,8 @@ A folder's name says nothing about its content (two training runs' `checkpoint-5
 reuses a result computed from weights (a job's resume, MTEB's result cache) keys on the sha256 of every
 safetensors file instead. Hashing streams the file, about a second per GB; each file's digest is kept
 for the life of the process under (path, inode, size, mtime), so asking again is free and a file
-replaced in place is hashed again.
+replaced in place is hashed again. `sources_sha256()` is the same kind of key for the code: a result
+computed by an older minidecoder is never served to a newer one.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 from minidecoder.sources.fetch import sha256_file
 
 _DIGESTS: dict[tuple[str, int, int, int], str] = {}
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # minidecoder/, above sources/
 
 
 def file_sha256(path: str | Path) -> str:
@@ -51,3 +53,12 @@ def model_identity(model: Any) -> dict[str, Any]:
     tokenizer = getattr(model, "tokenizer", None)
     return {"source": str(Path(source).resolve()) if source else None, "config_sha256": config_hash,
             "tokenizer_sha256": getattr(tokenizer, "checksum", None), "weights": weights_identity(source)}
+
+
+def sources_sha256() -> str:
+    """sha256 over every minidecoder source file (its path in the package, a NUL, its bytes), in path order:
+    any change to the code gives another digest. Read afresh on each call, so an edited file counts at once."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
+    return digest.hexdigest()
