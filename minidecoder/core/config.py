@@ -268,11 +268,11 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
     is_gemma = model_type.startswith("gemma")
     get = _getter(raw, source)
 
-    hidden_size = get("hidden_size", int)
-    num_heads = get("num_attention_heads", int)
+    hidden_size = get("hidden_size")
+    num_heads = get("num_attention_heads")
     num_kv_heads = raw.get("num_key_value_heads") or num_heads
     head_dim = raw.get("head_dim") or hidden_size // num_heads
-    num_layers = get("num_hidden_layers", int)
+    num_layers = get("num_hidden_layers")
     if num_heads % num_kv_heads:
         raise ConfigError(f"num_attention_heads={num_heads} is not a multiple of num_key_value_heads={num_kv_heads}",
                           "fix config.json")
@@ -291,9 +291,9 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
                   if is_gemma else head_dim ** -0.5)
     return ModelConfig(
         model_type=model_type,
-        vocab_size=get("vocab_size", int),
+        vocab_size=get("vocab_size"),
         hidden_size=hidden_size,
-        intermediate_size=get("intermediate_size", int),
+        intermediate_size=get("intermediate_size"),
         num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=int(num_kv_heads),
@@ -340,17 +340,13 @@ def _check_text_config_holds_the_sizes(raw: dict[str, Any], text: dict[str, Any]
 
 
 def _getter(raw: dict[str, Any], source: str):
-    def get(key: str, kind: type):
+    def get(key: str) -> int:
+        """A required size or count, present and positive (check_types has already made it a JSON integer)."""
         if key not in raw:
             raise ConfigError(f"{source} lacks required key {key!r}", "fix or re-convert the checkpoint")
-        try:
-            value = kind(raw[key])
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"config.json key {key!r} has value {raw[key]!r}, expected {kind.__name__}",
-                              "fix config.json") from None
-        if kind is int and (isinstance(raw[key], bool) or value <= 0 or value != raw[key]):  # sizes and counts
+        if raw[key] <= 0:  # before `hidden_size // num_heads` divides by it
             raise ConfigError(f"config.json key {key!r} is {raw[key]!r}; it must be a positive integer", "fix config.json")
-        return value
+        return raw[key]
     return get
 
 
