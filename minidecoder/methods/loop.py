@@ -177,23 +177,35 @@ def _same_fields(a: Any, b: Any, skip: frozenset[str] | set[str] = frozenset()) 
     return a == b
 
 
+def _mapped(value: Any, change: Callable[[Any], Any]) -> Any:
+    """`value` with `change` applied to every leaf, through nested dataclasses, tuples, lists and dicts; an
+    object none of whose leaves changed is returned as it is (a step is rebuilt only when it must be)."""
+    changed = change(value)
+    if changed is not value:
+        return changed
+    if isinstance(value, (tuple, list)):
+        items = [_mapped(item, change) for item in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    if isinstance(value, dict):
+        items = {key: _mapped(item, change) for key, item in value.items()}
+        return value if all(items[key] is value[key] for key in value) else items
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _mapped(getattr(value, f.name), change) for f in dataclasses.fields(value)}
+        changes = {name: new for name, new in changes.items() if new is not getattr(value, name)}
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
 def to_device(value: Any, device: torch.device) -> Any:
     """A tensor (or every tensor field of a step, through nested dataclasses and tuples) on `device`.
     To a GPU the copy is made from pinned memory without blocking, so the host never waits for the GPU."""
-    if isinstance(value, torch.Tensor):
-        if value.device == device:
-            return value
-        if device.type == "cuda" and value.device.type == "cpu":
-            return value.pin_memory().to(device, non_blocking=True)
-        return value.to(device)
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_device(item, device) for item in value)
-    if isinstance(value, dict):
-        return {key: to_device(item, device) for key, item in value.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: to_device(getattr(value, f.name), device) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    return value
+    def moved(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor) or leaf.device == device:
+            return leaf
+        if device.type == "cuda" and leaf.device.type == "cpu":
+            return leaf.pin_memory().to(device, non_blocking=True)
+        return leaf.to(device)
+    return _mapped(value, moved)
 
 
 # ---- one forward --------------------------------------------------------------------------------------
@@ -244,7 +256,8 @@ class Forward:
         ids = input_ids.cpu()  # decisions are made on the host's copy: no device value is read back
         mask = None if attention_mask is None else attention_mask.cpu().bool()
         steps = (step, *touched_by)
-        p = 0 if cache is not None else _prefix_length(model, fast, ids, mask, steps, record)
+        first = None if mask is None else prefix_cache.first_real_positions(mask)
+        p = 0 if cache is not None else _prefix_length(model, fast, ids, mask, first, steps, record)
         prefix, offset, bucketed = None, p, False
         stream_ids, stream_mask = ids, mask
         if p:
@@ -254,17 +267,17 @@ class Forward:
             prefix = Forward(model, prefix_ids, None, keep=keep | {max(keep, default=0)}, fast=fast,
                              cache=KVCache.empty(model.num_layers), record=record)
             prefix.run_to(prefix.setup.deepest)
-        elif cache is None and fast.buckets and watch is None and _bucketable(steps, record):
+        elif cache is None and fast.buckets and watch is None and _columns_may_move(steps, record):
             stream_ids, stream_mask, offset = _padded_to_bucket(ids, mask)  # a bounded set of shapes (fast.graphs)
             bucketed = True
         past = p or (cache.length if cache is not None else 0)
         real = stream_ids.shape[1] if stream_mask is None else int(stream_mask.sum(dim=1).max())
         explicit = fast.explicit_attention and explicit_is_faster(device, model.dtype, stream_ids.shape[1] + past)
-        self.setup = _Setup(model, fast, to_device(stream_ids, device), to_device(mask, device),
-                            to_device(stream_mask, device), to_device(dict(extra_rows or {}), device), keep,
-                            max(keep, default=0), record, prefix,
-                            None if mask is None else prefix_cache.first_real_positions(mask), offset, ids.shape[0],
-                            bucketed, explicit, past + real, watch)
+        device_mask = to_device(mask, device)
+        self.setup = _Setup(model, fast, to_device(stream_ids, device), device_mask,
+                            device_mask if stream_mask is mask else to_device(stream_mask, device),
+                            to_device(dict(extra_rows or {}), device), keep, max(keep, default=0), record, prefix,
+                            first, offset, ids.shape[0], bucketed, explicit, past + real, watch)
         self.step = to_device(prefix_cache.shifted(step, offset) if offset else step, device)
         self.ctx = self._context(cache)
         self.first_ctx = self._first_context()
@@ -419,9 +432,10 @@ def _on_rows(edit: Callable, rows: int) -> Callable:
     return lambda value: torch.cat([edit(value[:rows]), value[rows:]])
 
 
-def _bucketable(steps: tuple[Step, ...], record: Mapping[int, frozenset[str]]) -> bool:
-    """Bucket padding keeps every stream column a batch column (shifted) and every row after the batch's
-    padding; a fold or hidden keys would see the padding, and only token-major sites come back unpadded."""
+def _columns_may_move(steps: tuple[Step, ...], record: Mapping[int, frozenset[str]]) -> bool:
+    """Whether the stream's columns may differ from the batch's (a shared prefix cut off, or a bucket's
+    padding columns added): not for a fold (it reads every column's attention) or hidden keys (they change
+    block 0 for every query), and only token-major sites can be put back in the batch's layout."""
     return (not any(step.folds or step.hidden_keys is not None for step in steps)
             and all(names <= TOKEN_MAJOR_SITES for names in record.values()))
 
@@ -438,19 +452,15 @@ def _padded_to_bucket(ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[tor
     return padded_ids, padded_mask, -(columns - T)
 
 
-def _prefix_length(model, fast: FastPaths, ids: torch.Tensor, mask: torch.Tensor | None, steps: tuple[Step, ...],
-                   record: Mapping[int, frozenset[str]]) -> int:
-    """How many leading tokens every row shares and may run once (0: the plain loop), from the host's ids."""
-    if fast.prefix_cache is False or mask is None:
+def _prefix_length(model, fast: FastPaths, ids: torch.Tensor, mask: torch.Tensor | None, first: torch.Tensor | None,
+                   steps: tuple[Step, ...], record: Mapping[int, frozenset[str]]) -> int:
+    """How many leading tokens every row shares and may run once (0: the plain loop), from the host's ids;
+    first: each row's first real column."""
+    if fast.prefix_cache is False or mask is None or not _columns_may_move(steps, record):
         return 0
-    if any(step.folds or step.hidden_keys is not None for step in steps):
-        return 0  # a fold reads every column's attention; hidden keys change block 0 for every query
-    if any(not names <= TOKEN_MAJOR_SITES for names in record.values()):
-        return 0  # q, k, v and pattern have no token-major layout to assemble
     p = prefix_cache.cacheable_prefix(model.config, ids, mask)
     if not p:
         return 0
-    first = prefix_cache.first_real_positions(mask)
     for step in steps:  # cut before the first column any step reads or writes
         p = min(p, int((prefix_cache.first_touched(step, ids.shape[0]) - first).min()))
     return p if prefix_cache.pays(model.device, p, ids.shape[0], fast.prefix_cache) else 0
@@ -488,7 +498,7 @@ class Pass:
     def resolved(self, finished: Mapping[int, Forward]) -> "Pass":
         """This pass with every `Recorded` value of its step read from the finished earlier pass it names
         (`finished`: id of a pass -> its forward)."""
-        step = _resolved(self.step, finished)
+        step = _mapped(self.step, lambda leaf: leaf.value(finished) if isinstance(leaf, Recorded) else leaf)
         return self if step is self.step else dataclasses.replace(self, step=step)
 
     def start(self, model, touched_by: Iterable[Step] = (), watch: Any = None, also_keep: Iterable[int] = (),
@@ -512,19 +522,6 @@ class Recorded:
     def value(self, finished: Mapping[int, Forward]) -> torch.Tensor:
         forward = finished[id(self.source)]
         return last_token(forward.recorded(self.block, self.site), self.source.batch)  # (B, ...)
-
-
-def _resolved(value: Any, finished: Mapping[int, Forward]) -> Any:
-    if isinstance(value, Recorded):
-        return value.value(finished)
-    if isinstance(value, tuple):
-        items = tuple(_resolved(item, finished) for item in value)
-        return value if all(a is b for a, b in zip(items, value)) else items
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _resolved(getattr(value, f.name), finished) for f in dataclasses.fields(value)}
-        changes = {name: new for name, new in changes.items() if new is not getattr(value, name)}
-        return dataclasses.replace(value, **changes) if changes else value
-    return value
 
 
 def run_passes(model, passes: Iterable[Pass], watch: Any = None) -> torch.Tensor:

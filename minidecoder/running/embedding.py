@@ -5,21 +5,24 @@ SentEval's order); results are put back in input order. Everything runs under in
 
 Batches are sized by tokens, as embedding servers size them: rows are added while rows x the longest
 row's forward length stays within a budget per device (`running.memory.token_budget`: about the CPU
-figures' 32 sentences on a CPU; as much as memory comfortably allows on a GPU, where a forward costs
-about the same from one row to thousands). `batch_size=N` cuts N sentences a batch instead. On a GPU
+figures' 32 sentences on a CPU; as much as memory comfortably allows on a GPU, where a small batch leaves
+the device waiting on the host's launches). `batch_size=N` cuts N sentences a batch instead. On a GPU
 each batch's embeddings come back to the host without blocking, two batches late (`_Results`), so the
 device never waits for the host between batches.
 """
 from __future__ import annotations
 
+import math
+import os
 import time
 import warnings
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, NumericsError
+from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
 from minidecoder.running import memory
@@ -66,7 +69,10 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     _check_context(model, lengths)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
-    batches = plan_batches(order, lengths, batch_size, memory.token_budget(model, free), forward_length(model, method))
+    length = forward_length(model, method)
+    prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
+    batches = plan_batches(order, lengths, batch_size, memory.token_budget(model, free),
+                           lambda n: length.per_row(n, prefix_once))
 
     def refuse_nonfinite(row: int) -> None:
         raise NumericsError(
@@ -79,7 +85,8 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            for index in memory.split_for_memory(model, batch, [lengths[i] for i in batch], texts, free=free):
+            longest = math.ceil(length(max(lengths[i] for i in batch)))
+            for index in memory.split_for_memory(model, batch, [lengths[i] for i in batch], longest, free):
                 results.add(index, _run_batch(model, method, texts, index, lengths))
                 if bar is not None:
                     bar.update(len(index))
@@ -106,38 +113,45 @@ def plan_batches(order: list[int], lengths: list[int], batch_size: int | None, b
     return batches + ([current] if current else [])
 
 
-def forward_length(model, method: Method) -> Callable[[int], float]:
-    """The tokens each row adds to the longest forward `method` runs on a text of n tokens, as k * n + c,
-    measured on the method's own passes for two probe texts (a prompt adds c; ReBA's and Echo's
-    repetitions make k 2). Where the loop runs a prompt's shared prefix once per batch (the CPU's prefix
-    cache), that prefix is not counted per row."""
-    once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
+@dataclass(frozen=True)
+class ForwardLength:
+    """The tokens of the longest forward a method runs on a text of n tokens: k * n + c (a prompt adds c;
+    ReBA's and Echo's repetitions make k 2); `shared` of them are a prompt prefix every row has, which the
+    CPU's prefix cache runs once a batch."""
+
+    k: float
+    c: float
+    shared: int
+
+    def __call__(self, n: int) -> float:
+        return self.k * n + self.c
+
+    def per_row(self, n: int, prefix_once: bool) -> float:
+        """What a row adds to a batch's tokens (the shared prefix not counted where it runs once)."""
+        return self(n) - (self.shared if prefix_once else 0)
+
+
+def forward_length(model, method: Method) -> ForwardLength:
+    """`ForwardLength` measured on the method's own passes for two probe texts; the pass with the most
+    tokens beyond its shared prefix sets it."""
     sizes = []
     try:
         for probe in ("x", " ".join(["word"] * 9)):  # different first tokens: only the template is shared
             n = len(model.tokenizer.encode(probe, add_special_tokens=False))
             sizes.append((n, [p.batch for p in method.passes(model, [probe])]))
-    except Exception:  # a method that refuses the probe: assume a prompt of 64 tokens around the text
-        return lambda n: n + 64
+    except (MinidecoderError, NotImplementedError):  # a method that refuses the probe, or runs its own
+        # embed_batch without passes: assume a prompt of 64 tokens around the text
+        return ForwardLength(1.0, 64.0, 0)
     (n1, short), (n2, long) = sizes
-    length, k, c = 0.0, 1.0, 0.0
+    best = ForwardLength(1.0, 0.0, 0)
     for a, b in zip(short, long):
         t1, t2 = a.input_ids.shape[1], b.input_ids.shape[1]
-        shared = _shared_start(a.input_ids[0].tolist(), b.input_ids[0].tolist()) if once else 0
-        if t1 - shared >= length:  # the pass with the most tokens per row sets the batch's size
-            length = t1 - shared
-            k = (t2 - t1) / (n2 - n1) if n2 != n1 else 1.0
-            c = t1 - shared - k * n1
-    return lambda n: k * n + c
-
-
-def _shared_start(a: list[int], b: list[int]) -> int:
-    common = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        common += 1
-    return common
+        k = (t2 - t1) / (n2 - n1) if n2 != n1 else 1.0
+        shared = len(os.path.commonprefix([a.input_ids[0].tolist(), b.input_ids[0].tolist()]))
+        candidate = ForwardLength(k, t1 - k * n1, shared)
+        if candidate.per_row(n1, True) >= best.per_row(n1, True):
+            best = candidate
+    return best
 
 
 class _Results:

@@ -32,9 +32,10 @@ def forward_bytes(model, batch: int, tokens: int) -> int:
 
 
 # Padded tokens per batch. On a CPU the matrix products run near the machine's peak from a few hundred
-# rows on, so the budget keeps batches near the 32 sentences the CPU figures were measured with (PromptEOL
-# on STS-B: 20-50 tokens a row). On a GPU a forward costs about the same time from one row to thousands
-# (launches, weight reads), so a batch is as large as memory comfortably allows, up to GPU_MAX_TOKENS.
+# rows on, so the budget keeps the prompt methods' batches on STS-B sentences near the 32 sentences the CPU
+# figures were measured with (a row counts its tokens past the shared prompt prefix). On a GPU a small batch
+# leaves the device waiting on the host's kernel launches, so a batch is as large as memory comfortably
+# allows, up to GPU_MAX_TOKENS.
 CPU_TOKENS = 1024
 GPU_MAX_TOKENS = 32768
 GPU_MEMORY_SHARE = 0.25  # of the free memory, for one batch's activations (the rest: fragmentation, ReBA's A)
@@ -62,20 +63,17 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def split_for_memory(model, index: list[int], lengths: list[int], texts: list[str] | None = None,
-                     overhead_tokens: int = 64, free: int | None | str = "read") -> list[list[int]]:
+def split_for_memory(model, index: list[int], lengths: list[int], longest: int, free: int | None) -> list[list[int]]:
     """`index` (rows sorted by length) cut into sub-batches whose estimated forward fits the budget.
 
-    lengths: text tokens per row of `index`; `overhead_tokens` stands for a method's prompt. A single row
-    that alone does not fit is refused, naming it, its length and the memory it would take. free: the
-    bytes free, read once by the caller ("read": read it now).
+    lengths: text tokens per row of `index`; longest: the tokens of the method's forward on the longest
+    (running.embedding.forward_length); free: the bytes free (`available_bytes`, None: unknown, nothing
+    is split). A single row that alone does not fit is refused, naming it, its length and the memory
+    it would take.
     """
-    if free == "read":
-        free = available_bytes(model.device)
     if free is None or not index:
         return [index]
     budget = int(free * BUDGET_FRACTION)
-    longest = max(lengths) + overhead_tokens
     if forward_bytes(model, len(index), longest) <= budget:
         return [index]
     one = forward_bytes(model, 1, longest)

@@ -83,8 +83,11 @@ def test_2_batches_are_split_to_fit_and_a_text_that_cannot_fit_is_refused(model,
 
     texts = [f"sentence number {i} " * (1 + i % 3) for i in range(12)]
     whole = minidecoder.embed(model, texts, "mean", batch_size=12)
+    from minidecoder.running.embedding import forward_length
+
     sizes: list[int] = []
-    one_row = memory.forward_bytes(model, 1, 60 + 64)
+    longest = max(len(model.tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+    one_row = memory.forward_bytes(model, 1, int(forward_length(model, minidecoder.methods.build_method("mean"))(longest)))
     monkeypatch.setattr(memory, "available_bytes", lambda device: int(3.5 * one_row / memory.BUDGET_FRACTION))
     original = type(minidecoder.methods.build_method("mean")).embed_batch
 
