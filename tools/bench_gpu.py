@@ -112,8 +112,8 @@ def fmt(value: Any) -> str:
 class Record:
     """Every section's result, written to --json after each section (a cut-off run keeps what it has)."""
 
-    def __init__(self, path: Path | None, budget_s: float) -> None:
-        self.path, self.data = path, {}
+    def __init__(self, path: Path | None, budget_s: float, skip: set[str]) -> None:
+        self.path, self.data, self.skip = path, {}, skip
         self.start, self.budget_s = time.perf_counter(), budget_s
 
     def elapsed(self) -> float:
@@ -132,7 +132,10 @@ class Record:
 
     @contextlib.contextmanager
     def section(self, name: str, skip: str | None = None):
-        """Runs a section's body into self.data[name]; an error is recorded and the run goes on."""
+        """Runs a section's body into self.data[name]; an error is recorded and the run goes on. The body
+        gets None when the section is skipped (--skip, the time budget, or `skip`: why not)."""
+        if name in self.skip:
+            skip = "--skip"
         if skip is None and self.out_of_time():
             skip = f"time budget of {self.budget_s:.0f} s spent ({self.elapsed():.0f} s elapsed)"
         if skip is not None:
@@ -364,16 +367,15 @@ def build_checkpoint(folder: Path, shape: str, tokenizer_dir: Path, device: torc
 
 
 def resolve_sts(given: str | None) -> Path:
-    if given:
-        path = Path(given)
-    else:
-        from minidecoder.sources.paths import sts_data_dir
-        folders = [Path(os.environ["MINIDECODER_STS_DIR"])] if "MINIDECODER_STS_DIR" in os.environ else []
-        folders += [sts_data_dir()] if sts_data_dir() is not None else []  # $MINIDECODER_STS_DATA, ../shared
-        files = [folder / "STSBenchmark" / "sts-test.csv" for folder in folders]
-        path = next((f for f in files if f.is_file()), files[0] if files else Path("../shared/data/sts"))
-    if not path.is_file():
-        raise SystemExit(f"STS-B test file {path} not found; pass --sts PATH/TO/STSBenchmark/sts-test.csv")
+    """--sts, else STSBenchmark/sts-test.csv under $MINIDECODER_STS_DIR (tools/bench.py's variable) or under
+    minidecoder's STS folder ($MINIDECODER_STS_DATA, else ../shared/data/sts)."""
+    from minidecoder.sources.paths import sts_data_dir
+    folders = [os.environ.get("MINIDECODER_STS_DIR"), sts_data_dir()]
+    candidates = [Path(given)] if given else [Path(f) / "STSBenchmark" / "sts-test.csv" for f in folders if f]
+    path = next((f for f in candidates if f.is_file()), None)
+    if path is None:
+        raise SystemExit(f"STS-B test file not found ({', '.join(map(str, candidates)) or 'no STS folder set'}); "
+                         "pass --sts PATH/TO/STSBenchmark/sts-test.csv")
     return path
 
 
@@ -490,24 +492,24 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     if skip - set(SECTIONS):
         parser.error(f"--skip {sorted(skip - set(SECTIONS))}: unknown; sections are {', '.join(SECTIONS)}")
-    cuda = device.type == "cuda"
-    no_cuda = "needs CUDA (this run is on the CPU)"
-    record = Record(args.json, args.budget_s)
+    record = Record(args.json, args.budget_s, skip)
     temp = None if args.work else Path(tempfile.mkdtemp(prefix="minidecoder-bench-"))
     folder = Path(args.work) if args.work else temp / "checkpoint"
     try:
-        run(args, device, cuda, no_cuda, skip, record, folder)
+        run(args, device, record, folder)
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
     return 0
 
 
-def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], record: Record, folder: Path) -> None:
+def run(args, device: torch.device, record: Record, folder: Path) -> None:
     import minidecoder
     import transformers
     from minidecoder.methods import build_method
 
+    cuda = device.type == "cuda"
+    no_cuda = "needs CUDA (this run is on the CPU)"
     torch.manual_seed(0)
     record.data["header"] = header = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"), device=str(device),
@@ -557,7 +559,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
     need_hf = "transformers did not load: " + (hf_error or "")
 
     # ---- fast paths and per-device choices -----------------------------------------------------------
-    with record.section("fast_paths", skip="--skip" if "fast_paths" in skip else None) as out:
+    with record.section("fast_paths") as out:
         if out is not None:
             out.update(fast_paths_report(model))
             rows = [["model.fast_paths", out["fast_paths"]]]
@@ -568,7 +570,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
             table("Fast paths and per-device choices (read from the model at run time)", ["what", "value"], rows)
 
     # ---- rates -----------------------------------------------------------------------------------------
-    with record.section("rates", skip="--skip" if "rates" in skip else None) as out:
+    with record.section("rates") as out:
         if out is not None:
             out["matmul"] = matmul_rate(device, 8192 if cuda else (512 if args.shape == "tiny" else 2048))
             out["copy"] = copy_bandwidth(device, 2**30 if cuda else 2**26)
@@ -580,27 +582,21 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
     matmul = record.data.get("rates", {}).get("matmul", {}).get("flops_per_s")
 
     # ---- throughput --------------------------------------------------------------------------------------
-    with record.section("throughput", skip="--skip" if "throughput" in skip else None) as out:
+    with record.section("throughput") as out:
         if out is not None:
             configs: dict[str, Callable] = {
                 "minidecoder default": lambda: minidecoder.embed(model, sentences, "prompteol")}
             warmups: dict[str, Callable] = {
                 "minidecoder default": lambda: minidecoder.embed(model, sentences[:512], "prompteol")}
-            for b in BATCHES:
-                configs[f"minidecoder batch {b}"] = lambda b=b: minidecoder.embed(model, sentences, "prompteol",
-                                                                                  batch_size=b)
-                warmups[f"minidecoder batch {b}"] = lambda b=b: minidecoder.embed(model, sentences[:b], "prompteol",
-                                                                                  batch_size=b)
-            for b in BATCHES:
-                if hf is None:
-                    continue
-                configs[f"reference batch {b}"] = lambda b=b: reference_embed(hf, tok, sentences, b)
-                warmups[f"reference batch {b}"] = lambda b=b: reference_embed(hf, tok, sentences[:b], b)
-            for b in BATCHES:
-                if hf is None:
-                    continue
-                configs[f"transformers sorted batch {b}"] = lambda b=b: sorted_embed(hf, tok, sentences, b)
-                warmups[f"transformers sorted batch {b}"] = lambda b=b: sorted_embed(hf, tok, sentences[:b], b)
+            at_batch: dict[str, Callable[[list[str], int], torch.Tensor]] = {
+                "minidecoder": lambda texts, b: minidecoder.embed(model, texts, "prompteol", batch_size=b)}
+            if hf is not None:
+                at_batch["reference"] = lambda texts, b: reference_embed(hf, tok, texts, b)
+                at_batch["transformers sorted"] = lambda texts, b: sorted_embed(hf, tok, texts, b)
+            for who, embed_at in at_batch.items():
+                for b in BATCHES:
+                    configs[f"{who} batch {b}"] = lambda e=embed_at, b=b: e(sentences, b)
+                    warmups[f"{who} batch {b}"] = lambda e=embed_at, b=b: e(sentences[:b], b)
             results = interleaved(configs, warmups, args.repeat, device, record, "throughput")
             anchor = results["minidecoder default"].get("value")
             n = len(sentences)
@@ -627,8 +623,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                    "min cos vs md default", "error"], rows, note)
 
     # ---- the floor --------------------------------------------------------------------------------------
-    with record.section("floor", skip="--skip" if "floor" in skip else
-                        ("needs the matmul rate (rates skipped or failed)" if not matmul else None)) as out:
+    with record.section("floor", skip=None if matmul else "needs the matmul rate (rates skipped or failed)") as out:
         if out is not None:
             work = method_work(model, build_method("prompteol"), sentences)
             floor_s = work["flops"] / matmul
@@ -649,7 +644,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
             table("Matrix-work floor (PromptEOL, the sentences above)", ["what", "value"], rows)
 
     # ---- GPU busy ----------------------------------------------------------------------------------------
-    with record.section("gpu_busy", skip="--skip" if "gpu_busy" in skip else (None if cuda else no_cuda)) as out:
+    with record.section("gpu_busy", skip=None if cuda else no_cuda) as out:
         if out is not None:
             texts = sentences[:512]
             out["minidecoder default"] = gpu_busy(lambda: minidecoder.embed(model, texts, "prompteol"), device)
@@ -668,7 +663,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                   + out["minidecoder default"].get("top_cpu_ops", ""), flush=True)
 
     # ---- sync -----------------------------------------------------------------------------------------------
-    with record.section("sync", skip="--skip" if "sync" in skip else (None if cuda else no_cuda)) as out:
+    with record.section("sync", skip=None if cuda else no_cuda) as out:
         if out is not None:
             texts = sentences[:64]
             method = build_method("prompteol")
@@ -689,7 +684,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                    for name, r in out.items() if isinstance(r, dict)])
 
     # ---- methods ----------------------------------------------------------------------------------------------
-    with record.section("methods", skip="--skip" if "methods" in skip else None) as out:
+    with record.section("methods") as out:
         if out is not None:
             texts = sentences[:args.method_limit]
             configs, warmups, works = {}, {}, {}
@@ -736,7 +731,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                   "than its work ratio is not held against it.")
 
     # ---- ReBA batch 2 vs 8 ------------------------------------------------------------------------------------
-    with record.section("reba_batch", skip="--skip" if "reba_batch" in skip else None) as out:
+    with record.section("reba_batch") as out:
         if out is not None:
             texts = long_texts(model.tokenizer, rows=8, tokens=320, path=sts_path)
             lengths = [len(model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
@@ -758,7 +753,7 @@ def run(args, device: torch.device, cuda: bool, no_cuda: str, skip: set[str], re
                   f"batch 2 / batch 8 per text: {fmt(out.get('batch2_over_batch8'))}")
 
     # ---- generation ------------------------------------------------------------------------------------------
-    with record.section("generation", skip="--skip" if "generation" in skip else None) as out:
+    with record.section("generation") as out:
         if out is not None:
             out.update(generation(model, hf, tok, sentences, device, args.repeat, record,
                                   record.data.get("rates", {}).get("copy", {}).get("bytes_per_s")))
