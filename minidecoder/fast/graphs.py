@@ -54,15 +54,15 @@ class _Captured:
 class GraphBank:
     """The captured block calls of one model, by (block, input shape, dtype, mask kinds)."""
 
-    def __init__(self, capture: bool) -> None:
+    def __init__(self, capture: bool, key: tuple = ()) -> None:
         self.capture = capture
+        self.key = key  # (device, dtype) of the model the graphs were captured on
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.graphs: dict[tuple, _Captured] = {}
         self.contexts: dict[tuple, Context] = {}  # static masks and RoPE tables, per shape
         self.filled_from: dict[tuple, Context] = {}  # which forward's context each static one holds (held, so
         #                                             that no later context can take its id)
         self.captures = 0
-        self.key: tuple = ()  # (device, dtype) of the model the graphs were captured on
 
     def forward(self, block: Block, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         """`block(h, ctx)` (site-free), replayed from its captured graph."""
@@ -123,7 +123,5 @@ def graph_bank(model) -> GraphBank:
     key = (model.device, model.dtype)
     bank = _BANKS.get(model)
     if bank is None or bank.key != key:
-        bank = GraphBank(capture=model.device.type == "cuda")
-        bank.key = key
-        _BANKS[model] = bank
+        bank = _BANKS[model] = GraphBank(capture=model.device.type == "cuda", key=key)
     return bank

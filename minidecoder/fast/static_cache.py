@@ -90,13 +90,13 @@ class DecodeStep:
             inv_freq, scaling = model.rope_frequencies(kind)
             tables[kind] = cos_sin(inv_freq, scaling, positions, model.dtype)
         j = torch.arange(S, device=positions.device)[None, :]  # (1, S) key positions
+        zero = torch.zeros((), dtype=model.dtype, device=j.device)
         masks = {}
         for kind in set(model.config.layer_types):
             visible = j <= positions[0][:, None]  # (1, S): written keys up to the query's position
             window = model.config.sliding_window if kind == "sliding_attention" else None
             if window is not None:
                 visible = visible & (positions[0][:, None] - j < window)  # transformers' `kv_idx > q_idx - window`
-            zero = torch.zeros((), dtype=model.dtype, device=j.device)
             masks[kind] = torch.where(visible, zero, torch.finfo(model.dtype).min)[None, None]  # (1, 1, 1, S)
         return Context(cos_sin=tables, masks=masks, cache=self.cache, positions=positions)
 

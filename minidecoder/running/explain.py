@@ -27,6 +27,7 @@ import torch
 from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods import Method, build_method
 from minidecoder.methods.loop import Forward, Pass, run_passes
+from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import truncate_texts, truncate_that_fits
 from minidecoder.running.explain_text import CONVENTION, format_explanation
 from minidecoder.running.texts import check_text
@@ -208,6 +209,5 @@ def _record(model, text: str, method: Method) -> Explanation:
 def _text_in(text: str, method: Method) -> str:
     """The text as the method's prompts hold it (after SentEval preparation where the method applies it)."""
     if getattr(method, "senteval_text", False):
-        from minidecoder.methods.text import senteval_sentence
         return senteval_sentence(text)
     return text
