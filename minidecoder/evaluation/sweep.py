@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
+from minidecoder.evaluation.report import sources_sha256
 from minidecoder.evaluation.sts_data import StsTask, load_tasks
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
@@ -363,17 +364,8 @@ def kept_manifest(model, method: Method, axes: dict[str, list[Any]], points: lis
                  "files": {name: file_sha256(Path(dev.data_dir) / name) for name in dev.files},
                  "sentences": len(sentences),
                  "sentences_sha256": hashlib.sha256(json.dumps(sentences).encode("utf-8")).hexdigest()},
-        "code_sha256": _sources_sha256(),
+        "code_sha256": sources_sha256(),
     }
-
-
-def _sources_sha256() -> str:
-    """sha256 of every minidecoder source file (integrations.mteb keys its result cache the same way)."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def _key(point: Point) -> str:
