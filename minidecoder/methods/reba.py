@@ -192,7 +192,8 @@ class ReBA(Method):
         return [Pass(batch, FoldAttention(blocks=frozenset(range(L))), layer=index, depth=L, role="the repeated text",
                      reads="sum_k w_k h_k, w from the fused attention's rows R (the first copy's tokens, or the last "
                            "token with pooling=last)",
-                     pool=lambda run: torch.einsum("bk,bke->be", weights(run), run.hidden(index).float()),
+                     pool=lambda run: aggregate(fused(run, batch), run.hidden(index), to_device(rows, run.folded.device),
+                                                self.weights, backward),  # e = sum_k w_k h_k
                      details=lambda run: {"fused_attention": fused(run, batch)[0], "weights": weights(run)[0]})]
 
     def baseline(self, model) -> tuple[Method, str]:
