@@ -14,15 +14,10 @@ import math
 import subprocess
 from pathlib import Path
 
+from minidecoder.sources.checksums import file_sha256
+
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_file = file_sha256  # the name tools/reproduce.py imports
 
 
 def code_version() -> dict:
@@ -70,7 +65,8 @@ def describe_checkout(repo: Path) -> str:
 def build_stamp(metadata: dict, results: dict) -> dict:
     """The caller's metadata plus data checksums, code version and date."""
     data_dir = Path(results["data_dir"]) if results.get("data_dir") else None
-    checksums = {name: sha256_file(data_dir / name) for name in results.get("data_files", [])} if data_dir else {}
+    # file_sha256 hashes a file once per process: a sweep's kept-batch manifest has already hashed these
+    checksums = {name: file_sha256(data_dir / name) for name in results.get("data_files", [])} if data_dir else {}
     # one digest over all files, to compare two runs' data at a glance: the sha256 of `sha256sum`'s
     # output for the files sorted by name (`cd DATA && sha256sum FILES... | sha256sum` reproduces it)
     combined = hashlib.sha256("".join(f"{digest}  {name}\n" for name, digest in sorted(checksums.items())).encode())
