@@ -1,7 +1,7 @@
 """Files and folders written under a temporary name beside their target, and what a killed writer left.
 
     with staging(target, folder=True) as partial:    # .NAME.partial-1a2b3c4d, locked by this process
-        ...write into partial, then os.replace(partial, target)...
+        ...write into partial, then swap_into_place(partial, target)...   # a file: os.replace alone
     remove_stale(target)                             # before writing: partials whose writer is dead
 
 A conversion or a GGUF assembly writes `.NAME.partial-XXXXXXXX` and renames it into place only when it
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 # Names a writer of `target` gives its temporary copies: being written, and (a replaced folder) being deleted.
-_PREFIXES = (".{name}.partial-", ".{name}.old-")
+_PARTIAL, _OLD = ".{name}.partial-", ".{name}.old-"
 
 
 @contextlib.contextmanager
@@ -35,7 +35,7 @@ def staging(target: Path, folder: bool) -> Iterator[Path]:
     The block renames it into place or leaves it; on any exception it is removed. Either way the lock is
     released when the block ends."""
     while True:
-        partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+        partial = _beside(target, _PARTIAL)
         if folder:
             partial.mkdir()
         else:
@@ -57,17 +57,29 @@ def staging(target: Path, folder: bool) -> Iterator[Path]:
             os.close(handle)
 
 
-def hold(path: Path) -> int | None:
-    """Lock an existing folder or file (e.g. one about to be moved aside and deleted) so that no cleaner
-    takes it for stale; returns the descriptor to close, or None where locks are unsupported."""
-    return _lock(path, blocking=True)
+def swap_into_place(partial: Path, target: Path) -> None:
+    """Rename the folder `partial` to `target`. An existing `target` (which os.replace cannot overwrite) is first
+    moved aside (`.NAME.old-XXXXXXXX`), so that a failure never loses both, and is locked until it is deleted,
+    so that no cleaner takes it for stale."""
+    if not os.path.lexists(target):
+        os.replace(partial, target)
+        return
+    held = _lock(target, blocking=True)
+    try:
+        trash = _beside(target, _OLD)
+        os.replace(target, trash)
+        os.replace(partial, target)
+        _remove(trash)
+    finally:
+        if held is not None:
+            os.close(held)
 
 
 def remove_stale(target: Path, legacy: tuple[str, ...] = ()) -> list[Path]:
     """Remove every temporary copy of `target` whose writer is dead (its lock is free); returns them.
     `legacy`: more name patterns ("{name}" is the target's name) that older versions used."""
     removed = []
-    for pattern in _PREFIXES + legacy:
+    for pattern in (_PARTIAL, _OLD) + legacy:
         prefix = pattern.format(name=glob.escape(target.name))
         for path in sorted(target.parent.glob(prefix + "*")):
             handle = _lock(path, blocking=False)
@@ -80,6 +92,10 @@ def remove_stale(target: Path, legacy: tuple[str, ...] = ()) -> list[Path]:
             finally:
                 os.close(handle)
     return removed
+
+
+def _beside(target: Path, pattern: str) -> Path:
+    return target.parent / (pattern.format(name=target.name) + uuid.uuid4().hex[:8])
 
 
 def _lock(path: Path, blocking: bool) -> int | None:

@@ -19,9 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +35,7 @@ from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, n
 from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
 from minidecoder.output_files import check_writable_folder
 from minidecoder.sources.fetch import sha256_file
-from minidecoder.sources.staging import hold, remove_stale, staging
+from minidecoder.sources.staging import remove_stale, staging, swap_into_place
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -218,23 +216,12 @@ def _names(entries: list[str], limit: int = 5) -> str:
 
 
 def _move_into_place(partial: Path, output_dir: Path, overwrite: bool, gguf_path: Path) -> None:
-    if not os.path.lexists(output_dir):
-        os.replace(partial, output_dir)
-        return
-    if not overwrite:
-        raise InputError(f"output folder {output_dir} appeared while converting", "pass --overwrite or choose another folder")
-    _check_replaceable(output_dir, gguf_path)  # again: files may have appeared while converting
-    # Move the old folder aside first, so a failure here never loses both; locked while it is deleted,
-    # so that no cleaner takes it for a killed run's leftover (sources.staging).
-    held = hold(output_dir)
-    try:
-        trash = output_dir.parent / f".{output_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(output_dir, trash)
-        os.replace(partial, output_dir)
-        shutil.rmtree(trash, ignore_errors=True)
-    finally:
-        if held is not None:
-            os.close(held)
+    if os.path.lexists(output_dir):
+        if not overwrite:
+            raise InputError(f"output folder {output_dir} appeared while converting",
+                             "pass --overwrite or choose another folder")
+        _check_replaceable(output_dir, gguf_path)  # again: files may have appeared while converting
+    swap_into_place(partial, output_dir)  # the old folder is set aside first, so a failure never loses both
 
 
 def _progress_bar(total: int, description: str, enabled: bool) -> tqdm | None:
