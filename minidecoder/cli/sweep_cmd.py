@@ -136,16 +136,16 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     resolve_data_dir(args.data)
-    load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # the data read and checked (a gold score "abc")
+    (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
     if figures:
         from minidecoder.running.figures import check_figure_path
         check_figure_path(figures[0])  # matplotlib installed: found out now, not after the sweep
     with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held until the last write
-        return _sweep(args, method, prefix)
+        return _sweep(args, method, prefix, dev)
 
 
-def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
+def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
@@ -160,8 +160,8 @@ def _sweep(args: argparse.Namespace, method, prefix: Path) -> int:
     work = work_folder(prefix)
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
     try:
-        result = sweep_sts(model, method, axes, data_dir=args.data, limit=args.limit, batch_size=args.batch_size,
-                           progress=not args.no_progress, work=work)
+        result = sweep_sts(model, method, axes, limit=args.limit, batch_size=args.batch_size,
+                           progress=not args.no_progress, dev=dev, work=work)
     except JobInterrupted as stop:
         if stop.saved == 0:
             raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "
