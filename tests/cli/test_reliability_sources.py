@@ -70,6 +70,10 @@ def test_11_mteb_caches_a_score_per_weights_dtype_and_code(tmp_path: Path, monke
     meta = MtebEncoder(str(run_a), "mean", dtype="bfloat16").mteb_model_meta
     assert "-bfloat16-cpu-" in meta.revision and meta.revision != MtebEncoder(str(run_b), "mean").mteb_model_meta.revision
 
+    from minidecoder.integrations import mteb as integration
+    monkeypatch.setattr(integration, "sources_sha256", lambda: "0" * 64)  # as if a method's code had changed
+    assert score(MtebEncoder(str(run_a), "mean"))[1] > 0, "a score of other code was served from the cache"
+
 
 # ---- 12. destructive operations refuse folders they did not make ---------------------------------------
 @pytest.fixture
