@@ -23,8 +23,8 @@ published through minidecoder.output_files (never replacing a file without `over
 that appeared during the run); then the folder is removed. The output and its sidecar are claimed
 (locked, checked) for the whole job.
 
-`KeptChunks` is the same folder (manifest check, chunk files, Ctrl-C line) for a caller that computes its
-own chunks: `minidecoder sweep` keeps one per batch in it.
+`KeptChunks` is that folder (manifest check, chunk files, Ctrl-C line): the job keeps its chunks in one,
+and a caller that computes its own chunks can too (`minidecoder sweep` keeps one per batch).
 
 Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
 entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
@@ -156,39 +156,28 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         "input": {"format": kind, "sha256": checksum, "rows": total},
     }
     work = output_path.parent / f".{output_path.name}.partial"
-    created = _open_work_folder(work, manifest)
-
     num_chunks = (total + chunk_size - 1) // chunk_size
-    reused = sum(_chunk_done(work, k) for k in range(num_chunks))
+    kept = KeptChunks(work, manifest, num_chunks)
     computed = rows_computed = 0
     bar = _bar(total, progress)
     done = 0
     try:
         for k, texts in enumerate(_chunks(_read_texts(input_path, kind), chunk_size)):
-            if _chunk_done(work, k):
-                done += len(texts)
-                _advance(bar, progress, done, total, len(texts))
-                continue
-            report: dict[str, Any] = {}
-            vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report)
-            first_row = k * chunk_size
-            info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
-                                                           for r, n in report.get("truncated_rows", {}).items()}}
-            _write_chunk(work, k, vectors.numpy(), info, num_chunks)
-            computed += 1
-            rows_computed += len(texts)
+            if not kept.done(k):
+                report: dict[str, Any] = {}
+                vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report)
+                first_row = k * chunk_size
+                info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
+                                                               for r, n in report.get("truncated_rows", {}).items()}}
+                kept.save(k, vectors.numpy(), info)
+                computed += 1
+                rows_computed += len(texts)
             done += len(texts)
             _advance(bar, progress, done, total, len(texts))
     except KeyboardInterrupt:
-        saved = sum(_chunk_done(work, k) for k in range(num_chunks))
-        if created and saved == 0:
-            shutil.rmtree(work, ignore_errors=True)
-        raise JobInterrupted(saved, num_chunks, work) from None
+        raise kept.interrupted() from None
     except BaseException:
-        # A job that failed before finishing a chunk (a refused option, a too-long text) leaves nothing
-        # behind, so its corrected rerun is never told about an "interrupted job with other settings".
-        if created and not any(_chunk_done(work, k) for k in range(num_chunks)):
-            shutil.rmtree(work, ignore_errors=True)
+        kept.failed()  # e.g. a refused option, a too-long text
         raise
     finally:
         if bar is not None:
@@ -199,9 +188,9 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
     metadata = {**(extra_metadata or {}), **manifest, "rows": total, "truncated_rows": truncated}
     dim = _assemble(work, num_chunks, total, output_path, metadata, overwrite)
-    shutil.rmtree(work, ignore_errors=True)
+    kept.remove()
     return {"output": str(output_path), "rows": total, "dim": dim, "chunks_computed": computed,
-            "chunks_reused": reused, "rows_computed": rows_computed, "truncated_rows": len(truncated)}
+            "chunks_reused": kept.reused, "rows_computed": rows_computed, "truncated_rows": len(truncated)}
 
 
 # ---- input ---------------------------------------------------------------------------------------------
@@ -315,9 +304,9 @@ class JobInterrupted(Interrupted):
 
 
 class KeptChunks:
-    """A job's work folder for a caller that computes its own numbered chunks (`minidecoder sweep` keeps one
-    per batch): the same manifest check and the same chunk files as `run_embedding_job`, without its input
-    file and output. A chunk is any float32 array with a small JSON record beside it.
+    """A job's work folder of numbered chunks: `run_embedding_job` keeps its chunks in one, and so does a
+    caller that computes its own (`minidecoder sweep` keeps one per batch). A chunk is any float32 array
+    with a small JSON record beside it.
 
         kept = KeptChunks(work, manifest, count)  # resumes a folder of an equal manifest, else refuses
         if kept.done(k): array, info = kept.load(k)  # read back bit for bit
