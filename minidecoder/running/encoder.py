@@ -140,7 +140,7 @@ class SentenceEncoder:
         if normalize_embeddings:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
         if precision != "float32":
-            return _quantized(vectors, precision, convert_to_tensor, convert_to_numpy, single)
+            vectors = torch.from_numpy(_quantized(vectors, precision))  # returned as float32 ones are
         if convert_to_tensor:
             return vectors[0] if single else vectors
         if convert_to_numpy:
@@ -213,9 +213,9 @@ def _refuse_unsupported(output_value: Any, pool: Any, chunk_size: Any, device: A
                                 "drop them; the method's options go to SentenceEncoder(model, method, **options)")
 
 
-def _quantized(vectors: torch.Tensor, precision: str, convert_to_tensor: bool, convert_to_numpy: bool,
-               single: bool) -> np.ndarray | torch.Tensor | list:
-    """sentence-transformers' `quantize_embeddings` of the whole set, returned as its encode returns it."""
+def _quantized(vectors: torch.Tensor, precision: str) -> np.ndarray:
+    """sentence-transformers' `quantize_embeddings` of the whole set: (N, E) int8 / uint8, or packed bits
+    (N, E / 8)."""
     try:
         from sentence_transformers.util.quantization import quantize_embeddings
     except ImportError:
@@ -225,18 +225,11 @@ def _quantized(vectors: torch.Tensor, precision: str, convert_to_tensor: bool, c
             raise InputError(f"encode(precision={precision!r}) quantizes with sentence-transformers, which is not "
                              "installed", "pip install 'minidecoder[st]', or leave precision at 'float32'") from None
     try:
-        array = quantize_embeddings(vectors, precision)  # numpy, (N, E) or packed bits (N, E / 8)
+        return quantize_embeddings(vectors, precision)
     except ValueError as error:  # e.g. int8 ranges from a single embedding
         raise InputError(f"encode(precision={precision!r}): {error}",
                          "encode several texts at once (the ranges come from them), or use precision='binary' / "
                          "'ubinary', which need no ranges") from None
-    if convert_to_tensor:
-        out = torch.as_tensor(array)
-    elif convert_to_numpy:
-        out = array
-    else:
-        out = list(torch.from_numpy(array))
-    return out[0] if single else out
 
 
 def _as_matrix(x: Any) -> torch.Tensor:
