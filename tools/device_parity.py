@@ -103,8 +103,9 @@ def relative_difference(reference: torch.Tensor, other: torch.Tensor) -> float:
 
 
 def compare(cpu: torch.Tensor, other: torch.Tensor, what: str, rows: bool) -> Comparison:
-    other = other.detach().to("cpu")
-    cosine = torch.nn.functional.cosine_similarity(cpu.double(), other.double(), dim=-1).min().item() if rows else None
+    cosine = None
+    if rows:
+        cosine = torch.nn.functional.cosine_similarity(cpu.double(), other.cpu().double(), dim=-1).min().item()
     return Comparison(what, relative_difference(cpu, other), cosine)
 
 
