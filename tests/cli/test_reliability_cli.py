@@ -26,7 +26,6 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 NO_MODEL = "no-such-model-folder"  # a run that names this and fails on something else never loaded a model
 
 
-
 def sts_data(folder: Path, pairs: int = 12, gold: str | None = None) -> Path:
     """A SentEval-layout folder with STS-B test and dev of `pairs` short distinct pairs each; `gold`, when
     given, replaces the score of the second test pair."""
@@ -71,6 +70,16 @@ def stalled(where: str, go: Path, *argv: str) -> subprocess.Popen:
     line = process.stdout.readline()
     assert line.strip() == "ready", process.communicate()[1]
     return process
+
+
+def ctrl_c(where: str, go: Path, *argv: str) -> str:
+    """Ctrl-C to the CLI run `argv` at its stall (see `stalled`): its stderr, once it ended with status 130
+    and no traceback."""
+    run = stalled(where, go, *argv)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    return err
 
 
 # ---- 3. one locked writer for every output ------------------------------------------------------------------
@@ -128,12 +137,9 @@ def test_7_ctrl_c_in_eval_keeps_finished_chunks_and_the_same_command_resumes(tin
     data = sts_data(tmp_path / "sts", pairs=1100)  # 2,200 distinct sentences: three chunks of 1,024
     argv = ["eval", "sts", "--model", str(tiny_llama), "--method", "mean", "--tasks", "STSBenchmark", "--data",
             str(data), "--no-progress", "--batch-size", "64"]
-    run = stalled("minidecoder.running.embedding:embed:2", tmp_path / "never", *argv, "--output",
-                  str(tmp_path / "rep"))
-    run.send_signal(signal.SIGINT)  # Ctrl-C during the third chunk
-    _, err = run.communicate(timeout=60)
+    err = ctrl_c("minidecoder.running.embedding:embed:2", tmp_path / "never", *argv, "--output",
+                 str(tmp_path / "rep"))  # Ctrl-C during the third chunk
     work = tmp_path / ".rep.json.partial"
-    assert run.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (f"minidecoder: interrupted; the embeddings of 2 of 3 chunks of sentences "
                                             f"are kept in {work}; run the same command again to resume from them")
     assert len(list(work.glob(".embeddings.npy.partial/chunk-*.npy"))) == 2
@@ -153,12 +159,9 @@ def test_7_ctrl_c_in_a_sweep_keeps_finished_batches_and_the_same_command_resumes
     data = sts_data(tmp_path / "sts")  # 24 distinct dev sentences: six batches of 4
     argv = ["sweep", "--model", str(tiny_llama), "--method", "cp", "--layers=-2,-1", "--cp-steer", "1",
             "--cp-alpha", "0.5,2", "--data", str(data), "--no-progress", "--batch-size", "4"]
-    run = stalled("minidecoder.evaluation.sweep:sweep_points:2", tmp_path / "never", *argv, "--output",
-                  str(tmp_path / "rep"))
-    run.send_signal(signal.SIGINT)  # Ctrl-C during the third batch
-    _, err = run.communicate(timeout=60)
+    err = ctrl_c("minidecoder.evaluation.sweep:sweep_points:2", tmp_path / "never", *argv, "--output",
+                 str(tmp_path / "rep"))  # Ctrl-C during the third batch
     work = tmp_path / ".rep.json.partial"
-    assert run.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (f"minidecoder: interrupted; 2 of 6 batches of the sweep are kept in "
                                             f"{work}; run the same command again to resume from them")
     assert len(list(work.glob("chunk-*.npy"))) == 2
@@ -193,10 +196,8 @@ def test_7_ctrl_c_in_a_sweep_keeps_finished_batches_and_the_same_command_resumes
 ])
 def test_7_ctrl_c_anywhere_prints_one_line_of_what_was_kept(tiny_llama, tmp_path, where, argv, line) -> None:
     extra = ["--data", str(sts_data(tmp_path / "sts")), "--output", str(tmp_path / "s")] if argv[0] == "sweep" else []
-    run = stalled(where, tmp_path / "never", *argv, *extra, "--model", str(tiny_llama))
-    run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=60)
-    assert run.returncode == 130 and err.strip() == line, err
+    err = ctrl_c(where, tmp_path / "never", *argv, *extra, "--model", str(tiny_llama))
+    assert err.strip() == line, err
 
 
 # ---- 8. a closed stdout ends quietly ---------------------------------------------------------------------------
@@ -367,6 +368,12 @@ def test_11_what_encode_cannot_honour_is_refused_naming_the_argument(encoders, o
     assert named in str(error.value)
 
 
+def test_11_quantizing_a_single_embedding_is_refused_with_the_way_out(encoders) -> None:
+    with pytest.raises(MinidecoderError, match=r"encode\(precision='int8'\): Cannot compute int8 quantization"):
+        encoders[0].encode("one text", precision="int8")  # sentence-transformers raises a bare ValueError here
+    assert encoders[0].encode("one text", precision="ubinary").shape == (4,)  # 32 dimensions, 4 bytes of bits
+
+
 # ---- 12. CR-only line endings are line ends ------------------------------------------------------------------------
 def test_12_cr_only_line_endings_give_one_row_per_line(tiny_llama, tmp_path, capsys) -> None:
     from minidecoder.running.jobs import read_lines
@@ -400,9 +407,3 @@ def test_14_compiled_blocks_compile_a_few_variants_not_one_per_layer(tiny_llama)
     minidecoder.embed(model, texts, "mean")  # the plain loop: compiled once
     minidecoder.embed(model, texts[:2], "mean")  # another batch shape: no recompile (dynamic=True)
     assert 1 <= counters["frames"]["ok"] - before <= 2 < model.num_layers
-
-
-def test_11_quantizing_a_single_embedding_is_refused_with_the_way_out(encoders) -> None:
-    with pytest.raises(MinidecoderError, match=r"encode\(precision='int8'\): Cannot compute int8 quantization"):
-        encoders[0].encode("one text", precision="int8")  # sentence-transformers raises a bare ValueError here
-    assert encoders[0].encode("one text", precision="ubinary").shape == (4,)  # 32 dimensions, 4 bytes of bits
