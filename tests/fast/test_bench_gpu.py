@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from minidecoder.running.memory import CPU_TOKENS
 from repo_paths import REPO
 
 CPU_COMMAND = ["tools/bench_gpu.py", "--device", "cpu", "--shape", "tiny", "--limit", "32", "--repeat", "1"]
@@ -36,6 +37,9 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
         assert f"## {name}: skipped (needs CUDA" in result.stdout
 
     assert data["header"]["sentences"] == 32 and data["header"]["shape"] == "tiny"
+    fast = data["fast_paths"]  # the library's own account (fast.options.describe), decided for a CPU
+    assert fast["describe"]["device"] == "cpu" and fast["describe"]["buckets"] == fast["describe"]["graphs"] == "off"
+    assert fast["token_budget"] == CPU_TOKENS
     configs = data["throughput"]["configs"]
     assert set(configs) == {"minidecoder default"} | {f"{who} batch {b}" for who in
                                                       ("minidecoder", "reference", "transformers sorted")
