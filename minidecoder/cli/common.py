@@ -24,8 +24,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     parser.add_argument("--compile", action="store_true",
                         help="fuse each block's elementwise work with torch.compile: the first batch compiles "
-                             "(SmolLM2: about 30 s on 2 CPU cores, a few seconds once inductor's disk cache holds "
-                             "it; docs/benchmarks.md measures the gain); calls through the prompt methods' prefix "
+                             "(tens of seconds with an empty inductor cache, a few with a warm one: docs/benchmarks.md "
+                             "gives the times it measured and the gain); calls through the prompt methods' prefix "
                              "cache run plain; needs a C++ compiler on CPU")
     parser.add_argument("--pack-weights", action="store_true",
                         help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
