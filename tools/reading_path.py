@@ -33,15 +33,16 @@ def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
     seen, calls = set(), []
 
     def tracer(frame, event, arg):
-        if event != "call" or "/minidecoder/" not in frame.f_code.co_filename:
-            return None
         code = frame.f_code
-        arguments = [frame.f_locals.get(v) for v in code.co_varnames[:code.co_argcount]]
+        if event != "call" or "/minidecoder/" not in code.co_filename:
+            return None
         module = code.co_filename.split("/minidecoder/", 1)[1]
-        if any(a is model for a in arguments) and not module.startswith("fast/") and (code.co_filename, code.co_name, code.co_firstlineno) not in seen:
-            if not _is_property(code):
-                seen.add((code.co_filename, code.co_name, code.co_firstlineno))
-                calls.append((module, code.co_qualname))
+        key = (code.co_filename, code.co_name, code.co_firstlineno)
+        if module.startswith("fast/") or key in seen or _is_property(code):
+            return None
+        if any(frame.f_locals.get(v) is model for v in code.co_varnames[:code.co_argcount]):
+            seen.add(key)
+            calls.append((module, code.co_qualname))
         return None
 
     with torch.inference_mode():
@@ -84,15 +85,16 @@ def main() -> int:
     from tiny_models import tiny_checkpoint
 
     torch.set_num_threads(1)
-    folder = Path(tempfile.mkdtemp()) / "tiny"
-    tiny_checkpoint("llama", folder)
-    model = minidecoder.load(folder, progress=False)
-    for name in args.methods:
-        stops = reading_path(model, name)
-        modules, count, returns = summary(stops)
-        print(f"{name}: {modules} modules, {count} stops, {returns} returns (not counting methods/loop.py)")
-        for module, functions in stops:
-            print(f"  {module}: {', '.join(functions)}")
+    with tempfile.TemporaryDirectory(prefix="reading-path-") as scratch:
+        folder = Path(scratch) / "tiny"
+        tiny_checkpoint("llama", folder)
+        model = minidecoder.load(folder, progress=False)
+        for name in args.methods:
+            stops = reading_path(model, name)
+            modules, count, returns = summary(stops)
+            print(f"{name}: {modules} modules, {count} stops, {returns} returns (not counting methods/loop.py)")
+            for module, functions in stops:
+                print(f"  {module}: {', '.join(functions)}")
     return 0
 
 
