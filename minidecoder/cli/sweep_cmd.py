@@ -84,25 +84,35 @@ def check_grid_options(method_name: str, pairs: list[str]) -> None:
                              f"its options are {', '.join(known)} (`minidecoder embed --help` describes them)")
 
 
-def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
-    from minidecoder.evaluation.sweep import layer_axis, parse_values
-
-    axes: dict[str, list] = {}
-    if args.layers is not None:
-        axes["layer"] = layer_axis(args.layers, num_layers)
-    for flag, name in (("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
+def axis_texts(args: argparse.Namespace) -> dict[str, str]:
+    """Each swept option and its values as given (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY=V1,V2),
+    checked: every --grid is KEY=..., no option is swept twice, something is swept."""
+    texts: dict[str, str] = {}
+    for flag, name in (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
         if getattr(args, flag) is not None:
-            axes[name] = parse_values(getattr(args, flag))
+            texts[name] = getattr(args, flag)
     for pair in args.grid:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--grid {pair!r} is not KEY=V1,V2", "write e.g. --grid num_pst=1,2,3")
-        if key.strip() in axes:
+        if key.strip() in texts:
             raise InputError(f"option {key.strip()!r} is swept twice", "give each axis once")
-        axes[key.strip()] = parse_values(raw)
-    if not axes:
+        texts[key.strip()] = raw
+    if not texts:
         raise InputError("nothing to sweep", "give --layers, --tp-end, --cp-steer, --cp-alpha or --grid KEY=V1,V2")
-    return axes
+    return texts
+
+
+def build_axes(args: argparse.Namespace, num_layers: int) -> dict[str, list]:
+    from minidecoder.evaluation.sweep import layer_axis, parse_values
+
+    return {name: layer_axis(text, num_layers) if _from_layers(args, name) else parse_values(text)
+            for name, text in axis_texts(args).items()}
+
+
+def _from_layers(args: argparse.Namespace, name: str) -> bool:
+    """The axis is --layers (read by `layer_axis`; a --grid layer=... is taken as given)."""
+    return name == "layer" and args.layers is not None
 
 
 def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
@@ -115,14 +125,11 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
     if not args.plot:
         return []
     counts = {}
-    if args.layers is not None:
-        counts["layer"] = 2 if args.layers.strip() == "all" else len(set(map(repr, parse_values(args.layers))))
-    for flag, name in (("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
-        if getattr(args, flag) is not None:
-            counts[name] = len(parse_values(getattr(args, flag)))
-    for pair in args.grid:
-        key, _, raw = pair.partition("=")
-        counts[key.strip()] = len(parse_values(raw))
+    for name, text in axis_texts(args).items():
+        if _from_layers(args, name):  # layer_axis drops repeats
+            counts[name] = 2 if text.strip() == "all" else len(set(map(repr, parse_values(text))))
+        else:
+            counts[name] = len(parse_values(text))
     return list(sweep_figure_paths(report_paths(prefix)[0].with_suffix(""), counts).values())
 
 
