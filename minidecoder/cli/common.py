@@ -53,11 +53,15 @@ def claim_cli_outputs(args: argparse.Namespace, paths: list[Path]) -> Iterator[A
 
 
 def check_sizes(args: argparse.Namespace, limit_example: int = 50) -> None:
-    """--batch-size (and --limit, where the command has one) are positive; checked before anything loads."""
-    if args.batch_size is not None and args.batch_size < 1:
+    """--batch-size, --limit and --truncate, where the command has them, are positive; checked before anything
+    loads."""
+    if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         raise InputError(f"--batch-size {args.batch_size} must be at least 1", "e.g. --batch-size 32")
     if getattr(args, "limit", None) is not None and args.limit < 1:
         raise InputError(f"--limit {args.limit} must be at least 1", f"e.g. --limit {limit_example}")
+    if getattr(args, "truncate", None) is not None and args.truncate < 1:
+        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens",
+                         "e.g. --truncate 512 keeps the first 512 tokens of each text")
 
 
 def check_integers(flag: str, key: str, value: Any) -> None:

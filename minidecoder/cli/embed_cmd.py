@@ -86,9 +86,6 @@ def run(args: argparse.Namespace) -> int:
 
     # everything that can fail cheaply fails before the model loads
     check_sizes(args)
-    if args.truncate is not None and args.truncate < 1:
-        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens",
-                         "e.g. --truncate 512 keeps the first 512 tokens of each text")
     output = Path(args.output)
     check_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)

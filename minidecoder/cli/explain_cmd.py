@@ -10,13 +10,12 @@ without --overwrite). `--truncate N` keeps the first N tokens of a text past the
 from __future__ import annotations
 
 import argparse
-import json
-
 import contextlib
+import json
 from pathlib import Path
 
-from minidecoder.cli.common import add_model_options, add_output_options, build_cli_method, claim_cli_outputs, load_model
-from minidecoder.errors import InputError
+from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
+                                    claim_cli_outputs, load_model)
 
 
 def add_parser(subparsers) -> None:
@@ -39,8 +38,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # everything that can fail cheaply fails before the model loads
-    if args.truncate is not None and args.truncate < 1:
-        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens", "e.g. --truncate 512")
+    check_sizes(args)
     method = build_cli_method(args.method, args.opt)
     claim = contextlib.nullcontext()
     if args.plot:
