@@ -86,10 +86,16 @@ def lock_holder(output: str | Path) -> int | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = handle.read().decode("ascii", "replace").strip()
-            return int(text) if text.isdigit() else -1
+            return _holder_pid(handle)
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
+
+
+def _holder_pid(handle) -> int:
+    """The process id a held lock file holds (written by `_acquire`), or -1 when it is not readable yet."""
+    handle.seek(0)
+    text = handle.read().decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else -1
 
 
 def _key(path: Path) -> Path:
@@ -135,10 +141,8 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            text = handle.read().decode("ascii", "replace").strip()
+            pid = _holder_pid(handle)
             handle.close()
-            pid = int(text) if text.isdigit() else -1
             if not wait:
                 raise OutputError(_held_message(output, pid), _held_fix()) from None
             if not announced:
@@ -183,10 +187,6 @@ class OutputClaim:
 
     def write_bytes(self, path: str | Path, data: bytes) -> Path:
         return write_whole(path, data, self.overwrite)
-
-    def write_with(self, path: str | Path, write: Callable[[Path], None]) -> Path:
-        """`write(temporary_path)` makes the file (e.g. a figure's savefig); it is then published at `path`."""
-        return write_file(path, write, self.overwrite)
 
 
 @contextlib.contextmanager
