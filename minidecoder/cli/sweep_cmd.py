@@ -167,8 +167,8 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     work = work_folder(prefix)
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
     try:
-        result = sweep_sts(model, method, axes, limit=args.limit, batch_size=args.batch_size,
-                           progress=not args.no_progress, dev=dev, work=work)
+        result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress, dev=dev,
+                           work=work)
     except JobInterrupted as stop:
         if stop.saved == 0:
             raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "

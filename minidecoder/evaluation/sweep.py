@@ -303,7 +303,8 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
               batch_size: int = 32, progress: bool = True, dev: StsTask | None = None,
               work: str | Path | None = None) -> SweepResult:
     """Score every point of the grid on STS-B dev (and nothing else). Invalid points (e.g. a TP end
-    past the output layer) are listed with the reason they were skipped.
+    past the output layer) are listed with the reason they were skipped. `dev`: the task already loaded
+    (its own limit is the run's), else it is loaded from `data_dir` with `limit`.
 
     work: a folder that keeps every finished batch (see `embed_grid`), bound to everything the vectors
     depend on (`kept_manifest`): Ctrl-C raises running.jobs.JobInterrupted and the same call resumes;
@@ -338,7 +339,7 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
     best = max(scored, key=lambda r: r["score"]) if scored else None  # first of equals (grid order)
     return SweepResult(method=method.describe(), axes={k: list(v) for k, v in axes.items()}, points=records,
                        best=best, rule=cost["rule"], cost=cost, sentences=len(sentences),
-                       encode_seconds=cost["seconds"], limit=limit, data_dir=str(dev.data_dir),
+                       encode_seconds=cost["seconds"], limit=dev.limit, data_dir=str(dev.data_dir),
                        data_files=list(dev.files))
 
 
