@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cp-steer", default=None, metavar="L1,L2", help="CP steer layers (option `steer_layer`)")
     parser.add_argument("--cp-alpha", default=None, metavar="A1,A2", help="CP alphas (option `alpha`)")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                        help="any other option to sweep (shared where a rule exists, else run point by point)")
+                        help="any other option to sweep (points share every block their steps compute alike)")
     parser.add_argument("--data", default=None, metavar="DIR", help="STS data folder (default: $MINIDECODER_STS_DATA or ../shared/data/sts)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N dev pairs")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
