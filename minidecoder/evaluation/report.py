@@ -40,16 +40,6 @@ def code_version() -> dict:
     return {"version": version, "git": git}
 
 
-def sources_sha256() -> str:
-    """sha256 of every minidecoder source file (each file's path and bytes): what a cache of computed
-    results keys on, so that a changed method never meets results of the old one (`minidecoder sweep`'s
-    kept batches)."""
-    digest = hashlib.sha256()
-    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def describe_checkout(repo: Path) -> str:
     """`git describe --always`, with "-dirty" when a tracked file outside `results/` differs from HEAD,
     or "unknown". The results tables are this tool's own output: a sitting that resumes a table always

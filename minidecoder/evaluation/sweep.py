@@ -46,14 +46,13 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
-from minidecoder.evaluation.report import sources_sha256
 from minidecoder.evaluation.sts_data import StsTask, load_tasks
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Forward, Pass
 from minidecoder.running.jobs import KeptChunks
-from minidecoder.sources.checksums import file_sha256, model_identity
+from minidecoder.sources.checksums import file_sha256, model_identity, sources_sha256
 
 DEV_TASK = "STSBenchmark-dev"
 Point = dict[str, Any]  # option name -> value of one grid point
