@@ -18,7 +18,8 @@ SmolLM2's 30 blocks, 310 s before the first embedding on a 2-core CPU, for a spe
 docs/benchmarks.md measured at -6% (float32) to +5% (bfloat16) on that path.
 
 Costs, measured (2-core CPU, empty inductor cache, two short sentences): SmolLM2-135M with `mean`
-compiles one variant in about 30 s; a prompt method through the prefix cache compiles nothing. Inductor
+compiles one variant in 13-31 s (3.5 s with the cache warm; `python tools/compile_cost.py`); a prompt
+method through the prefix cache compiles nothing. Inductor
 caches the result on disk for later processes. A C++ compiler (CPU) or Triton (GPU) must be installed.
 """
 from __future__ import annotations
