@@ -77,13 +77,13 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
     resolve_data_dir(args.data)
-    load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
+    loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
     with claim_cli_outputs(args, list(report_paths(prefix))):  # held from before the model loads to the last write
-        return _evaluate(args, tasks, prefix, method)
+        return _evaluate(args, tasks, loaded, prefix, method)
 
 
-def _evaluate(args: argparse.Namespace, tasks: list[str], prefix: Path, method) -> int:
+def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
 
@@ -108,8 +108,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], prefix: Path, method) 
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
-    results = evaluate_sts(encode, tasks=tasks, data_dir=args.data, limit=args.limit, progress=False,
-                           chunk_size=1 << 62)
+    results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
     summary = kept.get("summary")
     if summary is not None and summary["chunks_reused"]:
         # the time measured is this sitting's only: a rate over all sentences would be wrong

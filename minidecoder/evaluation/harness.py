@@ -192,7 +192,7 @@ def score_embeddings(tasks: Sequence[StsTask], sentences: Sequence[str], embeddi
 
 def evaluate_sts(
     encode: Encoder,
-    tasks: Sequence[str] = ALL_SEVEN,
+    tasks: Sequence[str] | Sequence[StsTask] = ALL_SEVEN,
     data_dir: str | Path | None = None,
     limit: int | None = None,
     progress: bool = True,
@@ -202,11 +202,12 @@ def evaluate_sts(
 
     `encode(sentences) -> (N, D)` gets the SentEval sentences (joined word lists; the method adds
     its own prompt handling). Every distinct sentence across the requested tasks is encoded once.
-    `limit=N` scores only the first N pairs of each subset (a quick look, stamped as such).
+    `limit=N` scores only the first N pairs of each subset (a quick look, stamped as such). `tasks`: names,
+    or tasks a caller already read (`load_tasks`; `data_dir` and `limit` are then theirs).
     Added keys: "sentences" (number encoded), "encode_seconds", "sentences_per_second",
     "data_dir", "data_files" (paths relative to data_dir, for checksums).
     """
-    loaded = load_tasks(list(tasks), data_dir, limit)
+    loaded = list(tasks) if tasks and all(isinstance(t, StsTask) for t in tasks) else load_tasks(list(tasks), data_dir, limit)
     sentences = unique_sentences(loaded)
     start = time.perf_counter()
     vectors = encode_sentences(encode, sentences, chunk_size=chunk_size, progress=progress)
