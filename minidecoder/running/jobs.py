@@ -39,7 +39,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from minidecoder.errors import InputError, Interrupted, MinidecoderError, Output
 from minidecoder.output_files import claim_outputs, publish, write_whole
 from minidecoder.running.texts import check_text
 from minidecoder.sources.checksums import model_identity
+
+if TYPE_CHECKING:  # torch is only named in an annotation here
+    import torch
 
 MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
 FORMATS = (".npy", ".safetensors")
