@@ -249,7 +249,7 @@ def test_6_a_failed_final_write_prints_the_table_and_saves_it_beside_the_cache(t
     out = tmp_path / "results"
     out.mkdir()
 
-    def evaluate(encode, tasks, data_dir, limit, progress, chunk_size):  # an hour of work, then a lost folder
+    def evaluate(encode, tasks, progress, chunk_size):  # an hour of work, then a lost folder
         encode(["a sentence", "another one"])
         shutil.rmtree(out)  # with the report's lock files in it
         out.write_text("now a file")
