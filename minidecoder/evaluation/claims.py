@@ -1,20 +1,35 @@
-"""The papers' claims as data, and a verdict on each generated from a paired bootstrap interval.
+"""The papers' claims as data, each on the benchmark its paper made it on, and a verdict on each generated
+from a paired bootstrap interval.
 
-Each claim says a method beats its base (direction +1), by the size the papers report on Llama-2-7B
-where `shared/spec/methods.md` section 10 gives both numbers (STS Avg. of seven, fp32):
+Each claim says a method beats its base (direction +1; -1 where the paper says it loses), on one
+benchmark, judged on one score of that benchmark's table (`score`: "avg", the headline mean over the
+benchmark's sets, unless the paper claims it per set). Where the spec or the data's README gives both
+published numbers, the claim carries the papers' difference:
 
-    PromptEOL 70.03 -> +TP 77.19; Pretended CoT 76.86 -> +TP 77.54, +CP-NS 77.45; Knowledge 77.14 ->
-    +TP 77.54, +CP-NS 77.56; PromptEOL +CP-NS 75.27; MetaEOL 75.96 -> +TP 77.91; Echo 66.05;
-    mean pooling 47.06.
+    STS (shared/spec/methods.md section 10; Llama-2-7B, fp32, Avg. of seven): PromptEOL 70.03 -> +TP
+    77.19; Pretended CoT 76.86 -> +TP 77.54, +CP-NS 77.45; Knowledge 77.14 -> +TP 77.54, +CP-NS 77.56;
+    PromptEOL +CP-NS 75.27; MetaEOL 75.96 -> +TP 77.91; Echo 66.05; mean pooling 47.06.
+    transfer (shared/data/senteval/README.md; TP Table 5, CP Table 6, Llama-2-7B, Avg. of seven):
+    PromptEOL 90.94, +TP 91.42, +CP-NS 91.73.
+    retrieval (shared/data/beir/README.md; HTP Table 1, Qwen2-1.5B-Instruct, nDCG@10 mean of SciFact
+    and NFCorpus): Vanilla Mean 15.53, TP w. PromptEOL 13.29, TP w. Mean 12.10, HTP 16.86.
+    classification (shared/data/mteb/README.md; HTP Table 12, Mistral-7B-Instruct, accuracy):
+    Banking77 Echo 77.50, HTP 68.88; Emotion Echo 38.90, PromptEOL 46.44, HTP 47.51.
 
-MetaEOL + CP, HTP and ReBA-2 have no Llama-2-7B number there (HTP reports Mistral-7B, ReBA Chinese
-LLMs on C-MTEB): their claim is the direction only. The verdict reads the interval of (method - base):
+Where a paper states a direction only (MetaEOL + CP, HTP and ReBA-2 on STS, ReBA on C-MTEB with other
+models, the long-input curve) the claim is the direction only. The verdict reads the interval of
+(method - base):
 
     lower bound > 0 (in the claimed direction)   "holds"
     upper bound < 0 (against it)                 "reversed"
     interval contains 0                          "not distinguishable from zero at 95%"
 
 and, where the paper gives a size, whether that size lies below, inside or above the interval.
+
+`PAPERS` says on which benchmarks each paper makes its claims (spec section 11). A claim on another
+benchmark (HTP and ReBA-2 against mean pooling on STS: HTP's paper says it lags on STS, ReBA claims
+C-MTEB) is still judged, but labelled as outside its paper's claims, so that no reader takes it for a
+verdict on what the paper claimed.
 """
 from __future__ import annotations
 
@@ -22,7 +37,7 @@ from dataclasses import dataclass
 
 SOURCE = "shared/spec/methods.md section 10 (Llama-2-7B, fp32, STS Avg. of seven)"
 
-# Published Avg. per reproduce.py row key (spec section 10); rows absent here have no number there.
+# Published STS Avg. per reproduce.py row key (spec section 10); rows absent here have no number there.
 PAPER_AVG: dict[str, float] = {
     "mean": 47.06, "prompteol": 70.03, "prompteol+tp": 77.19, "prompteol+cp": 75.27,
     "pretended_cot": 76.86, "pretended_cot+tp": 77.54, "pretended_cot+cp": 77.45,
@@ -34,31 +49,125 @@ PAPER_TIME: dict[str, float] = {"prompteol+tp": 1.04, "pretended_cot": 1.18, "me
 HOLDS, REVERSED, UNDECIDED = "holds", "reversed", "not distinguishable from zero at 95%"
 
 
+# The benchmarks a claim can be judged on: key -> what its headline score is.
+BENCHMARKS: dict[str, str] = {
+    "sts": "STS12-16, STS-B, SICK-R: Spearman x100, Avg. of seven",
+    "transfer": "SentEval transfer (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC): accuracy x100, Avg. of seven",
+    "retrieval": "BEIR retrieval (SciFact, NFCorpus): nDCG@10 x100, mean of the sets",
+    "classification": "MTEB classification (Banking77, Emotion): accuracy x100",
+    "sts-long": "long-input STS (STS-B test pairs grouped 1-16 sentences): Spearman x100 per length",
+    "cmteb": "C-MTEB pair sets (ATEC, BQ, LCQMC, PAWSX, STSB, AFQMC, QBQTC, Ocnli): Spearman / AP x100, mean",
+}
+
+
+@dataclass(frozen=True)
+class Paper:
+    key: str
+    short: str  # the method's name in a heading
+    title: str
+    benchmarks: tuple[tuple[str, str], ...]  # (benchmark key, where in the paper) for each benchmark it claims on
+
+
+# Spec section 11: which paper claims what, where. The order is the order of results/claims.md.
+PAPERS: tuple[Paper, ...] = (
+    Paper("tp", "TP", "Token Prepending (TP)", (("sts", "STS table"), ("transfer", "Table 5"))),
+    Paper("cp", "CP", "Contrastive Prompting (CP)", (("sts", "STS table"), ("transfer", "Table 6"))),
+    Paper("htp", "HTP", "Hierarchical Token Prepending (HTP)",
+          (("retrieval", "Table 1"), ("classification", "Table 12"), ("sts-long", "Figure 1, section 3.1"))),
+    Paper("reba", "ReBA", "ReBA", (("cmteb", "Tables 2-3"),)),
+    Paper("metaeol", "MetaEOL", "MetaEOL", (("sts", "STS table"),)),
+    Paper("echo", "Echo", "Echo embeddings", (("sts", "STS table"),)),
+)
+
+
 @dataclass(frozen=True)
 class Claim:
-    method: str  # reproduce.py row key
+    method: str  # the results table's row key
     base: str  # the row it is claimed to beat
     text: str  # what the paper claims, in words
-    direction: int = +1  # +1: method > base
+    direction: int = +1  # +1: method > base; -1: the paper says the method is below its base
+    paper: str = ""  # the key of the paper in PAPERS that makes (or is judged on) this claim
+    benchmark: str = "sts"  # the key in BENCHMARKS it is judged on
+    score: str = "avg"  # which of the table's scores decides: its headline "avg", or one set the paper names
+    published: float | None = None  # the papers' (method - base) off STS, where the data's README gives both
 
     @property
     def paper_delta(self) -> float | None:
-        """The papers' (method - base) on Llama-2-7B, when both numbers are in the spec."""
-        if self.method in PAPER_AVG and self.base in PAPER_AVG:
+        """The papers' (method - base): on STS from the spec's Llama-2-7B numbers when both are there,
+        elsewhere the published difference the claim carries."""
+        if self.benchmark == "sts" and self.method in PAPER_AVG and self.base in PAPER_AVG:
             return round(PAPER_AVG[self.method] - PAPER_AVG[self.base], 2)
-        return None
+        return self.published
+
+    @property
+    def within_its_paper(self) -> bool:
+        """Whether its paper makes its claim on this benchmark (False: judged here, but not what the paper claimed)."""
+        paper = next((p for p in PAPERS if p.key == self.paper), None)
+        return paper is not None and any(key == self.benchmark for key, _ in paper.benchmarks)
 
 
 _PROMPTS = (("prompteol", "PromptEOL"), ("pretended_cot", "Pretended CoT"), ("knowledge", "Knowledge"),
             ("metaeol", "MetaEOL"))
+# STS: the claims reproduce.py judges on every results/<model>.json (names kept for that tool).
 CLAIMS: tuple[Claim, ...] = (
-    *(Claim(f"{key}+tp", key, f"TP improves {label}") for key, label in _PROMPTS),
-    *(Claim(f"{key}+cp", key, f"CP (NS) improves {label}") for key, label in _PROMPTS),
-    Claim("htp", "mean", "HTP improves on mean pooling"),
-    Claim("reba-2", "mean", "ReBA-2 improves on mean pooling"),
-    Claim("metaeol", "prompteol", "MetaEOL improves on PromptEOL"),
-    Claim("echo", "mean", "Echo improves on mean pooling"),
+    *(Claim(f"{key}+tp", key, f"TP improves {label}", paper="tp") for key, label in _PROMPTS),
+    *(Claim(f"{key}+cp", key, f"CP (NS) improves {label}", paper="cp") for key, label in _PROMPTS),
+    Claim("htp", "mean", "HTP improves on mean pooling", paper="htp"),
+    Claim("reba-2", "mean", "ReBA-2 improves on mean pooling", paper="reba"),
+    Claim("metaeol", "prompteol", "MetaEOL improves on PromptEOL", paper="metaeol"),
+    Claim("echo", "mean", "Echo improves on mean pooling", paper="echo"),
 )
+
+# Published scores off STS, by benchmark, then the score a claim reads ("avg" or a set), then row key
+# (the data folders' READMEs: senteval TP Table 5 / CP Table 6 on Llama-2-7B; beir HTP Table 1 on
+# Qwen2-1.5B-Instruct, the mean of its SciFact and NFCorpus nDCG@10; mteb HTP Table 12 on Mistral-7B).
+PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
+    "transfer": {"avg": {"prompteol": 90.94, "prompteol+tp": 91.42, "prompteol+cp": 91.73}},
+    "retrieval": {"avg": {"mean": (27.16 + 3.90) / 2, "last": (0.01 + 1.74) / 2, "echo": (22.98 + 5.11) / 2,
+                          "prompteol+tp": (18.54 + 8.03) / 2, "mean+tp": (18.31 + 5.89) / 2,
+                          "htp": (28.29 + 5.43) / 2}},
+    "classification": {"Banking77": {"echo": 77.50, "prompteol": 66.46, "prompteol+tp": 66.46, "htp": 68.88},
+                       "Emotion": {"echo": 38.90, "prompteol": 46.44, "prompteol+tp": 46.43, "htp": 47.51}},
+}
+
+
+def published_delta(benchmark: str, method: str, base: str, score: str = "avg") -> float | None:
+    """The papers' (method - base) on a benchmark off STS, when both are in PUBLISHED."""
+    numbers = PUBLISHED.get(benchmark, {}).get(score, {})
+    if method in numbers and base in numbers:
+        return round(numbers[method] - numbers[base], 2)
+    return None
+
+
+def _on(benchmark: str, method: str, base: str, text: str, paper: str, score: str = "avg",
+        direction: int = +1) -> Claim:
+    return Claim(method, base, text, direction, paper, benchmark, score,
+                 published_delta(benchmark, method, base, score))
+
+
+# The claims each paper makes off STS (spec section 11 and the data folders' READMEs). Their tables'
+# row keys: transfer prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp), knowledge(+tp);
+# retrieval mean, last, echo, prompteol+tp, mean+tp, htp; classification echo, prompteol, prompteol+tp,
+# htp; sts-long last, mean, prompteol, mean+tp, htp (scores per length "1" .. "16"); cmteb last, mean,
+# repeat-2, repeat-3 (the text twice / three times, no backward attention), reba-2, reba-3.
+BENCHMARK_CLAIMS: tuple[Claim, ...] = (
+    *(_on("transfer", f"{key}+tp", key, f"TP improves {label}", "tp") for key, label in _PROMPTS[:3]),
+    _on("transfer", "prompteol+cp", "prompteol", "CP (NS) improves PromptEOL", "cp"),
+    _on("retrieval", "htp", "mean", "HTP improves on Vanilla Mean", "htp"),
+    _on("retrieval", "htp", "prompteol+tp", "HTP improves on TP w. PromptEOL", "htp"),
+    _on("retrieval", "htp", "mean+tp", "HTP improves on TP w. Mean", "htp"),
+    _on("classification", "htp", "echo", "HTP above Echo Mean on Emotion", "htp", score="Emotion"),
+    _on("classification", "htp", "prompteol", "HTP above PromptEOL on Emotion", "htp", score="Emotion"),
+    _on("classification", "htp", "echo", "HTP below Echo Mean on Banking77", "htp", score="Banking77", direction=-1),
+    _on("sts-long", "mean", "last", "Mean pooling beats last-token readout at 16 sentences", "htp", score="16"),
+    _on("sts-long", "mean", "prompteol", "Mean pooling beats PromptEOL's last token at 16 sentences", "htp",
+        score="16"),
+    _on("cmteb", "reba-2", "last", "ReBA improves on classical last pooling", "reba"),
+    _on("cmteb", "reba-2", "mean", "ReBA improves on classical mean pooling", "reba"),
+    _on("cmteb", "reba-2", "repeat-2", "ReBA improves on repetition alone (two copies)", "reba"),
+    _on("cmteb", "reba-3", "repeat-3", "ReBA-3 improves on repetition alone (three copies)", "reba"),
+)
+ALL_CLAIMS: tuple[Claim, ...] = CLAIMS + BENCHMARK_CLAIMS
 
 
 def verdict(lo: float, hi: float, direction: int = +1) -> str:
@@ -86,14 +195,17 @@ def judge(claim: Claim, point: dict[str, float], intervals: dict[str, tuple[floa
     per = {}
     for name, (lo, hi) in intervals.items():
         per[name] = {"diff": point[name], "lo": lo, "hi": hi, "verdict": verdict(lo, hi, claim.direction)}
-    avg = per["avg"]
+    decisive = per[claim.score]
     return {"method": claim.method, "base": claim.base, "claim": claim.text, "direction": claim.direction,
-            "paper_delta": claim.paper_delta, "verdict": avg["verdict"],
-            "size": size_against(claim.paper_delta, avg["lo"], avg["hi"]), "scores": per}
+            "benchmark": claim.benchmark, "score": claim.score, "paper_delta": claim.paper_delta,
+            "verdict": decisive["verdict"], "size": size_against(claim.paper_delta, decisive["lo"], decisive["hi"]),
+            "scores": per}
 
 
 def sentence(record: dict, method_label: str, base_label: str) -> str:
     """The claim and its verdict in one line of Markdown; every number comes from `record`."""
-    avg = record["scores"]["avg"]
-    return (f"- **{record['claim']}** ({method_label} vs {base_label}): **{record['verdict']}**; Avg. difference "
-            f"{avg['diff']:+.2f}, 95% interval [{avg['lo']:+.2f}, {avg['hi']:+.2f}]; {record['size']}.")
+    name = record.get("score", "avg")
+    decisive = record["scores"][name]
+    what = "Avg." if name == "avg" else name
+    return (f"- **{record['claim']}** ({method_label} vs {base_label}): **{record['verdict']}**; {what} difference "
+            f"{decisive['diff']:+.2f}, 95% interval [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]; {record['size']}.")

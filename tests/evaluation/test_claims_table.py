@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repo_paths import REPO
-from minidecoder.evaluation.claims import CLAIMS, judge
+from minidecoder.evaluation.claims import ALL_CLAIMS, CLAIMS, judge
 
 SPEC = importlib.util.spec_from_file_location("claims_table", REPO / "tools" / "claims_table.py")
 claims_table = importlib.util.module_from_spec(SPEC)
@@ -48,25 +48,58 @@ def test_cells_counts_and_groups_follow_the_records(tmp_path: Path) -> None:
     htp_row = next(line for line in text.splitlines() if line.startswith(f"| {htp} |"))
     assert "**reversed** -2.00 [-3.00, -1.00]" in htp_row and "**n.s.** +0.00 [-0.50, +0.50]" in htp_row
     assert htp_row.endswith("| 0 / 1 / 1 |")
-    assert f"**Holds on every model (2 of 2)**: {tp}; {echo}." in text
-    assert f"**Holds on no model (reversed or not distinguishable on each)**: {htp}." in text
-    assert f"**Depends on the model (holds on some, not on others)**: {cp}." in text
+    assert f"**Holds on every model judged**: {tp} (sts); {echo} (sts)." in text
+    assert f"**Depends on the model (holds on some, not on others)**: {cp} (sts)." in text
+    # HTP claims its gain off STS: its STS verdict stands under "outside its paper's claims", never grouped.
+    outside = text.index("### Outside its paper's claims", text.index("## Hierarchical Token Prepending"))
+    assert outside < text.index(htp_row) < text.index("## ReBA")
+    assert "HTP's paper claims no gain on this benchmark" in text
+    assert htp not in text[text.index("## Grouped"):]
     # A claim whose rows are not done in a table reads "not yet run" and is not grouped as judged.
     meta = next(line for line in text.splitlines() if line.startswith("| MetaEOL improves on PromptEOL |"))
     assert meta.count(claims_table.NOT_RUN) == 3  # two cells and the tally
     assert "**Not yet judged on every model (rows not run)**" in text
 
 
+def write_benchmark_table(folder: Path, model: str, benchmark: str, intervals: dict) -> None:
+    """A family table's JSON: settings.benchmark names it; claims judged on their own score."""
+    claims = []
+    for claim in ALL_CLAIMS:
+        if claim.benchmark == benchmark and claim.text in intervals:
+            lo, hi = intervals[claim.text]
+            claims.append(judge(claim, {claim.score: (lo + hi) / 2}, {claim.score: (lo, hi)}))
+    bootstrap = {"resamples": 1000, "seed": 0, "level": 0.95, "interval": "percentile"}
+    data = {"settings": {"model": model, "benchmark": benchmark, "limit": None, "dev_limit": None,
+                         "bootstrap": bootstrap}, "rows_planned": ["a"], "rows_done": ["a"], "claims": claims}
+    (folder / f"{model}-{benchmark}.json").write_text(json.dumps(data))
+
+
+def test_each_paper_is_judged_on_its_own_benchmark(tmp_path: Path) -> None:
+    """A retrieval table fills HTP's retrieval section (and no STS cell); a classification claim that the
+    paper states as a loss (direction -1) holds when the interval is below zero, judged on its named set."""
+    write_table(tmp_path, "m", {"HTP improves on mean pooling": (-3.0, -1.0)})
+    write_benchmark_table(tmp_path, "m", "retrieval", {"HTP improves on Vanilla Mean": (0.5, 2.0)})
+    write_benchmark_table(tmp_path, "m", "classification", {"HTP below Echo Mean on Banking77": (-9.0, -4.0)})
+    text = claims_table.render(*claims_table.load_tables(tmp_path))
+    section = text[text.index("### BEIR retrieval"):text.index("### MTEB classification")]
+    assert "| HTP improves on Vanilla Mean | +1.33 | **holds** +1.25 [+0.50, +2.00] | 1 / 0 / 0 |" in section
+    banking = next(line for line in text.splitlines() if line.startswith("| HTP below Echo Mean on Banking77 |"))
+    assert "**holds** -6.50 [-9.00, -4.00]" in banking and "| -8.62 |" in banking
+    assert "HTP below Echo Mean on Banking77 (classification)" in text[text.index("**Holds on every model judged**"):]
+    # Benchmarks with no table say so, naming the claims that wait.
+    assert "Not yet run: no full table of this benchmark in results/ yet (waiting: ReBA improves" in text
+
+
 def test_a_reversed_interval_changes_the_verdict(tmp_path: Path) -> None:
     """The verdict text follows the interval: flip one model's interval and the cell and group flip."""
     tp = "TP improves PromptEOL"
     write_table(tmp_path, "m", {tp: (0.2, 0.9)})
-    assert "**Holds on every model (1 of 1)**: TP improves PromptEOL." in claims_table.render(
+    assert "**Holds on every model judged**: TP improves PromptEOL (sts)." in claims_table.render(
         *claims_table.load_tables(tmp_path))
     write_table(tmp_path, "m", {tp: (-0.9, -0.2)})
     text = claims_table.render(*claims_table.load_tables(tmp_path))
     assert "**reversed** -0.55 [-0.90, -0.20]" in text
-    assert "**Reversed on every model (1 of 1)**: TP improves PromptEOL." in text
+    assert "**Reversed on every model judged**: TP improves PromptEOL (sts)." in text
 
 
 def test_check_reports_a_stale_file(tmp_path: Path, capsys) -> None:
