@@ -86,7 +86,8 @@ class _Shape:
     h: torch.Tensor  # (B, T, E) the static input
     out: torch.Tensor  # (B, T, E) the static output: each graph copies its block's result here
     ctx: Context  # static masks and RoPE tables
-    filled_from: Context | None = None  # the forward whose context `ctx` holds (held, so no later one takes its id)
+    filled_from: "weakref.ref | None" = None  # the forward's context `ctx` holds (a weak reference: a dead one
+    #                                             never matches, so a later context at its address is copied)
     graphs: dict[int, object] = field(default_factory=dict)  # block index -> CUDAGraph (a _BufferCall on a CPU)
 
     @property
@@ -125,7 +126,7 @@ class GraphBank:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.shapes: OrderedDict[tuple, _Shape] = OrderedDict()  # least recently used first
         self.parameters: dict[int, tuple[int, ...]] = {}  # block index -> its parameters' addresses at capture
-        self.captures = 0
+        self.captures = 0  # graphs made (on a CPU: buffer calls set up), recaptures included
         self.failed: str | None = None  # why captures stopped (then every call runs eagerly)
 
     @property
@@ -164,6 +165,7 @@ class GraphBank:
                 return block(h, ctx)
             shape.graphs[block.layer_idx] = graph
             self.parameters[block.layer_idx] = addresses
+            self.captures += 1
         shape.h.copy_(h)
         if self.capture:
             with torch.cuda.device(h.device):  # replay on the current stream of the model's device
@@ -182,7 +184,7 @@ class GraphBank:
             static = Context(cos_sin={kind: (_normal_copy(cos), _normal_copy(sin)) for kind, (cos, sin) in ctx.cos_sin.items()},
                              masks={kind: None if mask is None else _normal_copy(mask) for kind, mask in ctx.masks.items()},
                              explicit_attention=ctx.explicit_attention)
-            shape = _Shape(_normal_copy(h), _normal_copy(h), static, filled_from=ctx)
+            shape = _Shape(_normal_copy(h), _normal_copy(h), static, filled_from=weakref.ref(ctx))
             if shape.bytes > self.max_bytes:
                 return None
             while self.shapes and self.bytes + shape.bytes > self.max_bytes:
@@ -190,14 +192,14 @@ class GraphBank:
             self.shapes[key] = shape
             return shape
         self.shapes.move_to_end(key)
-        if shape.filled_from is not ctx:
+        if shape.filled_from() is not ctx:
             for kind, (cos, sin) in ctx.cos_sin.items():
                 shape.ctx.cos_sin[kind][0].copy_(cos)
                 shape.ctx.cos_sin[kind][1].copy_(sin)
             for kind, mask in ctx.masks.items():
                 if mask is not None:
                     shape.ctx.masks[kind].copy_(mask)
-            shape.filled_from = ctx
+            shape.filled_from = weakref.ref(ctx)
         return shape
 
     def _capture(self, block: Block, shape: _Shape):
@@ -216,7 +218,6 @@ class GraphBank:
             with torch.cuda.graph(graph, pool=self.pool, stream=side):
                 shape.out.copy_(block(shape.h, shape.ctx))  # the result lands in the shared output buffer
             torch.cuda.current_stream(device).wait_stream(side)
-        self.captures += 1
         return graph
 
 
