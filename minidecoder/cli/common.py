@@ -31,9 +31,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
                              "a second copy of them in memory); combines with --compile")
     parser.add_argument("--graphs", action="store_true",
-                        help="replay small block calls (a few hundred tokens) from captured CUDA graphs, batches padded "
-                             "to a bounded set of shapes; off by default: at token-budget batch sizes the padding costs "
-                             "more than graphs save (docs/reliability.md)")
+                        help="replay small block calls (a few hundred tokens) from captured CUDA graphs, "
+                             "batches padded to a bounded set of shapes; off by default: at token-budget batch "
+                             "sizes the padding costs more than graphs save (docs/reliability.md)")
     parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
                         help="a config.json key you know does not change numerics (unknown keys are errors); "
                              "repeat for more")

@@ -181,9 +181,9 @@ class GraphBank:
                ctx.explicit_attention)
         shape = self.shapes.get(key)
         if shape is None:
-            static = Context(cos_sin={kind: (_normal_copy(cos), _normal_copy(sin)) for kind, (cos, sin) in ctx.cos_sin.items()},
-                             masks={kind: None if mask is None else _normal_copy(mask) for kind, mask in ctx.masks.items()},
-                             explicit_attention=ctx.explicit_attention)
+            tables = {kind: (_normal_copy(cos), _normal_copy(sin)) for kind, (cos, sin) in ctx.cos_sin.items()}
+            masks = {kind: None if mask is None else _normal_copy(mask) for kind, mask in ctx.masks.items()}
+            static = Context(cos_sin=tables, masks=masks, explicit_attention=ctx.explicit_attention)
             shape = _Shape(_normal_copy(h), _normal_copy(h), static, filled_from=weakref.ref(ctx))
             if shape.bytes > self.max_bytes:
                 return None

@@ -41,8 +41,8 @@ def forward_bytes(model, batch: int, tokens: int) -> int:
 #     PromptEOL    1.022   1.039   1.090   1.163    1.306
 #     mean         1.069   1.112   1.232   1.390    1.750
 # 8,192 tokens (about 300 PromptEOL rows) make a 7B block's products 8,192 x 4,096 by 4,096 x 11,008, large
-# enough to run at full speed (not yet timed on a GPU), and pad 9% against 31% at the earlier 32,768; their largest 7B forward is about
-# 0.8 GiB (forward_bytes, bf16), so memory rarely lowers it (GPU_MEMORY_SHARE below).
+# enough to run at full speed (not yet timed on a GPU), and pad 9% against 31% at the earlier 32,768; their
+# largest 7B forward is about 0.8 GiB (forward_bytes, bf16), so memory rarely lowers it (GPU_MEMORY_SHARE).
 CPU_TOKENS = 1024
 GPU_MAX_TOKENS = 8192
 GPU_MEMORY_SHARE = 0.25  # of the free memory, for one batch's activations (the rest: fragmentation, ReBA's A)

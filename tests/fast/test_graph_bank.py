@@ -61,7 +61,8 @@ def _held_bytes(bank: GraphBank) -> int:
 
 def _deeper(model, num_layers: int):
     """`model`'s config with `num_layers` blocks, random weights (seeded), its tokenizer and settings."""
-    config = dataclasses.replace(model.config, num_layers=num_layers, layer_types=(model.config.layer_types[0],) * num_layers)
+    config = dataclasses.replace(model.config, num_layers=num_layers,
+                                 layer_types=(model.config.layer_types[0],) * num_layers)
     torch.manual_seed(0)
     deep = Decoder(config)
     deep.tokenizer, deep.fast_paths = model.tokenizer, model.fast_paths
@@ -81,14 +82,16 @@ def test_graphs_are_off_by_default_and_opt_in(tiny_llama) -> None:
     assert describe(minidecoder.load(tiny_llama, progress=False))["graphs"] == "off"
 
 
-def test_the_cli_has_a_graphs_switch() -> None:
+def test_the_cli_has_a_graphs_switch(tiny_llama) -> None:
     import argparse
 
-    from minidecoder.cli.common import add_model_options
+    from minidecoder.cli.common import add_model_options, load_model
 
     parser = argparse.ArgumentParser()
     add_model_options(parser)
-    assert parser.parse_args(["--graphs"]).graphs is True and parser.parse_args([]).graphs is False
+    for flags, graphs in (([], False), (["--graphs"], True)):
+        model = load_model(parser.parse_args(["--model", str(tiny_llama), *flags]))
+        assert model.fast_paths.graphs is graphs and model.fast_paths.for_device("cuda").buckets is graphs
 
 
 def test_the_bank_does_not_grow_with_the_number_of_blocks(model) -> None:
