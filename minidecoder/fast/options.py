@@ -1,6 +1,6 @@
 """Which fast paths the method loop may take, per model: an explicit setting, never a global switch.
 
-`minidecoder.load(compile=..., pack_weights=...)` fills `model.fast_paths`; the shared block loop
+`minidecoder.load(compile=..., pack_weights=..., graphs=...)` fills `model.fast_paths`; the shared block loop
 (`minidecoder.methods.loop`) reads it to decide, batch by batch, whether a fast path applies. Each
 fast path computes what the plain loop computes (tests/fast/); switching one off is how the tests
 and `tools/bench.py` compare against the plain loop:
@@ -12,7 +12,7 @@ A setting left at None is decided per device (`for_device`, and per batch where 
 `describe(model)` prints it:
 
     path              CPU                                   GPU (CUDA)
-    prefix_cache      a shared run of >= 4 tokens           only when the tokens it saves, (rows - 1) x prefix,
+    prefix_cache      a template run of >= 4 tokens         only when the tokens it saves, (rows - 1) x prefix,
                                                             are >= 1,024 (a second, batch-1 pass costs launches)
     explicit_attention  up to 80 keys (fp32), 256 (bf16)    never (the fused kernel)
     buckets, graphs   off                                   off: opt-in (`load(graphs=True)`, `--graphs`);
@@ -20,8 +20,9 @@ A setting left at None is decided per device (`for_device`, and per batch where 
     compiled, packed  opt-in at load                        compiled opt-in; packed is CPU-only
     blocked_fusion    from 256 tokens                       from 256 tokens
 
-Why buckets and graphs are opt-in on a GPU too (issue 33): padding a batch to a bucket shape adds 30-75% of
-its FLOPs (computed/real tokens 1.59 against 1.31 unpadded on STS-B), while a graph only saves the host's
+Why buckets and graphs are opt-in on a GPU too (issue 33): padding a batch to a bucket shape adds half its
+FLOPs or more (PromptEOL on STS-B test at 8,192 tokens a batch: computed/real tokens 1.66 padded to buckets
+against 1.09 unpadded, `python tools/plan_budget.py`), while a graph only saves the host's
 launch time, which a block call larger than a few hundred tokens hides behind its GPU work
 (`fast.graphs.GRAPH_MAX_TOKENS`). So the default on a GPU is the eager, unpadded token-budget batch
 (`running.memory.GPU_MAX_TOKENS`); graphs are for many small calls (a few texts a call, serving).

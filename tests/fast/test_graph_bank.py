@@ -293,3 +293,37 @@ def test_gpu_defaults_planned_over_sts_b_for_a_7b_shape() -> None:
         pinned[layers] = bank.bytes
     assert pinned[2] == pinned[32] <= GRAPH_BANK_MAX_BYTES
     assert pinned[32] < 256 * 2**20  # MiB: the old bank's were GiB
+
+
+# ---- on a GPU (skipped without one) ----------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+def test_captured_graphs_on_a_gpu_hold_the_same_bytes_for_more_blocks(model) -> None:
+    """The bank's static bytes on a GPU are those the CPU test counts; its graphs replay what eager computes."""
+    held = {}
+    for layers in (2, 8):
+        deep = _deeper(model, layers).to("cuda")
+        with fast_paths_overridden(deep, **EAGER):
+            want = minidecoder.embed(deep, TEXTS, "prompteol", batch_size=3)
+        with fast_paths_overridden(deep, **GRAPHS):
+            got = minidecoder.embed(deep, TEXTS, "prompteol", batch_size=3)
+            again = minidecoder.embed(deep, TEXTS, "prompteol", batch_size=3)  # replays only
+        bank = graph_bank(deep)
+        assert bank.capture and bank.captures == layers * len(bank.shapes) > 0
+        assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert_close(again, want, atol=1e-5, rtol=1e-5)
+        held[layers] = bank.bytes
+    assert held[2] == held[8]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_a_model_on_the_second_gpu_captures_on_its_own_device(tiny_llama) -> None:
+    """cuda:0 current, the model on cuda:1: captures and replays must run on cuda:1's streams."""
+    model = minidecoder.load(tiny_llama, progress=False, device="cuda:1", graphs=True)
+    with fast_paths_overridden(model, **EAGER):
+        want = minidecoder.embed(model, TEXTS, "prompteol", batch_size=3)
+    torch.cuda.set_device(0)
+    got = minidecoder.embed(model, TEXTS, "prompteol", batch_size=3)
+    again = minidecoder.embed(model, TEXTS, "prompteol", batch_size=3)
+    assert graph_bank(model).captures > 0
+    assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_close(again, want, atol=1e-5, rtol=1e-5)
