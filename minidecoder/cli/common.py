@@ -30,6 +30,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack-weights", action="store_true",
                         help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
                              "a second copy of them in memory); combines with --compile")
+    parser.add_argument("--graphs", action="store_true",
+                        help="replay small block calls (a few hundred tokens) from captured CUDA graphs, "
+                             "batches padded to a bounded set of shapes; off by default: at token-budget batch "
+                             "sizes the padding costs more than graphs save (docs/reliability.md)")
     parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
                         help="a config.json key you know does not change numerics (unknown keys are errors); "
                              "repeat for more")
@@ -79,7 +83,7 @@ def load_model(args: argparse.Namespace):
     import minidecoder
     extra = {"ignore_config_keys": tuple(args.ignore_config_key)} if getattr(args, "ignore_config_key", None) else {}
     return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
-                            pack_weights=args.pack_weights, **extra)
+                            pack_weights=args.pack_weights, graphs=getattr(args, "graphs", False), **extra)
 
 
 def build_cli_method(name: str, pairs: list[str]):

@@ -1,37 +1,61 @@
-"""Launch overhead gone on a GPU: each site-free block call replayed from a captured CUDA graph, on batches
-padded to a bounded set of shapes.
+"""Launch overhead gone for small block calls on a GPU: each small site-free block call replayed from a
+captured CUDA graph, on batches padded to a bounded set of shapes. Opt-in (`load(graphs=True)`, `--graphs`).
 
-On a GPU a block is about fifteen kernels, each launched by the host; at sentence lengths the host
-launches them more slowly than the GPU runs them, and the GPU waits. A CUDA graph records a block's
-kernels once and replays them with one launch. A graph is fixed to its tensors' shapes and addresses,
-so:
+On a GPU a block is about fifteen kernels, each launched by the host; for a small call the host launches
+them more slowly than the GPU runs them, and the GPU waits. A CUDA graph records a block's kernels once and
+replays them with one launch. A graph is fixed to its tensors' shapes and addresses, so:
 
     buckets    a batch is padded to a bucket shape (`bucket`: at most a quarter more rows, columns to a
-               multiple of 16, then of 64), every padded row and column masked, so real rows compute what they would unpadded (up to rounding: the shapes differ).
-               A bounded number of shapes means a bounded number of captures.
-    capture    per (block, shape, mask kinds): a static input buffer; the forward's masks and RoPE tables
-               in static buffers shared by its blocks; two warm-up calls on a side stream, then the capture.
-               Every graph draws from one memory pool: they never run at once, and each output is copied
-               out before the next replay.
-    replay     copy h into the static input, replay, copy the static output out (a copy, so no kept
-               hidden state ever aliases a buffer that the next replay overwrites).
+               multiple of 16, then of 64), every padded row and column masked, so real rows compute what
+               they would unpadded (up to rounding: the shapes differ). A bounded set of shapes.
+    small      only block calls of at most GRAPH_MAX_TOKENS (rows x columns) get a graph; larger ones run
+               eagerly, because their GPU work already hides the host's launches (below).
+    buffers    per shape ONE static input, ONE static output and one static context (masks, RoPE tables),
+               shared by every block: each block's graph reads the input and copies its result into the
+               output inside the capture. The graphs draw their scratch memory from one pool and run one at
+               a time, in block order, so the bank's memory does not grow with the number of blocks.
+    cap        the static buffers of all shapes stay under GRAPH_BANK_MAX_BYTES: the least recently used
+               shape (its buffers and graphs) is dropped first.
+    capture    per (shape, block): two warm-up calls on the bank's own stream, then the capture, all under
+               `torch.cuda.device(the model's device)` (a model on cuda:1 while cuda:0 is current captures on
+               cuda:1's stream). A capture that raises turns the bank off with one warning; every call then
+               runs eagerly, with the same results.
+    replay     copy h into the static input, replay, copy the static output out (a copy: no kept hidden
+               state may alias a buffer the next replay overwrites).
+
+Where a replay would be wrong, the block runs eagerly instead: a module hook on the block (hooks are Python:
+they fire at capture, never at replay, so `evaluation.sweep.BlockCounter` would count nothing), autograd
+on. A block whose parameters were replaced (their addresses moved) drops the bank: a graph reads the
+addresses it was captured with. The static buffers are made outside `inference_mode`, so a later call of
+the same shape under plain `no_grad` can still write them.
+
+Why GRAPH_MAX_TOKENS = 512: one Llama-2-7B block over 64 x 48 = 3,072 tokens is about 1.7 ms of GPU work
+(2 x 202 M parameters x 3,072 tokens at ~700 TFLOP/s, about 0.55 us a token), against 0.15-0.3 ms of host
+time to launch its kernels. A graph saves at most that host time, so it pays only where the GPU work is
+shorter: below 0.15-0.3 ms / 0.55 us, about 270-550 tokens (300-900 on slower or smaller models). The
+token-budget batches the embedding loop makes on a GPU (8,192 tokens, `running.memory.GPU_MAX_TOKENS`) are
+far above it: graphs are for many small calls (a few texts a call), never the bulk path.
 
 `Block.forward` is what is captured: the same code a reader audits. The loop (minidecoder.methods.loop)
-pads the batch (`Forward`, when `FastPaths.buckets` is on) and sends site-free block calls here (when
-`FastPaths.graphs` is on); calls that record or edit a site, fold patterns or read a KV cache run
-plain. On a CPU there are no CUDA graphs: `GraphBank(capture=False)` keeps the static buffers and calls
-the block on them instead of replaying, which is how the CPU tests check everything around the capture
-(tests/fast/test_graphs.py); the capture itself runs only on a GPU.
+pads the batch when `FastPaths.buckets` is on and sends site-free block calls here when `FastPaths.graphs`
+is on. On a CPU there are no CUDA graphs: `GraphBank(capture=False)` allocates the same buffers and calls
+`Block.forward` on them where a GPU would replay (no hooks, as at a replay), which is how the CPU tests
+check everything around the capture (tests/fast/test_graphs.py); the capture itself runs only on a GPU.
 """
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import torch
 
 from minidecoder.core.model import Block, Context
+
+GRAPH_MAX_TOKENS = 512  # rows x columns of the largest block call that gets a graph (the docstring's reasoning)
+GRAPH_BANK_MAX_BYTES = 1 << 30  # static buffers of all shapes together; beyond it the least recent shape goes
 
 
 def bucket(rows: int, columns: int) -> tuple[int, int]:
@@ -44,74 +68,157 @@ def bucket(rows: int, columns: int) -> tuple[int, int]:
     return -(-rows // step) * step, -(-columns // columns_step) * columns_step
 
 
+class _BufferCall:
+    """What a CPU bank does where a GPU replays: the block's own forward on the static buffers, without its
+    hooks (a replay runs none either)."""
+
+    def __init__(self, block: Block, shape: "_Shape") -> None:
+        self.block, self.shape = block, shape
+
+    def replay(self) -> None:
+        self.shape.out.copy_(self.block.forward(self.shape.h, self.shape.ctx))
+
+
 @dataclass
-class _Captured:
-    graph: object  # torch.cuda.CUDAGraph, or None when nothing is captured (CPU)
-    h: torch.Tensor  # the static input
-    out: torch.Tensor  # the static output (the graph writes it on every replay)
+class _Shape:
+    """The static buffers of one input shape, shared by every block's graph."""
+
+    h: torch.Tensor  # (B, T, E) the static input
+    out: torch.Tensor  # (B, T, E) the static output: each graph copies its block's result here
+    ctx: Context  # static masks and RoPE tables
+    filled_from: "weakref.ref | None" = None  # the forward's context `ctx` holds (a weak reference: a dead one
+    #                                             never matches, so a later context at its address is copied)
+    graphs: dict[int, object] = field(default_factory=dict)  # block index -> CUDAGraph (a _BufferCall on a CPU)
+
+    @property
+    def bytes(self) -> int:
+        tensors = [self.h, self.out, *(t for pair in self.ctx.cos_sin.values() for t in pair),
+                   *(m for m in self.ctx.masks.values() if m is not None)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _normal_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy that is not an inference tensor, so a later call under plain `no_grad` may write into it."""
+    with torch.inference_mode(False):
+        return tensor.clone()
+
+
+def _parameter_addresses(block: Block) -> tuple[int, ...]:
+    return tuple(p.data_ptr() for p in block.parameters())
+
+
+def _has_hooks(block: Block) -> bool:
+    """Whether a forward hook would fire for `block` or any of its modules (they cannot be replayed)."""
+    from torch.nn.modules import module as nn_module
+
+    if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in block.modules())
 
 
 class GraphBank:
-    """The captured block calls of one model, by (block, input shape, dtype, mask kinds)."""
+    """The captured small block calls of one model, by input shape (buffers shared by the blocks) and block."""
 
-    def __init__(self, capture: bool, key: tuple = ()) -> None:
+    def __init__(self, capture: bool, key: tuple = (), max_bytes: int = GRAPH_BANK_MAX_BYTES) -> None:
         self.capture = capture
         self.key = key  # (device, dtype) of the model the graphs were captured on
+        self.max_bytes = max_bytes
         self.pool = torch.cuda.graph_pool_handle() if capture else None
-        self.graphs: dict[tuple, _Captured] = {}
-        self.contexts: dict[tuple, Context] = {}  # static masks and RoPE tables, per shape
-        self.filled_from: dict[tuple, Context] = {}  # which forward's context each static one holds (held, so
-        #                                             that no later context can take its id)
-        self.captures = 0
+        self.shapes: OrderedDict[tuple, _Shape] = OrderedDict()  # least recently used first
+        self.parameters: dict[int, tuple[int, ...]] = {}  # block index -> its parameters' addresses at capture
+        self.captures = 0  # graphs made (on a CPU: buffer calls set up), recaptures included
+        self.failed: str | None = None  # why captures stopped (then every call runs eagerly)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes held in static buffers (on a GPU the graphs' shared scratch pool comes on top: about one
+        block call's transient memory at the largest shape, GRAPH_MAX_TOKENS tokens at most)."""
+        return sum(shape.bytes for shape in self.shapes.values())
+
+    def clear(self) -> None:
+        """Drop every graph and buffer (the next call captures afresh)."""
+        self.shapes.clear()
+        self.parameters.clear()
 
     def forward(self, block: Block, h: torch.Tensor, ctx: Context) -> torch.Tensor:
-        """`block(h, ctx)` (site-free), replayed from its captured graph."""
-        shape = (tuple(h.shape), h.dtype, tuple(sorted((kind, mask is None) for kind, mask in ctx.masks.items())),
-                 ctx.explicit_attention)
-        static_ctx = self._context(shape, ctx)
-        key = (block.layer_idx, shape)
-        captured = self.graphs.get(key)
-        if captured is None:
-            captured = self.graphs[key] = self._capture(block, h, static_ctx)
-        captured.h.copy_(h)
-        if captured.graph is not None:
-            captured.graph.replay()
-            return captured.out.clone()
-        return block(captured.h, static_ctx).clone()  # CPU: the same call on the same buffers, no replay
+        """`block(h, ctx)` (site-free): replayed from its captured graph where that is right and pays, else
+        run eagerly; the results are the same."""
+        if (self.failed is not None or h.shape[0] * h.shape[1] > GRAPH_MAX_TOKENS or torch.is_grad_enabled()
+                or _has_hooks(block)):
+            return block(h, ctx)
+        addresses = _parameter_addresses(block)
+        if self.parameters.get(block.layer_idx, addresses) != addresses:
+            self.clear()  # a parameter was replaced: the graphs read the old addresses
+        shape = self._shape(h, ctx)
+        if shape is None:  # this shape alone is over the cap
+            return block(h, ctx)
+        graph = shape.graphs.get(block.layer_idx)
+        if graph is None:
+            try:
+                graph = self._capture(block, shape)
+            except Exception as error:  # noqa: BLE001 - any failure of the capture machinery: run eagerly
+                self.failed = f"{type(error).__name__}: {error}"
+                self.clear()
+                warnings.warn(f"capturing a CUDA graph of block {block.layer_idx} failed ({self.failed}); graphs are "
+                              "off for this model from here on and every block call runs eagerly (same results)",
+                              RuntimeWarning, stacklevel=2)
+                return block(h, ctx)
+            shape.graphs[block.layer_idx] = graph
+            self.parameters[block.layer_idx] = addresses
+            self.captures += 1
+        shape.h.copy_(h)
+        if self.capture:
+            with torch.cuda.device(h.device):  # replay on the current stream of the model's device
+                graph.replay()
+        else:
+            graph.replay()
+        return shape.out.clone()
 
-    def _context(self, shape: tuple, ctx: Context) -> Context:
-        """The static context of this shape, holding `ctx`'s masks and RoPE tables (copied once a forward)."""
-        static = self.contexts.get(shape)
-        if static is None:
-            static = self.contexts[shape] = Context(
-                cos_sin={kind: (cos.clone(), sin.clone()) for kind, (cos, sin) in ctx.cos_sin.items()},
-                masks={kind: None if mask is None else mask.clone() for kind, mask in ctx.masks.items()},
-                explicit_attention=ctx.explicit_attention)
-        elif self.filled_from.get(shape) is not ctx:
+    def _shape(self, h: torch.Tensor, ctx: Context) -> _Shape | None:
+        """The static buffers of `h`'s shape holding `ctx`'s masks and RoPE tables (copied once a forward);
+        made (evicting the least recently used shapes past the cap) on first use."""
+        key = (tuple(h.shape), h.dtype, tuple(sorted((kind, mask is None) for kind, mask in ctx.masks.items())),
+               ctx.explicit_attention)
+        shape = self.shapes.get(key)
+        if shape is None:
+            tables = {kind: (_normal_copy(cos), _normal_copy(sin)) for kind, (cos, sin) in ctx.cos_sin.items()}
+            masks = {kind: None if mask is None else _normal_copy(mask) for kind, mask in ctx.masks.items()}
+            static = Context(cos_sin=tables, masks=masks, explicit_attention=ctx.explicit_attention)
+            shape = _Shape(_normal_copy(h), _normal_copy(h), static, filled_from=weakref.ref(ctx))
+            if shape.bytes > self.max_bytes:
+                return None
+            while self.shapes and self.bytes + shape.bytes > self.max_bytes:
+                self.shapes.popitem(last=False)
+            self.shapes[key] = shape
+            return shape
+        self.shapes.move_to_end(key)
+        if shape.filled_from() is not ctx:
             for kind, (cos, sin) in ctx.cos_sin.items():
-                static.cos_sin[kind][0].copy_(cos)
-                static.cos_sin[kind][1].copy_(sin)
+                shape.ctx.cos_sin[kind][0].copy_(cos)
+                shape.ctx.cos_sin[kind][1].copy_(sin)
             for kind, mask in ctx.masks.items():
                 if mask is not None:
-                    static.masks[kind].copy_(mask)
-        self.filled_from[shape] = ctx
-        return static
+                    shape.ctx.masks[kind].copy_(mask)
+            shape.filled_from = weakref.ref(ctx)
+        return shape
 
-    def _capture(self, block: Block, h: torch.Tensor, ctx: Context) -> _Captured:
-        static_h = h.clone()
+    def _capture(self, block: Block, shape: _Shape):
+        """Block `block`'s graph on `shape`'s buffers: it reads `shape.h` and writes `shape.out`."""
         if not self.capture:
-            return _Captured(None, static_h, static_h)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: library workspaces and kernel choices, outside the graph
-            for _ in range(2):
-                block(static_h, ctx)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = block(static_h, ctx)
-        self.captures += 1
-        return _Captured(graph, static_h, out)
+            return _BufferCall(block, shape)
+        device = shape.h.device
+        with torch.cuda.device(device):
+            side = torch.cuda.Stream(device)  # the capture's own stream, on the model's device
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # warm-up: library workspaces and kernel choices, outside the graph
+                for _ in range(2):
+                    shape.out.copy_(block(shape.h, shape.ctx))
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=side):
+                shape.out.copy_(block(shape.h, shape.ctx))  # the result lands in the shared output buffer
+            torch.cuda.current_stream(device).wait_stream(side)
+        return graph
 
 
 _BANKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its GraphBank

@@ -1,6 +1,6 @@
 """Which fast paths the method loop may take, per model: an explicit setting, never a global switch.
 
-`minidecoder.load(compile=..., pack_weights=...)` fills `model.fast_paths`; the shared block loop
+`minidecoder.load(compile=..., pack_weights=..., graphs=...)` fills `model.fast_paths`; the shared block loop
 (`minidecoder.methods.loop`) reads it to decide, batch by batch, whether a fast path applies. Each
 fast path computes what the plain loop computes (tests/fast/); switching one off is how the tests
 and `tools/bench.py` compare against the plain loop:
@@ -12,14 +12,20 @@ A setting left at None is decided per device (`for_device`, and per batch where 
 `describe(model)` prints it:
 
     path              CPU                                   GPU (CUDA)
-    prefix_cache      a shared run of >= 4 tokens           the same, and only when the tokens it saves,
-                                                            (rows - 1) x prefix, are >= 1,024 (a second,
-                                                            batch-1 pass costs a GPU launches, not work)
+    prefix_cache      a template run of >= 4 tokens         only when the tokens it saves, (rows - 1) x prefix,
+                                                            are >= 1,024 (a second, batch-1 pass costs launches)
     explicit_attention  up to 80 keys (fp32), 256 (bf16)    never (the fused kernel)
-    buckets, graphs   off (no CUDA graphs)                  on: batches padded to bounded shapes, each
-                                                            site-free block call replayed from a graph
+    buckets, graphs   off                                   off: opt-in (`load(graphs=True)`, `--graphs`);
+                                                            buckets follow graphs unless set
     compiled, packed  opt-in at load                        compiled opt-in; packed is CPU-only
     blocked_fusion    from 256 tokens                       from 256 tokens
+
+Why buckets and graphs are opt-in on a GPU too (issue 33): padding a batch to a bucket shape adds half its
+FLOPs or more (PromptEOL on STS-B test at 8,192 tokens a batch: computed/real tokens 1.66 padded to buckets
+against 1.09 unpadded, `python tools/plan_budget.py`), while a graph only saves the host's
+launch time, which a block call larger than a few hundred tokens hides behind its GPU work
+(`fast.graphs.GRAPH_MAX_TOKENS`). So the default on a GPU is the eager, unpadded token-budget batch
+(`running.memory.GPU_MAX_TOKENS`); graphs are for many small calls (a few texts a call, serving).
 """
 from __future__ import annotations
 
@@ -36,41 +42,53 @@ class FastPaths:
     explicit_attention: bool = True  # short inputs on a CPU take the explicit kernel (fast.attention)
     compiled: bool = False  # site-free block calls run torch.compile'd Block.forward (fast.compiled)
     packed: bool = False  # the blocks' linear layers are fast.packed.PackedLinear (set at load; informative)
-    buckets: bool | None = None  # batches padded to a bounded set of shapes (fast.graphs.bucket); None: on a GPU
-    graphs: bool | None = None  # site-free block calls replayed from CUDA graphs (fast.graphs); None: on a GPU
+    buckets: bool | None = None  # batches padded to a bounded set of shapes (fast.graphs.bucket); None: as graphs
+    graphs: bool | None = None  # small site-free block calls replayed from CUDA graphs (fast.graphs); None: off
     blocked_fusion_from: int | None = 256  # ReBA: fold patterns one head at a time from this many tokens on;
     #                                        0 = always, None = never (fast.blocked_fusion)
 
     def for_device(self, device) -> "FastPaths":
         """These settings with every None decided for `device` (prefix_cache stays None: it is decided per
-        batch, `prefix_cache.pays`)."""
-        gpu = getattr(device, "type", device) == "cuda"
-        return dataclasses.replace(self, buckets=gpu if self.buckets is None else self.buckets,
-                                   graphs=gpu if self.graphs is None else self.graphs)
+        batch, `prefix_cache.pays`). Graphs are off unless asked for, on every device; buckets follow graphs
+        (a graph needs a bounded set of shapes) unless set themselves."""
+        graphs = bool(self.graphs)
+        return dataclasses.replace(self, graphs=graphs, buckets=graphs if self.buckets is None else self.buckets)
 
 
 def describe(model) -> dict[str, str]:
-    """Each fast path's setting on `model` and what it means on its device, in words (the benchmarks print it)."""
+    """Each fast path's setting on `model`, what it means on its device and why, in words (the benchmarks
+    print it)."""
     from minidecoder.fast.attention import EXPLICIT_ATTENTION_MAX_KEYS
+    from minidecoder.fast.graphs import GRAPH_BANK_MAX_BYTES, GRAPH_MAX_TOKENS
     from minidecoder.fast.prefix_cache import GPU_MIN_SAVED_TOKENS, MIN_PREFIX
 
-    paths = fast_paths_of(model).for_device(model.device)
+    asked = fast_paths_of(model)
+    paths = asked.for_device(model.device)
     gpu = model.device.type == "cuda"
-    prefix = {True: f"on (a shared run of >= {MIN_PREFIX} tokens)", False: "off"}.get(
-        paths.prefix_cache, f"per batch: a shared run of >= {MIN_PREFIX} tokens"
-        + (f" saving >= {GPU_MIN_SAVED_TOKENS} tokens ((rows - 1) x prefix)" if gpu else ""))
+    rule = (f"per batch: where it saves >= {GPU_MIN_SAVED_TOKENS} tokens ((rows - 1) x prefix)" if gpu
+            else f"per batch: a shared run of >= {MIN_PREFIX} tokens")
+    prefix = {True: f"on (a shared run of >= {MIN_PREFIX} tokens)", False: "off"}.get(paths.prefix_cache, rule)
     keys = EXPLICIT_ATTENTION_MAX_KEYS.get(model.dtype, 0)
+    graphs = "off"
+    if paths.graphs:
+        graphs = (f"on for block calls of <= {GRAPH_MAX_TOKENS} tokens (rows x columns; larger ones run eagerly), "
+                  f"at most {GRAPH_BANK_MAX_BYTES / 2**20:.0f} MiB of static buffers"
+                  + (" (captured CUDA graphs)" if gpu else " (buffers only: no CUDA graphs here)"))
+    buckets = ("on" + (" (following graphs)" if asked.buckets is None else "")) if paths.buckets else "off"
+    why = ("graphs on: asked for at load (graphs=True / --graphs)" if paths.graphs else
+           "buckets and graphs are opt-in on every device (load(graphs=True), --graphs): padding costs more "
+           "FLOPs than graphs save at token-budget batch sizes, so the default is the eager, unpadded batch")
     return {
         "device": str(model.device),
         "prefix_cache": prefix,
         "explicit_attention": (f"up to {keys} keys" if paths.explicit_attention and model.device.type == "cpu"
                                and keys else "off (the fused kernel)"),
-        "buckets": "on" if paths.buckets else "off",
-        "graphs": ("on (captured CUDA graphs)" if gpu else "on (buffers only: no CUDA graphs on a CPU)")
-                  if paths.graphs else "off",
+        "buckets": buckets,
+        "graphs": graphs,
         "compiled": "on" if paths.compiled else "off",
         "packed": "on" if paths.packed else "off",
         "blocked_fusion_from": "never" if paths.blocked_fusion_from is None else f"{paths.blocked_fusion_from} tokens",
+        "why": why,
     }
 
 

@@ -16,11 +16,13 @@ gets positions p, p+1, ... whatever padding sits between the prefix and it.
 
 Which prefix: the longest run of token ids that every row's real tokens begin with, read from the
 batch itself, not from the template. A row whose tokenization of the template/text boundary differs
-(`: "` + `'Hello` may merge into one token) shortens the shared run for the batch; the cached part
-is by construction identical in every row, so the fast path cannot be silently wrong.
+(`: "` + `'Hello` may merge into one token) shortens the shared run for the batch by that token; the
+cached part is by construction identical in every row, so the fast path cannot be silently wrong.
 
-When it is off (the plain loop runs instead): a batch of one row, a shared run shorter than
-`MIN_PREFIX` tokens, a model with sliding-window layers whose window the batch exceeds (the window
+When it is off (the plain loop runs instead): a batch of one row, a template run shorter than
+`MIN_PREFIX` tokens (`cacheable_prefix`: one row whose first characters merged with the template's last
+token shortens the cached run by that token, never switches it off), a GPU batch where it saves fewer than
+`GPU_MIN_SAVED_TOKENS` tokens (`pays`), a model with sliding-window layers whose window the batch exceeds (the window
 rule counts indices in the cache + new sequence, and padding between prefix and rest would shift
 them), dynamic RoPE (its frequencies depend on the longest position in the call), rows whose real
 tokens are not one run at the left or right end. A method's step also bounds the prefix: the loop
@@ -42,18 +44,21 @@ import torch
 
 # Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
-# (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine.
+# (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine. It is the CPU's
+# rule, tested on the run the template gives (`cacheable_prefix`), not on one row's tokenization.
 MIN_PREFIX = 4
-# On a GPU the second, batch-1 pass costs launches (about fifteen a block), not work, and only pays when
-# the tokens it saves are many. Not yet measured on a GPU (no session has been lent one since this rule
-# was written): `tools/bench_gpu.py` times PromptEOL with the cache on and off to set it.
+# On a GPU the second, batch-1 pass costs launches (about fifteen a block), not work: the decision there is
+# the tokens saved alone. Not yet measured on a GPU (no session has been lent one since this rule was
+# written): `tools/bench_gpu.py` times PromptEOL with the cache on and off to set it.
 GPU_MIN_SAVED_TOKENS = 1024
 
 
 def pays(device, p: int, rows: int, forced: bool | None) -> bool:
     """Whether running a `p`-token shared prefix once pays for a batch of `rows` on `device`; `forced` is
-    the setting (True: wherever p >= MIN_PREFIX; False: never; None: the device's rule)."""
-    if forced is False or p < MIN_PREFIX:
+    the setting (True: wherever `cacheable_prefix` found one; False: never; None: the device's rule: on a
+    CPU the template's run of >= MIN_PREFIX tokens, which `cacheable_prefix` already tested; on a GPU the
+    tokens it saves, (rows - 1) x p >= GPU_MIN_SAVED_TOKENS, alone)."""
+    if forced is False or p < 1:
         return False
     if forced is None and getattr(device, "type", device) == "cuda":
         return (rows - 1) * p >= GPU_MIN_SAVED_TOKENS
@@ -122,26 +127,41 @@ def first_real_positions(mask: torch.Tensor) -> torch.Tensor:
     return torch.argmax(mask.long(), dim=-1)
 
 
-def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
-    """Number of leading real-token ids common to every row (0 for a single row)."""
-    B, T = ids.shape
-    if B < 2:
-        return 0
+def _runs(ids: torch.Tensor, mask: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(shortest row's real tokens, (B,) each row's run of leading real tokens that agree with most rows').
+
+    Column j's most common token (over the rows' first real tokens) is the batch's token there; a row's
+    run ends at its first column that differs. The run every row shares is the smallest of them."""
     shortest = int(mask.sum(dim=1).min())
     # Gather each row's first `shortest` real tokens: with left padding they start at T - length;
     # with right padding at 0. Both are "the first True of the row".
     starts = first_real_positions(mask)  # (B,)
     cols = starts[:, None] + torch.arange(shortest, device=ids.device)[None, :]  # (B, shortest)
     heads = torch.gather(ids, 1, cols)  # (B, shortest)
-    same = (heads == heads[:1]).all(dim=0)  # (shortest,)
-    differs = torch.nonzero(~same)
+    agrees = heads == heads.mode(dim=0).values[None, :]  # (B, shortest)
+    # a row's run: the columns before its first disagreement (all of them where it never disagrees)
+    runs = torch.where(agrees.all(dim=1), shortest, (~agrees).long().argmax(dim=1))  # (B,)
+    return shortest, runs
+
+
+def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """Number of leading real-token ids common to every row (0 for a single row)."""
+    if ids.shape[0] < 2:
+        return 0
+    shortest, runs = _runs(ids, mask)
     # Keep at least one token of every row out of the prefix: the rest pass must have a query per row.
-    p = int(differs[0]) if differs.numel() else shortest
-    return min(p, shortest - 1)
+    return min(int(runs.min()), shortest - 1)
 
 
 def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor) -> int:
-    """The prefix length the fast path may cache for this batch, or 0 where it must not run."""
+    """The prefix length the fast path may cache for this batch, or 0 where it must not run.
+
+    The cached run is what every row shares (`shared_prefix_length`). Whether it is long enough is asked of
+    the run most rows share, the template's: a text's first characters may merge with the template's last
+    token (PromptEOL's ` "` + `'Hello` -> ` "'` + `Hello`), which shortens that one row's run by the merged
+    token; one such row must not switch the prefix off for its whole batch, so it costs the batch that one
+    token and no more. Only that one token is forgiven: rows that share less (texts that merely start alike,
+    no template) are judged on what every row shares."""
     if any(spec.rope_type == "dynamic" for spec in config.rope.values()):
         return 0
     if config.sliding_window is not None and "sliding_attention" in config.layer_types \
@@ -151,7 +171,11 @@ def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor) -> int:
     if not bool((first + lengths == mask.shape[1]).all() or (first == 0).all()):
         return 0  # real tokens must be one run per row: left padding (prompt methods) or right (HTP)
     p = shared_prefix_length(ids, mask)
-    return p if p >= MIN_PREFIX else 0
+    if p < 1:
+        return 0
+    _, runs = _runs(ids, mask)
+    template = min(int(runs.median()), p + 1)  # most rows' run; at most the one merged token past the shared run
+    return p if template >= MIN_PREFIX else 0
 
 
 def split(ids: torch.Tensor, mask: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

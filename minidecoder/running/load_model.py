@@ -13,7 +13,8 @@ from minidecoder.errors import InputError
 
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
          ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False,
-         pack_weights: bool = False, check_finite: bool = True) -> Decoder:
+         pack_weights: bool = False, check_finite: bool = True, graphs: bool = False,
+         buckets: bool | None = None) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
 
     A folder needs config.json and safetensors; without tokenizer files (tokenizer.json or tokenizer.model)
@@ -27,6 +28,10 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
         CPU only, float32 or bfloat16; 8-13% faster embedding runs (docs/benchmarks.md), a second copy of the block weights
         in memory. Combines with compile.
+    graphs: replay small site-free block calls of the method loop from captured CUDA graphs (minidecoder.fast.graphs;
+        on a CPU: the same static buffers, no capture). Off by default on every device: graphs pay only for block
+        calls of a few hundred tokens, and their buffers take memory; `fast.options.describe(model)` says why.
+    buckets: pad batches to a bounded set of shapes (what graphs need); None: as `graphs`.
     check_finite: refuse weights holding NaN or inf, naming them (on by default; one pass over the weights,
         docs/reliability.md gives its cost). False loads such a checkpoint anyway, to inspect it.
     """
@@ -61,7 +66,8 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         from minidecoder.fast.packed import pack_linear_weights
         pack_linear_weights(model)
     from minidecoder.fast.options import FastPaths
-    model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights))
+    model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights), graphs=bool(graphs),
+                                 buckets=None if buckets is None else bool(buckets))
     return model
 
 

@@ -10,8 +10,8 @@ path's (which methods reading the pattern take):
 
 The budget is 80% of what the device has free (/proc/meminfo MemAvailable on a CPU, cudaMemGetInfo on a GPU).
 
-`token_budget` is the other side: how many padded tokens a batch should hold to keep the device busy,
-as embedding servers size batches (`minidecoder.embed`'s default, instead of a count of sentences).
+`token_budget` is the other side: how many padded tokens a batch should hold to keep the device busy
+without padding much, as embedding servers size batches (`minidecoder.embed`'s default, instead of a count of sentences).
 """
 from __future__ import annotations
 
@@ -33,11 +33,18 @@ def forward_bytes(model, batch: int, tokens: int) -> int:
 
 # Padded tokens per batch. On a CPU the matrix products run near the machine's peak from a few hundred
 # rows on, so the budget keeps the prompt methods' batches on STS-B sentences near the 32 sentences the CPU
-# figures were measured with (a row counts its tokens past the shared prompt prefix). On a GPU a small batch
-# leaves the device waiting on the host's kernel launches, so a batch is as large as memory comfortably
-# allows, up to GPU_MAX_TOKENS.
+# figures were measured with (a row counts its tokens past the shared prompt prefix). On a GPU a batch is
+# large enough for full-speed matrix products and small enough that length-sorted rows pad little:
+# `python tools/plan_budget.py` (the project's plan_batches on STS-B test's 2,758 sentences, SmolLM2's
+# tokenizer) gives computed/real tokens, unpadded, of
+#     budget       2,048   4,096   8,192   16,384   32,768
+#     PromptEOL    1.022   1.039   1.090   1.163    1.306
+#     mean         1.069   1.112   1.232   1.390    1.750
+# 8,192 tokens (about 300 PromptEOL rows) make a 7B block's products 8,192 x 4,096 by 4,096 x 11,008, large
+# enough to run at full speed (not yet timed on a GPU), and pad 9% against 31% at the earlier 32,768; their
+# largest 7B forward is about 0.8 GiB (forward_bytes, bf16), so memory rarely lowers it (GPU_MEMORY_SHARE).
 CPU_TOKENS = 1024
-GPU_MAX_TOKENS = 32768
+GPU_MAX_TOKENS = 8192
 GPU_MEMORY_SHARE = 0.25  # of the free memory, for one batch's activations (the rest: fragmentation, ReBA's A)
 
 
