@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import re
 import shlex
 from pathlib import Path
@@ -30,7 +31,7 @@ INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was ke
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS)", description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS, transfer, sts-long)", description=__doc__.splitlines()[0])
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,6 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
+    for family in ("transfer", "sts_long"):  # each benchmark family's command lives in its own module
+        importlib.import_module(f"minidecoder.cli.eval_{family}_cmd").add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
@@ -126,8 +129,9 @@ def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     try:
+        truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}
         return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, **truncate)
     except JobInterrupted as stop:
         again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
         if stop.saved == 0:
