@@ -21,7 +21,7 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: MR,CR,SUBJ,MPQA,SST2,TREC,MRPC)")
     add_family_options(parser, "SentEval transfer folder (default: $MINIDECODER_SENTEVAL_DATA or ../shared/data/senteval)",
-                       "use only the first N rows of each data file (a quick look, stamped as such; at least 20)")
+                       "use only the first N rows of each data file (a quick look, stamped as such)")
     parser.set_defaults(run=run)
 
 

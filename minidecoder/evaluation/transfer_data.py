@@ -160,7 +160,8 @@ def load_sst2(root: Path, limit: int | None) -> TransferTask:
         for number, line in enumerate(_limited(_read(path, "utf-8"), limit), start=1):
             columns = line.strip().split("\t")
             if len(columns) < 2:
-                raise InputError(f"SentEval data file {path} line {number} has no tab-separated label", FIX)
+                raise InputError(f"SentEval data file {path} line {number} has no tab-separated label "
+                                 "(or an empty text: SentEval's strip() eats a leading tab)", FIX)
             texts.append(_text(columns[0], path, number))
             labels.append(_label(columns[1], ("0", "1"), path, number))
         splits[split], files = _sorted(texts, labels), files + [relative]
@@ -204,16 +205,27 @@ def load_mrpc(root: Path, limit: int | None) -> TransferTask:
 
 def load_transfer_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> TransferTask:
     """One task by name (`TRANSFER_TASKS`); `limit=N` keeps the first N rows of each file (a quick look)."""
-    if limit is not None and limit < 20:
-        raise InputError(f"limit {limit} is too small for SentEval's 10-fold cross-validation",
-                         "use --limit 20 or more (each class needs 10 rows for 10 folds)")
     root = resolve_data_dir(data_dir)
     if name in BINARY_FILES:
-        return load_binary(name, root, limit)
+        return _check_foldable(load_binary(name, root, limit))
     loaders = {"SST2": load_sst2, "TREC": load_trec, "MRPC": load_mrpc}
     if name not in loaders:
         raise InputError(f"unknown transfer task {name!r}", "choose from " + ", ".join(TRANSFER_TASKS))
-    return loaders[name](root, limit)
+    return _check_foldable(loaders[name](root, limit))
+
+
+def _check_foldable(task: TransferTask) -> TransferTask:
+    """SentEval's StratifiedKFold(10) needs a class of at least 10 rows in every set it folds (20 where an
+    inner 10-fold runs inside each outer training part): found now, not after the embedding."""
+    if task.scheme == "split":
+        return task
+    rows = task.splits["all" if task.scheme == "inner_kfold" else "train"].labels
+    largest, needed = int(np.bincount(rows).max()) if len(rows) else 0, 20 if task.scheme == "inner_kfold" else 10
+    if largest < needed:
+        raise InputError(f"{task.name} has {len(rows)} rows to cross-validate, at most {largest} of one class; "
+                         f"SentEval's 10-fold cross-validation needs {needed} of one class",
+                         "use more rows (a larger --limit, or none), or a complete data folder")
+    return task
 
 
 def load_transfer_tasks(names: list[str] | tuple[str, ...] = TRANSFER_TASKS, data_dir: str | Path | None = None,
