@@ -87,3 +87,30 @@ def test_eval_sts_long_command(fakes: dict, tmp_path: Path, capsys: pytest.Captu
     assert saved["stamp"]["truncation"]["policy"] == "a text past the model's context is an error"
     assert prefix.with_suffix(".png").stat().st_size > 1000
     assert "Limited run" in capsys.readouterr().out
+
+
+@needs_data
+def test_ctrl_c_keeps_chunks_and_the_same_command_resumes_to_identical_scores(tiny_llama, tmp_path: Path, capsys,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import minidecoder.running.embedding as embedding
+    from cli_runner import cli
+
+    argv = ["eval", "sts-long", "--model", str(tiny_llama), "--method", "mean", "--data", str(DATA), "--lengths", "1,2",
+            "--no-progress", "--batch-size", "256"]  # over 3,072 distinct texts: four chunks of 1,024
+    real, calls = embedding.embed, []
+
+    def embed_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the job embeds chunk by chunk: Ctrl-C in the 3rd
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "embed", embed_then_ctrl_c)
+    code, err = cli(capsys, *argv, "--output", str(tmp_path / "rep"))
+    assert code == 130 and "2 of 4 chunks of sentences are kept" in err and "run the same command again" in err
+    monkeypatch.setattr(embedding, "embed", real)
+    assert cli(capsys, *argv, "--output", str(tmp_path / "rep"))[0] == 0
+    assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
+    resumed = json.loads((tmp_path / "rep.json").read_text())["results"]["lengths"]
+    clean = json.loads((tmp_path / "clean.json").read_text())["results"]["lengths"]
+    assert resumed == clean and not (tmp_path / ".rep.json.partial").exists()
