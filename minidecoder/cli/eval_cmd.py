@@ -23,7 +23,7 @@ from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
-from minidecoder.errors import InputError, Interrupted
+from minidecoder.errors import Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
@@ -52,16 +52,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_tasks(text: str | None) -> list[str]:
+    from minidecoder.cli.eval_family import parse_task_list
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
-    if text is None:
-        return list(ALL_SEVEN)
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
-    if not names or unknown:
-        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(TASKS))
-    return names
+    return parse_task_list(text, TASKS, ALL_SEVEN)
 
 
 def default_prefix(model: str | None, method: str) -> Path:
@@ -87,19 +81,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
+    from minidecoder.cli.eval_family import model_stamp
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
 
     model = load_model(args)
     metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
-        "batch_size": args.batch_size,
+        **model_stamp(args, model, method),
         "tasks": tasks,
-        "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
     }
 

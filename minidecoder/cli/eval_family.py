@@ -34,6 +34,33 @@ def add_family_options(parser: argparse.ArgumentParser, data_help: str, limit_he
     add_model_options(parser)
 
 
+def parse_task_list(text: str | None, known: tuple[str, ...], default: tuple[str, ...] | None = None) -> list[str]:
+    """--tasks: comma-separated names, each one of `known` (None: `default`, else all of `known`)."""
+    from minidecoder.errors import InputError
+
+    if text is None:
+        return list(default if default is not None else known)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
+                         "choose from " + ",".join(known))
+    return names
+
+
+def model_stamp(args: argparse.Namespace, model, method) -> dict:
+    """The stamp's model and method part, as every eval command writes it."""
+    return {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "device": args.device,
+        "method": method.describe(),
+        "batch_size": args.batch_size,
+        "tokenizer_sha256": model.tokenizer.checksum,
+    }
+
+
 def output_prefix(args: argparse.Namespace, benchmark: str) -> Path:
     """--output, else ./BENCHMARK-MODEL-METHOD-DATE; checked free and writable."""
     from minidecoder.evaluation.report import check_report_prefix
@@ -75,13 +102,7 @@ def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_sta
         results = score(encode, work)
         argv = _argv(args) + (["--truncate", str(args.truncate)] if args.truncate is not None else [])
         metadata = {
-            "model": args.model if args.model is not None else "default",
-            "model_source": str(getattr(model, "source", args.model)),
-            "dtype": args.dtype,
-            "device": args.device,
-            "method": method.describe(),
-            "batch_size": args.batch_size,
-            "tokenizer_sha256": model.tokenizer.checksum,
+            **model_stamp(args, model, method),
             # nothing is cut silently: the policy, and how many texts it cut in this sitting
             "truncation": {"truncate": args.truncate, "texts_truncated": sum(truncated),
                            "policy": "a text past the model's context is an error" if args.truncate is None

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import add_family_options, output_prefix, run_family
-from minidecoder.errors import InputError
+from minidecoder.cli.eval_family import add_family_options, output_prefix, parse_task_list, run_family
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -28,14 +27,7 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
 def parse_tasks(text: str | None) -> list[str]:
     from minidecoder.evaluation.transfer_data import TRANSFER_TASKS
 
-    if text is None:
-        return list(TRANSFER_TASKS)
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TRANSFER_TASKS]
-    if not names or unknown:
-        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(TRANSFER_TASKS))
-    return names
+    return parse_task_list(text, TRANSFER_TASKS)
 
 
 def run(args: argparse.Namespace) -> int:

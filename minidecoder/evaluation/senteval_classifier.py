@@ -142,6 +142,18 @@ def _folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarra
     return list(folds.split(np.zeros((len(y), 1)), y))
 
 
+def _cross_validated(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]], num_classes: int,
+                     l2: float, config: ClassifierConfig) -> float:
+    """Mean accuracy over the folds of a probe trained on each fold's training rows, early-stopped on (and
+    scored on) its held-out rows, as SentEval's grid search does."""
+    accuracies = []
+    for fit_rows, check_rows in folds:
+        probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
+        probe.fit(x[fit_rows], y[fit_rows], validation=(x[check_rows], y[check_rows]))
+        accuracies.append(probe.score(x[check_rows], y[check_rows]))
+    return float(np.mean(accuracies))
+
+
 def _grid_score(fit_once: Callable[[float], float], progress: Progress) -> tuple[float, float]:
     """(best L2, its score): each L2 of the grid scored by `fit_once(l2) -> accuracy in [0, 1]` as SentEval
     rounds it (`round(100 * mean, 2)`), the first best kept (`np.argmax`)."""
@@ -166,15 +178,7 @@ def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
         x_train, y_train = x[train], y[train]
         inner = _folds(y_train, k, config.seed)  # SentEval's innerskf: the same seed
 
-        def fit_once(l2: float) -> float:
-            accuracies = []
-            for fit_rows, check_rows in inner:
-                probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
-                probe.fit(x_train[fit_rows], y_train[fit_rows], validation=(x_train[check_rows], y_train[check_rows]))
-                accuracies.append(probe.score(x_train[check_rows], y_train[check_rows]))
-            return float(np.mean(accuracies))
-
-        l2, dev = _grid_score(fit_once, progress)
+        l2, dev = _grid_score(lambda l2: _cross_validated(x_train, y_train, inner, num_classes, l2, config), progress)
         probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
         probe.fit(x_train, y_train, validation_split=0.05)
         predictions[test] = probe.predict(x[test])
@@ -190,16 +194,7 @@ def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np
     """SentEval's `KFoldClassifier` (TREC, MRPC): the L2 value chosen by k-fold cross-validation on the
     training set, then a model trained on all of it (5% held out for early stopping) scored on the test set."""
     folds = _folds(y, k, config.seed)
-
-    def fit_once(l2: float) -> float:
-        accuracies = []
-        for fit_rows, check_rows in folds:
-            probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
-            probe.fit(x[fit_rows], y[fit_rows], validation=(x[check_rows], y[check_rows]))
-            accuracies.append(probe.score(x[check_rows], y[check_rows]))
-        return float(np.mean(accuracies))
-
-    l2, dev = _grid_score(fit_once, progress)
+    l2, dev = _grid_score(lambda l2: _cross_validated(x, y, folds, num_classes, l2, config), progress)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation_split=0.05)
 
 
