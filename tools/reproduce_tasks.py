@@ -236,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             write(path, report, text)
             import shutil
             shutil.rmtree(work, ignore_errors=True)  # the row is in the file: its kept work is no longer needed
+        work_root = out / f"{args.model}-{family}-work"
+        if work_root.is_dir() and not any(work_root.iterdir()):
+            work_root.rmdir()  # every row finished: nothing left to resume
         if family == "sts-long" and report["rows"]:
             try:
                 from minidecoder.evaluation.sts_long import plot_sts_long

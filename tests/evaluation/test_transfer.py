@@ -249,3 +249,29 @@ def test_eval_transfer_refuses_bad_data_before_the_model_loads(fakes: dict, tmp_
 
 def test_all_seven_tasks_are_known() -> None:
     assert TRANSFER_TASKS == ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+
+
+def test_reproduce_tasks_judges_a_claim_by_a_paired_interval() -> None:
+    """tools/reproduce_tasks.py: TP's claim on PromptEOL 'holds' when TP is right on every item PromptEOL is
+    right on and on 60 more of 300, 'reversed' the other way round, per task and for Avg."""
+    import importlib.util
+
+    from repo_paths import REPO
+
+    spec = importlib.util.spec_from_file_location("reproduce_tasks", REPO / "tools" / "reproduce_tasks.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    gold = np.zeros(300, dtype=int)
+    better, worse = np.where(np.arange(300) < 240, 0, 1), np.where(np.arange(300) < 180, 0, 1)
+
+    def row(predictions):
+        accuracy = 100 * float((predictions == gold).mean())
+        return {"tasks": {"MR": {"score": accuracy, "predictions": predictions.tolist(), "gold": gold.tolist()}}}
+
+    claims = tool.transfer_claims({"prompteol+tp": row(better), "prompteol": row(worse)})
+    assert [c["method"] for c in claims] == ["prompteol+tp"]
+    scores = claims[0]["scores"]
+    assert scores["MR"]["diff"] == pytest.approx(20.0) and scores["MR"]["verdict"] == "holds"
+    assert scores["avg"]["lo"] > 0 and scores["avg"]["verdict"] == "holds"
+    reversed_claim = tool.transfer_claims({"prompteol+tp": row(worse), "prompteol": row(better)})[0]
+    assert reversed_claim["scores"]["avg"]["verdict"] == "reversed"
