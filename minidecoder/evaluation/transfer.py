@@ -171,7 +171,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     start = time.perf_counter()
 
     def compute() -> torch.Tensor:
-        return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)
+        return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="transfer texts")
 
     vectors = store.embeddings(texts, compute) if store else compute()
     seconds = time.perf_counter() - start
