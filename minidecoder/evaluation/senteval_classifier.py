@@ -142,28 +142,31 @@ def _folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarra
     return list(folds.split(np.zeros((len(y), 1)), y))
 
 
-def _cross_validated(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]], num_classes: int,
-                     l2: float, config: ClassifierConfig) -> float:
-    """Mean accuracy over the folds of a probe trained on each fold's training rows, early-stopped on (and
-    scored on) its held-out rows, as SentEval's grid search does."""
-    accuracies = []
-    for fit_rows, check_rows in folds:
-        probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
-        probe.fit(x[fit_rows], y[fit_rows], validation=(x[check_rows], y[check_rows]))
-        accuracies.append(probe.score(x[check_rows], y[check_rows]))
-    return float(np.mean(accuracies))
+Fits = list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # (train x, train y, check x, check y) per fold
 
 
-def _grid_score(fit_once: Callable[[float], float], progress: Progress) -> tuple[float, float]:
-    """(best L2, its score): each L2 of the grid scored by `fit_once(l2) -> accuracy in [0, 1]` as SentEval
-    rounds it (`round(100 * mean, 2)`), the first best kept (`np.argmax`)."""
-    scores = []
-    for l2 in L2_GRID:
-        scores.append(round(100 * fit_once(l2), 2))
+def _grid_score(fits: Callable[[], Fits], num_classes: int, config: ClassifierConfig,
+                progress: Progress) -> tuple[float, float]:
+    """(best L2, its score) as SentEval's grid search finds it: for each L2 value, a probe trained on each
+    fold's training rows, early-stopped on its held-out rows and scored there; the L2's score is
+    `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. `fits()` gives the folds' rows.
+    (Training a fold's four probes side by side in one loop gave the same probes bit for bit but only
+    17% faster on 3,600 x 576 rows here: the per-probe backward and Adam step dominate, so it was not kept.)"""
+    accuracies: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
+    for fit_x, fit_y, check_x, check_y in fits():
+        for row, l2 in zip(accuracies, L2_GRID):
+            probe = LogisticRegressionProbe(fit_x.shape[1], num_classes, l2, config)
+            probe.fit(fit_x, fit_y, validation=(check_x, check_y))
+            row.append(probe.score(check_x, check_y))
         if progress:
             progress(1)
+    scores = [round(100 * float(np.mean(row)), 2) for row in accuracies]
     best = int(np.argmax(scores))
     return L2_GRID[best], scores[best]
+
+
+def _fold_rows(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> Callable[[], Fits]:
+    return lambda: ((x[fit], y[fit], x[check], y[check]) for fit, check in folds)
 
 
 def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
@@ -178,7 +181,7 @@ def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
         x_train, y_train = x[train], y[train]
         inner = _folds(y_train, k, config.seed)  # SentEval's innerskf: the same seed
 
-        l2, dev = _grid_score(lambda l2: _cross_validated(x_train, y_train, inner, num_classes, l2, config), progress)
+        l2, dev = _grid_score(_fold_rows(x_train, y_train, inner), num_classes, config, progress)
         probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
         probe.fit(x_train, y_train, validation_split=0.05)
         predictions[test] = probe.predict(x[test])
@@ -194,7 +197,7 @@ def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np
     """SentEval's `KFoldClassifier` (TREC, MRPC): the L2 value chosen by k-fold cross-validation on the
     training set, then a model trained on all of it (5% held out for early stopping) scored on the test set."""
     folds = _folds(y, k, config.seed)
-    l2, dev = _grid_score(lambda l2: _cross_validated(x, y, folds, num_classes, l2, config), progress)
+    l2, dev = _grid_score(_fold_rows(x, y, folds), num_classes, config, progress)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation_split=0.05)
 
 
@@ -204,12 +207,7 @@ def dev_selected(x: np.ndarray, y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndar
     """SentEval's `SplitClassifier` (SST2): each L2 value trained on train (early stopping on dev) and
     scored on dev; the best is trained again the same way and scored on test."""
 
-    def fit_once(l2: float) -> float:
-        probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
-        probe.fit(x, y, validation=(dev_x, dev_y))
-        return probe.score(dev_x, dev_y)
-
-    l2, dev = _grid_score(fit_once, progress)
+    l2, dev = _grid_score(lambda: [(x, y, dev_x, dev_y)], num_classes, config, progress)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation=(dev_x, dev_y))
 
 
@@ -223,5 +221,5 @@ def _final(x, y, test_x, test_y, num_classes: int, l2: float, dev: float, config
 
 
 def fits_needed(scheme: str, k: int = KFOLD) -> int:
-    """How many grid scores a scheme reports to `progress` (for a progress bar's total)."""
-    return {"inner_kfold": k * len(L2_GRID), "kfold": len(L2_GRID), "split": len(L2_GRID)}[scheme]
+    """How many folds of the L2 grid a scheme reports to `progress` (for a progress bar's total)."""
+    return {"inner_kfold": k * k, "kfold": k, "split": 1}[scheme]

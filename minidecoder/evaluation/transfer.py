@@ -186,7 +186,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         task_index = TRANSFER_TASKS.index(task.name)
 
         def run(task: TransferTask = task, task_index: int = task_index) -> dict:
-            with tqdm(total=fits_needed(task.scheme, KFOLD), unit="L2 fit", desc=f"{task.name} probe",
+            with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
                       file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
                 return task_result(task, probe_task(task, rows, bar.update, config), task_index)
 

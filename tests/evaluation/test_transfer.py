@@ -275,3 +275,4 @@ def test_reproduce_tasks_judges_a_claim_by_a_paired_interval() -> None:
     assert scores["avg"]["lo"] > 0 and scores["avg"]["verdict"] == "holds"
     reversed_claim = tool.transfer_claims({"prompteol+tp": row(worse), "prompteol": row(better)})[0]
     assert reversed_claim["scores"]["avg"]["verdict"] == "reversed"
+
