@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             encode = encoder(model, method, work, args.batch_size)
             print(f"{family}: {label} ...", file=sys.stderr)
             if family == "transfer":
-                results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, progress=True)
+                identity = json.dumps([settings, method.describe()], sort_keys=True, default=str)
+                results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,
+                                            progress=True)
             else:
                 results = evaluate_sts_long(encode, loaded=loaded, chunk_size=1 << 62, progress=False)
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,

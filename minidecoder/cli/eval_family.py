@@ -2,12 +2,14 @@
 checks made before the model loads, the resumable embedding job, the stamp and the report.
 
 A family's command module adds its own options and supplies `score(encode, kept) -> results` (its
-`evaluate_<family>` with the data already read), `table(results) -> str` and `markdown(results, stamp)`.
+`evaluate_<family>` with the data already read; `kept` a folder that survives an interruption, `identity`
+the model and method that make the embeddings), `table(results) -> str` and `markdown(results, stamp)`.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -77,7 +79,7 @@ def output_prefix(args: argparse.Namespace, benchmark: str) -> Path:
 
 
 def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_stamp: dict,
-               score: Callable[[Callable, Path], dict], table: Callable[[dict], str],
+               score: Callable[[Callable, Path, str], dict], table: Callable[[dict], str],
                markdown: Callable[[dict, dict], str], figures: Sequence[Path] = (),
                draw: Callable[[dict], None] | None = None) -> int:
     """Load the model, embed through a resumable job kept in `.PREFIX.json.partial/`, score, write the report
@@ -99,7 +101,9 @@ def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_sta
             truncated.append(int(summary.get("truncated_rows", 0) or 0))
             return vectors
 
-        results = score(encode, work)
+        # what makes the embeddings: kept work made under another identity is never reused
+        identity = json.dumps({**model_stamp(args, model, method), "truncate": args.truncate}, sort_keys=True, default=str)
+        results = score(encode, work, identity)
         argv = _argv(args) + (["--truncate", str(args.truncate)] if args.truncate is not None else [])
         metadata = {
             **model_stamp(args, model, method),

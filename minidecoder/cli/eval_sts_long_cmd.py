@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     stamp = {"lengths": lengths, "construction": "see results.construction",
              **({"lengths_option": args.lengths} if args.lengths else {})}
 
-    def score(encode, kept: Path) -> dict:
+    def score(encode, kept: Path, identity: str) -> dict:  # the embedding job's chunks are its kept work
         return evaluate_sts_long(encode, loaded=loaded, progress=False, chunk_size=1 << 62)
 
     def draw(results: dict) -> None:

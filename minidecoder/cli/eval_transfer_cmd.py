@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     skipped = {file: lines for task in loaded for file, lines in task.skipped_blank.items()}
     stamp = {"tasks": tasks, "protocol": PROTOCOL, "skipped_blank_lines": skipped}
 
-    def score(encode, kept):
-        return evaluate_transfer(encode, loaded, progress=not args.no_progress, chunk_size=1 << 62, kept=kept)
+    def score(encode, kept, identity):
+        return evaluate_transfer(encode, loaded, progress=not args.no_progress, chunk_size=1 << 62, kept=kept,
+                                 kept_identity=identity)
 
     return run_family(args, "transfer", prefix, stamp, score, transfer_table, transfer_markdown)

@@ -123,12 +123,12 @@ def task_result(task: TransferTask, probe: ProbeResult, task_index: int) -> dict
 class KeptWork:
     """A folder that keeps the slow steps' results of one run (see the module docstring)."""
 
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Path, identity: str) -> None:
+        self.folder, self.identity = Path(folder), identity  # identity: what made the embeddings (model, method, ...)
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        key = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([self.identity, texts]).encode()).hexdigest()
         path, key_path = self.folder / "embeddings.npy", self.folder / "embeddings.texts.sha256"
         if path.is_file() and key_path.is_file() and key_path.read_text() == key:
             return torch.from_numpy(np.load(path))
@@ -138,6 +138,7 @@ class KeptWork:
         return vectors
 
     def task(self, name: str, key: str, compute: Callable[[], dict]) -> dict:
+        key = hashlib.sha256((self.identity + key).encode()).hexdigest()
         path = self.folder / f"task-{name}.json"
         if path.is_file():
             kept = json.loads(path.read_text())
@@ -157,16 +158,18 @@ def _write_atomically(path: Path, write: Callable) -> None:
 
 def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferTask] = TRANSFER_TASKS,
                       data_dir: str | Path | None = None, limit: int | None = None, progress: bool = True,
-                      chunk_size: int = 256, kept: str | Path | None = None,
+                      chunk_size: int = 256, kept: str | Path | None = None, kept_identity: str = "",
                       config: ClassifierConfig = ClassifierConfig()) -> dict:
     """Score `encode` on the transfer tasks (names, or tasks already read by `load_transfer_tasks`).
 
-    Every distinct text of the tasks is encoded once (longest first). Returns {"tasks": {name: entry},
+    Every distinct text of the tasks is encoded once (longest first). `kept` (a folder) keeps the work
+    for a resumed call; `kept_identity` must name everything that makes the embeddings (model, dtype,
+    method and options, truncation): kept work made under another identity is never reused. Returns {"tasks": {name: entry},
     "avg", "avg_over", "limit", "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files",
     "protocol"}; an entry is `task_result`'s dict."""
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
         load_transfer_tasks(list(tasks), data_dir, limit)
-    store = KeptWork(kept) if kept is not None else None
+    store = KeptWork(kept, kept_identity) if kept is not None else None
     texts = sorted({text for task in loaded for text in task.texts()}, key=len, reverse=True)
     start = time.perf_counter()
 

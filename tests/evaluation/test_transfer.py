@@ -207,7 +207,7 @@ def test_interrupted_run_resumes_to_identical_scores(tmp_path: Path, monkeypatch
     monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
     kept = tmp_path / "kept"
     with pytest.raises(KeyboardInterrupt):
-        transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept)
+        transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept)  # identity "" (the default)
 
     def must_not_encode(texts):
         raise AssertionError("the kept embeddings should have been reused")
@@ -216,6 +216,11 @@ def test_interrupted_run_resumes_to_identical_scores(tmp_path: Path, monkeypatch
     assert calls == ["SST2", "TREC", "TREC"]  # SST2's kept result reused, TREC trained once more
     for name in ("SST2", "TREC"):
         assert resumed["tasks"][name] == whole["tasks"][name]
+
+    encoded = []  # kept work of another model or method is never reused
+    other = transfer.evaluate_transfer(lambda texts: encoded.append(len(texts)) or 2 * bag_of_words(texts), tasks,
+                                       progress=False, kept=kept, kept_identity="another method")
+    assert encoded and calls[3:] == ["SST2", "TREC"] and other["tasks"]["SST2"]["predictions"] is not None
 
 
 def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Path,  # noqa: F811
