@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import re
 import shlex
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
-from minidecoder.errors import InputError, Interrupted
+from minidecoder.errors import Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
@@ -30,7 +31,7 @@ INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was ke
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS)", description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS, transfer, sts-long)", description=__doc__.splitlines()[0])
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,19 +47,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
+    for family in ("transfer", "sts_long"):  # each benchmark family's command lives in its own module
+        importlib.import_module(f"minidecoder.cli.eval_{family}_cmd").add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
+    from minidecoder.cli.eval_family import parse_task_list
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
-    if text is None:
-        return list(ALL_SEVEN)
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
-    if not names or unknown:
-        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(TASKS))
-    return names
+    return parse_task_list(text, TASKS, ALL_SEVEN)
 
 
 def default_prefix(model: str | None, method: str) -> Path:
@@ -84,19 +81,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
+    from minidecoder.cli.eval_family import model_stamp
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
 
     model = load_model(args)
     metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
-        "batch_size": args.batch_size,
+        **model_stamp(args, model, method),
         "tasks": tasks,
-        "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
     }
 
@@ -126,8 +118,9 @@ def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     try:
+        truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}
         return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, **truncate)
     except JobInterrupted as stop:
         again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
         if stop.saved == 0:

@@ -57,7 +57,8 @@ def unique_sentences(tasks: Sequence[StsTask]) -> list[str]:
 
 
 def encode_sentences(
-    encode: Encoder, sentences: Sequence[str], chunk_size: int = 256, progress: bool = True
+    encode: Encoder, sentences: Sequence[str], chunk_size: int = 256, progress: bool = True,
+    desc: str = "STS sentences",
 ) -> torch.Tensor:
     """Call `encode` on consecutive chunks of `sentences`; returns (N, D) on the CPU, row i = sentences[i].
 
@@ -65,7 +66,7 @@ def encode_sentences(
     sentences, so its rate is sentences per second.
     """
     parts: list[torch.Tensor] = []
-    with tqdm(total=len(sentences), unit="sent", desc="STS sentences", file=sys.stderr, disable=not progress,
+    with tqdm(total=len(sentences), unit="sent", desc=desc, file=sys.stderr, disable=not progress,
               dynamic_ncols=True) as bar:
         for start in range(0, len(sentences), chunk_size):
             chunk = list(sentences[start:start + chunk_size])

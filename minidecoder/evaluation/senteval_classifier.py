@@ -1,0 +1,225 @@
+"""SentEval's logistic-regression probe and its three validation schemes, as the papers ran them.
+
+TP (Table 5) and CP (Table 6) score the transfer tasks "in line with prior works (SimCSE; MetaEOL)":
+SentEval with `usepytorch=True, kfold=10` and the classifier
+`{'nhid': 0, 'optim': 'adam', 'batch_size': 64, 'tenacity': 5, 'epoch_size': 4}`, seed 1111
+(spec (../shared/spec/methods.md) section 11). This module restates, step for step, what those settings run in
+facebookresearch/SentEval (read for this module: `senteval/tools/classifier.py`, `PyTorchClassifier`
+and `MLP`; `senteval/tools/validation.py`, `InnerKFoldClassifier`, `KFoldClassifier`, `SplitClassifier`):
+
+- the model is one `nn.Linear(E, C)` (`nhid 0`), initialised right after `torch.manual_seed(seed)`;
+  `np.random.seed(seed)` starts the stream of shuffles;
+- Adam (torch defaults, lr 1e-3) with `weight_decay` = the L2 value under test; cross-entropy. SentEval
+  sets `loss_fn.size_average = False` after building the loss, which every PyTorch since 0.4.1 ignores
+  (the reduction is fixed at construction): the loss the papers trained on is the batch **mean**, as here;
+- `fit`: while not stopped and `nepoch <= max_epoch` (200): `epoch_size` (4) passes over the training
+  rows, each in a fresh `np.random.permutation`, batches of 64; then accuracy on the validation rows;
+  the best model so far is kept; a non-improving check stops training once `tenacity` (5) earlier checks
+  failed to improve (SentEval's counter is never reset, so it is the 6th non-improving check in all,
+  not 6 in a row);
+- validation rows: the given dev set, or (`validation_split=0.05`) the first 5% of a permutation drawn
+  from the seeded stream, the rest training;
+- L2 grid with `usepytorch=True`: `[10**t for t in range(-5, -1)]` = 1e-5, 1e-4, 1e-3, 1e-2 (the grids
+  `2**t` in validation.py belong to the scikit-learn branch, which the papers did not run); a grid
+  score is `round(100 * mean accuracy, 2)` and `np.argmax` takes the first best;
+- folds: scikit-learn's `StratifiedKFold(n_splits=10, shuffle=True, random_state=1111)`, on the rows in
+  the order the task hands them (SentEval's own sort; see transfer_data.py).
+
+Predictions use `argmax` of the logits (`output.data.max(1)[1]`), the first class on a tie. The three
+schemes also return each test row's prediction, for the bootstrap intervals (transfer.py).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+SEED = 1111
+L2_GRID: tuple[float, ...] = tuple(10.0 ** t for t in range(-5, -1))  # SentEval, usepytorch=True
+KFOLD = 10
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """SentEval's `params['classifier']` as the papers set it, plus MLP's defaults they left alone."""
+
+    batch_size: int = 64
+    tenacity: int = 5
+    epoch_size: int = 4
+    max_epoch: int = 200  # MLP's default
+    learning_rate: float = 1e-3  # 'adam' -> torch.optim.Adam with its default lr
+    seed: int = SEED
+
+
+class LogisticRegressionProbe:
+    """SentEval's `MLP` with `nhid 0`: a linear layer trained by Adam with L2 `weight_decay`."""
+
+    def __init__(self, input_dim: int, num_classes: int, l2: float, config: ClassifierConfig = ClassifierConfig()) -> None:
+        self.config, self.l2 = config, l2
+        self.shuffles = np.random.RandomState(config.seed)  # = np.random.seed(seed) then np.random.permutation
+        with torch.random.fork_rng(devices=[]):  # SentEval seeds the global generator; we leave it as it was
+            torch.manual_seed(config.seed)
+            self.model = nn.Linear(input_dim, num_classes)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, weight_decay=l2)
+        self.epochs = 0
+
+    def fit(self, x: np.ndarray, y: np.ndarray, validation: tuple[np.ndarray, np.ndarray] | None = None,
+            validation_split: float | None = None) -> float:
+        """Train until early stopping; keep the model of best validation accuracy; return that accuracy."""
+        if validation is not None:
+            train_x, train_y, dev_x, dev_y = x, y, *validation
+        else:  # SentEval's prepare_split: the first int(split * N) rows of one permutation validate
+            order = self.shuffles.permutation(len(x))
+            cut = int(validation_split * len(x))
+            train_x, train_y, dev_x, dev_y = x[order[cut:]], y[order[cut:]], x[order[:cut]], y[order[:cut]]
+        train_x, train_y = torch.as_tensor(train_x, dtype=torch.float32), torch.as_tensor(train_y, dtype=torch.long)
+        best, best_state, misses, self.epochs = -1.0, None, 0, 0
+        while self.epochs <= self.config.max_epoch:
+            self._train_passes(train_x, train_y)
+            accuracy = self.score(dev_x, dev_y)
+            if accuracy > best:
+                best, best_state = accuracy, copy.deepcopy(self.model.state_dict())
+            else:
+                if misses >= self.config.tenacity:  # SentEval's counter: never reset on an improvement
+                    break
+                misses += 1
+        self.model.load_state_dict(best_state)
+        return best
+
+    def _train_passes(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One SentEval 'epoch': `epoch_size` passes, each over a fresh permutation, in batches."""
+        self.model.train()
+        size = self.config.batch_size
+        for _ in range(self.config.epoch_size):
+            order = torch.from_numpy(self.shuffles.permutation(len(x)))
+            for start in range(0, len(x), size):
+                rows = order[start:start + size]
+                loss = nn.functional.cross_entropy(self.model(x[rows]), y[rows])  # batch mean (see docstring)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+        self.epochs += self.config.epoch_size
+
+    @torch.no_grad()
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """(N,) class indices: the argmax of the logits, first class on a tie."""
+        self.model.eval()
+        logits = self.model(torch.as_tensor(x, dtype=torch.float32))  # (N, C)
+        return logits.argmax(dim=1).numpy()
+
+    def score(self, x: np.ndarray, y: np.ndarray) -> float:
+        return float((self.predict(x) == np.asarray(y)).mean())
+
+
+@dataclass
+class ProbeResult:
+    """A task's SentEval scores plus what the bootstrap needs: every test row's prediction and gold."""
+
+    dev_accuracy: float  # x100, as SentEval reports 'devacc'
+    test_accuracy: float  # x100, as SentEval reports 'acc'
+    predictions: np.ndarray  # (N_test,) predicted class of each test row (out-of-fold for inner k-fold)
+    gold: np.ndarray  # (N_test,)
+    chosen_l2: list[float] = field(default_factory=list)  # per outer fold, or one value
+
+
+Progress = Callable[[int], None] | None  # called with the number of fits just finished
+
+
+def _folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """SentEval's `StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(X, y)`: (train rows,
+    test rows) per fold. scikit-learn itself, so the folds are SentEval's (an optional extra here)."""
+    try:
+        from sklearn.model_selection import StratifiedKFold
+    except ImportError:
+        from minidecoder.errors import InputError
+        raise InputError("the transfer tasks need scikit-learn (SentEval's StratifiedKFold folds)",
+                         "pip install 'minidecoder[transfer]' (or scikit-learn)") from None
+    folds = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    return list(folds.split(np.zeros((len(y), 1)), y))
+
+
+Fits = list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # (train x, train y, check x, check y) per fold
+
+
+def _grid_score(fits: Callable[[], Fits], num_classes: int, config: ClassifierConfig,
+                progress: Progress) -> tuple[float, float]:
+    """(best L2, its score) as SentEval's grid search finds it: for each L2 value, a probe trained on each
+    fold's training rows, early-stopped on its held-out rows and scored there; the L2's score is
+    `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. `fits()` gives the folds' rows.
+    (Training a fold's four probes side by side in one loop gave the same probes bit for bit but only
+    17% faster on 3,600 x 576 rows here: the per-probe backward and Adam step dominate, so it was not kept.)"""
+    accuracies: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
+    for fit_x, fit_y, check_x, check_y in fits():
+        for row, l2 in zip(accuracies, L2_GRID):
+            probe = LogisticRegressionProbe(fit_x.shape[1], num_classes, l2, config)
+            probe.fit(fit_x, fit_y, validation=(check_x, check_y))
+            row.append(probe.score(check_x, check_y))
+        if progress:
+            progress(1)
+    scores = [round(100 * float(np.mean(row)), 2) for row in accuracies]
+    best = int(np.argmax(scores))
+    return L2_GRID[best], scores[best]
+
+
+def _fold_rows(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> Callable[[], Fits]:
+    return lambda: ((x[fit], y[fit], x[check], y[check]) for fit, check in folds)
+
+
+def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
+                config: ClassifierConfig = ClassifierConfig(), progress: Progress = None) -> ProbeResult:
+    """SentEval's `InnerKFoldClassifier` (MR, CR, SUBJ, MPQA): k outer folds; in each, the L2 value is
+    chosen by an inner k-fold over the outer training rows, then a model trained on all of them (5% held
+    out for early stopping) predicts the outer test fold. Test accuracy: the mean of the k fold accuracies,
+    each rounded to 2 decimals as SentEval does."""
+    dev_scores, fold_scores, chosen = [], [], []
+    predictions = np.empty(len(y), dtype=np.int64)
+    for train, test in _folds(y, k, config.seed):
+        x_train, y_train = x[train], y[train]
+        inner = _folds(y_train, k, config.seed)  # SentEval's innerskf: the same seed
+
+        l2, dev = _grid_score(_fold_rows(x_train, y_train, inner), num_classes, config, progress)
+        probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
+        probe.fit(x_train, y_train, validation_split=0.05)
+        predictions[test] = probe.predict(x[test])
+        fold_scores.append(round(100 * float((predictions[test] == y[test]).mean()), 2))
+        dev_scores.append(dev)
+        chosen.append(l2)
+    return ProbeResult(round(float(np.mean(dev_scores)), 2), round(float(np.mean(fold_scores)), 2),
+                       predictions, np.asarray(y), chosen)
+
+
+def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, num_classes: int,
+                    k: int = KFOLD, config: ClassifierConfig = ClassifierConfig(), progress: Progress = None) -> ProbeResult:
+    """SentEval's `KFoldClassifier` (TREC, MRPC): the L2 value chosen by k-fold cross-validation on the
+    training set, then a model trained on all of it (5% held out for early stopping) scored on the test set."""
+    folds = _folds(y, k, config.seed)
+    l2, dev = _grid_score(_fold_rows(x, y, folds), num_classes, config, progress)
+    return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation_split=0.05)
+
+
+def dev_selected(x: np.ndarray, y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray, test_x: np.ndarray,
+                 test_y: np.ndarray, num_classes: int, config: ClassifierConfig = ClassifierConfig(),
+                 progress: Progress = None) -> ProbeResult:
+    """SentEval's `SplitClassifier` (SST2): each L2 value trained on train (early stopping on dev) and
+    scored on dev; the best is trained again the same way and scored on test."""
+
+    l2, dev = _grid_score(lambda: [(x, y, dev_x, dev_y)], num_classes, config, progress)
+    return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation=(dev_x, dev_y))
+
+
+def _final(x, y, test_x, test_y, num_classes: int, l2: float, dev: float, config: ClassifierConfig,
+           **validation) -> ProbeResult:
+    probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
+    probe.fit(x, y, **validation)
+    predictions = probe.predict(test_x)
+    accuracy = round(100 * float((predictions == np.asarray(test_y)).mean()), 2)
+    return ProbeResult(dev, accuracy, predictions, np.asarray(test_y), [l2])
+
+
+def fits_needed(scheme: str, k: int = KFOLD) -> int:
+    """How many folds of the L2 grid a scheme reports to `progress` (for a progress bar's total)."""
+    return {"inner_kfold": k * k, "kfold": k, "split": 1}[scheme]

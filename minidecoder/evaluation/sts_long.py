@@ -1,0 +1,150 @@
+"""HTP's long-context STS (HTP Figure 1, section 3.1): STS-B test pairs made long, Spearman x100 per length.
+
+The HTP paper defers the construction to an appendix it does not print; this is the construction the spec
+fixes (../shared/spec/methods.md section 11), seed-free and deterministic so any reader rebuilds it:
+
+1. read the STS-B test pairs (sts_data.py, as SentEval reads them; 1,379 pairs);
+2. sort them by gold score, a **stable** sort (ties keep file order);
+3. for each length k in {1, 2, 4, 8, 16}: cut the sorted list into consecutive groups of k pairs (the last
+   `P mod k` pairs, which make no full group, are left out: 1,379 -> 1,379 / 689 / 344 / 172 / 86 long
+   pairs); a group is one long pair, its k first sentences joined by one space against its k second
+   sentences joined by one space, gold = the mean of its k golds;
+4. score each k as the STS harness scores a task: cosine of the two embeddings (float64; harness.pair_cosines),
+   Spearman x100 against gold (spearman.py).
+
+k = 1 is STS-B test itself, in gold order (Spearman does not depend on the order of pairs). Each score has
+a 95% percentile bootstrap interval over the long pairs of its length (bootstrap.py, 1,000 resamples,
+seed 0). Long texts go through the token budget like any other; a text past the model's context is an
+error unless a `truncate` is given, and the report counts every text it cut.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from minidecoder.errors import InputError
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
+from minidecoder.evaluation.harness import Encoder, encode_sentences, pair_cosines
+from minidecoder.evaluation.spearman import spearman
+from minidecoder.evaluation.sts_data import StsTask, load_sts_benchmark, resolve_data_dir
+
+LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class LongPairs:
+    """The long pairs of one length k: `first[i]` against `second[i]`, gold `gold[i]`."""
+
+    k: int
+    first: list[str]
+    second: list[str]
+    gold: np.ndarray  # (P_k,) float64
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+
+def build_long_pairs(task: StsTask, lengths: Sequence[int] = LENGTHS) -> list[LongPairs]:
+    """Steps 2-3 of the module docstring, for one STS task of a single split (STS-B test)."""
+    subset = next(iter(task.subsets.values()))
+    order = np.argsort(np.asarray(subset.gold, dtype=np.float64), kind="stable")  # ties keep file order
+    first = [subset.sentences1[i] for i in order]
+    second = [subset.sentences2[i] for i in order]
+    gold = np.asarray(subset.gold, dtype=np.float64)[order]
+    out = []
+    for k in lengths:
+        groups = len(order) // k  # the last len % k pairs make no full group
+        if groups < 2:
+            raise InputError(f"length {k} leaves {groups} long pair(s) of {len(order)} pairs; a correlation needs two",
+                             "use more pairs (a larger --limit, or none) or shorter --lengths")
+        out.append(LongPairs(k, [" ".join(first[g * k:(g + 1) * k]) for g in range(groups)],
+                             [" ".join(second[g * k:(g + 1) * k]) for g in range(groups)],
+                             gold[:groups * k].reshape(groups, k).mean(axis=1)))  # gold = mean of the k golds
+    return out
+
+
+def load_long_sts(data_dir: str | Path | None = None, limit: int | None = None,
+                  lengths: Sequence[int] = LENGTHS) -> tuple[StsTask, list[LongPairs]]:
+    """STS-B test (its first `limit` pairs for a quick look) and its long pairs per length."""
+    bad = [k for k in lengths if isinstance(k, bool) or not isinstance(k, int) or k < 1]
+    if bad or not lengths or len(set(lengths)) != len(lengths):
+        raise InputError(f"lengths {list(lengths)} must be distinct positive integers", "e.g. --lengths 1,2,4,8,16")
+    if limit is not None and limit < 2:
+        raise InputError(f"limit {limit} is too small", "use a limit of at least 2 pairs (a correlation needs two)")
+    task = load_sts_benchmark("test", resolve_data_dir(data_dir), limit)
+    return task, build_long_pairs(task, lengths)
+
+
+def score_long_pairs(sets: Sequence[LongPairs], vectors, index: dict[str, int]) -> dict:
+    """{str(k): {"score", "pairs", "ci95", "mean_words"}} from embeddings `vectors` (N, E), row index[text]."""
+    cosines = {}
+    for pairs in sets:
+        a, b = vectors[[index[t] for t in pairs.first]], vectors[[index[t] for t in pairs.second]]
+        same = np.asarray([x == y for x, y in zip(pairs.first, pairs.second)])
+        cosines[str(pairs.k)] = pair_cosines(a, b, same)
+    layout = [TaskLayout(str(p.k), "test", p.gold, (0, len(p))) for p in sets]
+    boot = Bootstrap(layout)
+    intervals = boot.interval(boot.replicates({"row": cosines})["row"])
+    return {str(p.k): {"score": 100.0 * spearman(cosines[str(p.k)], p.gold), "pairs": len(p),
+                       "ci95": list(intervals[str(p.k)]),
+                       "mean_words": float(np.mean([len(t.split()) for t in p.first + p.second]))}
+            for p in sets}
+
+
+def evaluate_sts_long(encode: Encoder, data_dir: str | Path | None = None, limit: int | None = None,
+                      lengths: Sequence[int] = LENGTHS, loaded: tuple[StsTask, list[LongPairs]] | None = None,
+                      progress: bool = True, chunk_size: int = 256) -> dict:
+    """Score `encode` on long-context STS; every distinct text of every length is encoded once (longest
+    first). Returns {"lengths": score_long_pairs' dict, "construction", "limit", "texts", "encode_seconds",
+    "data_dir", "data_files"}. `loaded`: `load_long_sts`'s result, read already."""
+    task, sets = loaded if loaded is not None else load_long_sts(data_dir, limit, lengths)
+    texts = sorted({t for p in sets for t in p.first + p.second}, key=len, reverse=True)
+    start = time.perf_counter()
+    vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="long STS texts")  # (N, E)
+    seconds = time.perf_counter() - start
+    return {
+        "lengths": score_long_pairs(sets, vectors, {t: i for i, t in enumerate(texts)}),
+        "construction": ("STS-B test sorted by gold (stable); k consecutive pairs joined by one space per side, "
+                         "gold = mean of the k golds; the last P mod k pairs dropped"),
+        "limit": task.limit,
+        "texts": len(texts),
+        "encode_seconds": seconds,
+        "data_dir": str(task.data_dir),
+        "data_files": list(task.files),
+    }
+
+
+def sts_long_table(results: dict) -> str:
+    """One row per length: long pairs, mean words per text, Spearman x100 and its interval."""
+    lines = ["| k (pairs joined) | long pairs | mean words per text | Spearman x100 | 95% interval |",
+             "|---:|---:|---:|---:|---|"]
+    for k, entry in results["lengths"].items():
+        lines.append(f"| {k} | {entry['pairs']} | {entry['mean_words']:.1f} | {entry['score']:.2f} | "
+                     f"[{entry['ci95'][0]:.2f}, {entry['ci95'][1]:.2f}] |")
+    if results.get("limit") is not None:
+        lines.append(f"\n**Limited run:** built from the first {results['limit']} STS-B test pairs only; a quick look.")
+    return "\n".join(lines)
+
+
+def sts_long_markdown(results: dict, stamp: dict) -> str:
+    from minidecoder.evaluation.report import stamp_table
+
+    method = stamp.get("method", {})
+    name = method.get("method", "?") if isinstance(method, dict) else method
+    return (f"# Long-context STS: {name} on {stamp.get('model', '?')}\n\nHTP Figure 1's test: {results['construction']}. "
+            f"Spearman x100 of cosine vs gold per length, 95% bootstrap interval over long pairs.\n\n"
+            f"{sts_long_table(results)}\n\nEncoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s."
+            f"\n\n## Run\n\n{stamp_table(stamp)}\n")
+
+
+def plot_sts_long(curves: dict[str, dict], path: str | Path, model: str = "?", overwrite: bool = False) -> Path:
+    """Score against length, one line per method (HTP Figure 1); curves: {label: results["lengths"]}."""
+    from minidecoder.evaluation.plots import plot_curves
+
+    return plot_curves({label: ([int(k) for k in lengths], [entry["score"] for entry in lengths.values()])
+                        for label, lengths in curves.items()}, path, "STS-B pairs joined per long pair (k)",
+                       f"long-context STS on {model}", ylabel="Spearman x100", overwrite=overwrite)

@@ -1,0 +1,247 @@
+"""SentEval transfer tasks (TP Table 5, CP Table 6): embed each text once, probe with SentEval's classifier.
+
+    results = evaluate_transfer(encode, tasks=("MR", "TREC"))   # encode(texts) -> (N, E)
+    results["tasks"]["MR"]["score"], results["avg"]
+
+Per task (transfer_data.py reads the data, senteval_classifier.py trains the probe):
+
+| task | scheme (SentEval) | features | score |
+|---|---|---|---|
+| MR, CR, SUBJ, MPQA | `InnerKFoldClassifier`: 10 outer folds, L2 chosen by an inner 10-fold | u | mean of the 10 fold accuracies x100 |
+| SST2 | `SplitClassifier`: L2 chosen on dev | u | test accuracy x100 |
+| TREC | `KFoldClassifier`: L2 chosen by 10-fold CV on train | u | test accuracy x100 |
+| MRPC | `KFoldClassifier` | `np.c_[abs(u - v), u * v]` | test accuracy x100 (F1 beside it) |
+
+"Avg." is the mean of the seven scores (only when all seven ran).
+
+Intervals: a 95% percentile bootstrap over test items (1,000 resamples, seed 0; bootstrap.py's
+constants): the items of the test set, or for the k-fold tasks every item with its out-of-fold
+prediction. A resample's statistic is the accuracy x100 of the resampled items; for a k-fold task that is
+the pooled out-of-fold accuracy, which differs from SentEval's mean of fold accuracies by well under 0.1
+(folds differ in size by at most one item); both are reported. The draws depend only on (seed, task,
+number of items), so two rows scored on the same task get the same resamples: `paired_interval` gives
+the interval of their difference.
+
+`kept` (a folder, optional) makes a run resumable at the grain of the slow steps: the embeddings of every
+text once they are computed, and each task's result once its probe is trained; a run given the same
+folder reuses both (a task whose texts or options changed is computed again), so an interrupted run
+resumed gives the scores of an uninterrupted one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
+from minidecoder.evaluation.harness import Encoder, encode_sentences
+from minidecoder.evaluation.senteval_classifier import (KFOLD, ClassifierConfig, ProbeResult, dev_selected,
+                                                        fits_needed, inner_kfold, kfold_then_test)
+from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, TransferTask, load_transfer_tasks
+
+PROTOCOL = ("SentEval usepytorch=True, kfold=10, classifier {nhid: 0, optim: adam, batch_size: 64, tenacity: 5, "
+            "epoch_size: 4}, seed 1111, L2 grid 1e-5..1e-2 (SentEval's pytorch grid), loss mean-reduced")
+
+
+def mrpc_features(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """SentEval's MRPC features: `np.c_[np.abs(u - v), u * v]`, (N, 2E)."""
+    return np.c_[np.abs(first - second), first * second]
+
+
+def probe_task(task: TransferTask, rows: Callable[[list[str]], np.ndarray], progress: Callable[[int], None] | None = None,
+               config: ClassifierConfig = ClassifierConfig()) -> ProbeResult:
+    """Train and score SentEval's probe on one task; `rows(texts)` gives each text's (N, E) embedding."""
+    classes = len(task.classes)
+
+    def features(split: str) -> np.ndarray:
+        part = task.splits[split]
+        if part.texts_b is None:
+            return rows(part.texts)
+        return mrpc_features(rows(part.texts), rows(part.texts_b))
+
+    labels = {name: split.labels for name, split in task.splits.items()}
+    if task.scheme == "inner_kfold":
+        return inner_kfold(features("all"), labels["all"], classes, KFOLD, config, progress)
+    if task.scheme == "kfold":
+        return kfold_then_test(features("train"), labels["train"], features("test"), labels["test"], classes,
+                               KFOLD, config, progress)
+    return dev_selected(features("train"), labels["train"], features("dev"), labels["dev"], features("test"),
+                        labels["test"], classes, config, progress)
+
+
+# ---- bootstrap over test items ---------------------------------------------------------------------------
+def resample_indices(items: int, task_index: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """(B, N) item indices drawn with replacement; they depend on (seed, task index, N) only."""
+    return np.random.default_rng([seed, task_index]).integers(0, items, size=(resamples, items))
+
+
+def accuracy_replicates(correct: np.ndarray, task_index: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """(B,) accuracy x100 of each resample of the items; `correct` (N,) bool."""
+    return 100.0 * np.asarray(correct, dtype=np.float64)[resample_indices(len(correct), task_index, resamples, seed)].mean(axis=1)
+
+
+def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(replicates, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def paired_interval(correct_a: np.ndarray, correct_b: np.ndarray, task_index: int) -> tuple[float, float]:
+    """95% interval of accuracy(a) - accuracy(b) x100 on the same resamples of the same items."""
+    return percentile_interval(accuracy_replicates(correct_a, task_index) - accuracy_replicates(correct_b, task_index))
+
+
+def task_result(task: TransferTask, probe: ProbeResult, task_index: int) -> dict:
+    """The JSON entry of one task: SentEval's scores, the interval, and each test item's prediction."""
+    correct = probe.predictions == probe.gold
+    entry = {
+        "score": probe.test_accuracy,  # SentEval's 'acc' (k-fold tasks: mean of fold accuracies)
+        "dev": probe.dev_accuracy,  # SentEval's 'devacc'
+        "pooled_accuracy": 100.0 * float(correct.mean()),
+        "ci95": list(percentile_interval(accuracy_replicates(correct, task_index))),
+        "scheme": task.scheme,
+        "test_items": int(len(correct)),
+        "train_items": int(sum(len(split) for name, split in task.splits.items() if name != task.test_split)),
+        "chosen_l2": probe.chosen_l2,
+        "predictions": probe.predictions.tolist(),
+        "gold": probe.gold.tolist(),
+    }
+    if task.name == "MRPC":  # SentEval reports F1 beside accuracy for MRPC
+        from sklearn.metrics import f1_score
+        entry["f1"] = round(100 * float(f1_score(probe.gold, probe.predictions)), 2)
+    return entry
+
+
+# ---- the run ------------------------------------------------------------------------------------------
+class KeptWork:
+    """A folder that keeps the slow steps' results of one run (see the module docstring)."""
+
+    def __init__(self, folder: str | Path, identity: str) -> None:
+        self.folder, self.identity = Path(folder), identity  # identity: what made the embeddings (model, method, ...)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        key = hashlib.sha256(json.dumps([self.identity, texts]).encode()).hexdigest()
+        path, key_path = self.folder / "embeddings.npy", self.folder / "embeddings.texts.sha256"
+        if path.is_file() and key_path.is_file() and key_path.read_text() == key:
+            return torch.from_numpy(np.load(path))
+        vectors = compute()
+        _write_atomically(path, lambda handle: np.save(handle, vectors.numpy()))
+        _write_atomically(key_path, lambda handle: handle.write(key.encode()))
+        return vectors
+
+    def task(self, name: str, key: str, compute: Callable[[], dict]) -> dict:
+        key = hashlib.sha256((self.identity + key).encode()).hexdigest()
+        path = self.folder / f"task-{name}.json"
+        if path.is_file():
+            kept = json.loads(path.read_text())
+            if kept.get("key") == key:
+                return kept["result"]
+        result = compute()
+        _write_atomically(path, lambda handle: handle.write(json.dumps({"key": key, "result": result}).encode()))
+        return result
+
+
+def _write_atomically(path: Path, write: Callable) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as handle:
+        write(handle)
+    temporary.replace(path)
+
+
+def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferTask] = TRANSFER_TASKS,
+                      data_dir: str | Path | None = None, limit: int | None = None, progress: bool = True,
+                      chunk_size: int = 256, kept: str | Path | None = None, kept_identity: str = "",
+                      config: ClassifierConfig = ClassifierConfig()) -> dict:
+    """Score `encode` on the transfer tasks (names, or tasks already read by `load_transfer_tasks`).
+
+    Every distinct text of the tasks is encoded once (longest first). `kept` (a folder) keeps the work
+    for a resumed call; `kept_identity` must name everything that makes the embeddings (model, dtype,
+    method and options, truncation): kept work made under another identity is never reused. Returns {"tasks": {name: entry},
+    "avg", "avg_over", "limit", "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files",
+    "protocol"}; an entry is `task_result`'s dict."""
+    loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
+        load_transfer_tasks(list(tasks), data_dir, limit)
+    store = KeptWork(kept, kept_identity) if kept is not None else None
+    texts = sorted({text for task in loaded for text in task.texts()}, key=len, reverse=True)
+    start = time.perf_counter()
+
+    def compute() -> torch.Tensor:
+        return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="transfer texts")
+
+    vectors = store.embeddings(texts, compute) if store else compute()
+    seconds = time.perf_counter() - start
+    table = vectors.numpy().astype(np.float32)  # (N, E)
+    index = {text: row for row, text in enumerate(texts)}
+
+    def rows(some: list[str]) -> np.ndarray:
+        return table[[index[text] for text in some]]
+
+    results: dict = {"tasks": {}}
+    for task in loaded:
+        task_index = TRANSFER_TASKS.index(task.name)
+
+        def run(task: TransferTask = task, task_index: int = task_index) -> dict:
+            with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
+                      file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
+                return task_result(task, probe_task(task, rows, bar.update, config), task_index)
+
+        key = hashlib.sha256(json.dumps([task.texts(), [s.labels.tolist() for s in task.splits.values()],
+                                         repr(config)]).encode() + table[[index[t] for t in task.texts()]].tobytes())
+        results["tasks"][task.name] = store.task(task.name, key.hexdigest(), run) if store else run()
+    scores = [entry["score"] for entry in results["tasks"].values()]
+    complete = sorted(results["tasks"]) == sorted(TRANSFER_TASKS)
+    results.update(
+        avg=float(np.mean(scores)) if complete else None,
+        avg_over=list(results["tasks"]) if complete else [],
+        limit=limit if not loaded else loaded[0].limit,
+        skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
+        texts=len(texts),
+        encode_seconds=seconds,
+        data_dir=str(loaded[0].data_dir) if loaded else None,
+        data_files=[name for task in loaded for name in task.files],
+        protocol=PROTOCOL,
+    )
+    return results
+
+
+def transfer_table(results: dict) -> str:
+    """One row: each task's accuracy x100 with its 95% interval, and Avg. when all seven ran."""
+    names = list(results["tasks"])
+    cells = [f"{results['tasks'][n]['score']:.2f} [{results['tasks'][n]['ci95'][0]:.1f}, "
+             f"{results['tasks'][n]['ci95'][1]:.1f}]" for n in names]
+    if results.get("avg") is not None:
+        names, cells = names + ["Avg."], cells + [f"{results['avg']:.2f}"]
+    lines = ["| " + " | ".join(names) + " |", "|" + "|".join("---:" for _ in names) + "|", "| " + " | ".join(cells) + " |"]
+    if results.get("limit") is not None:
+        lines.append(f"\n**Limited run:** only the first {results['limit']} rows of each file were used; a quick "
+                     "look, not comparable to published results.")
+    return "\n".join(lines)
+
+
+def transfer_markdown(results: dict, stamp: dict) -> str:
+    """PREFIX.md of `eval transfer`: the table, per-task details and the stamp."""
+    from minidecoder.evaluation.report import stamp_table
+
+    method = stamp.get("method", {})
+    name = method.get("method", "?") if isinstance(method, dict) else method
+    details = ["| task | scheme | train | test items | dev acc. | pooled acc. | chosen L2 |", "|---|---|---:|---:|---:|---:|---|"]
+    for task, entry in results["tasks"].items():
+        l2 = ", ".join(f"{value:g}" for value in entry["chosen_l2"])
+        details.append(f"| {task} | {entry['scheme']} | {entry['train_items']} | {entry['test_items']} | {entry['dev']:.2f} "
+                       f"| {entry['pooled_accuracy']:.2f} | {l2} |" + (f" F1 {entry['f1']:.2f}" if "f1" in entry else ""))
+    skipped = results.get("skipped_blank") or {}
+    blank = ("\n\nBlank lines SentEval reads as empty samples, skipped here (nothing to embed): "
+             + "; ".join(f"{file} lines {', '.join(map(str, lines))}" for file, lines in skipped.items()) + "." if skipped else "")
+    return (f"# Transfer evaluation: {name} on {stamp.get('model', '?')}\n\nAccuracy x100 of SentEval's probe "
+            f"({results['protocol']}), with a 95% bootstrap interval over test items (k-fold tasks: out-of-fold "
+            f"predictions); Avg. of the seven.\n\n{transfer_table(results)}\n\n## Per task\n\n" + "\n".join(details)
+            + blank + f"\n\nEncoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s.\n\n## Run\n\n"
+            + stamp_table(stamp) + "\n")

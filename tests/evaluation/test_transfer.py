@@ -1,0 +1,283 @@
+"""`eval transfer`: SentEval's probe against scikit-learn, its fold split and counters by hand, the data
+readers' order and errors, the metric against sklearn's accuracy_score, resuming, and the command."""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from minidecoder.errors import InputError
+from minidecoder.evaluation import senteval_classifier as sc
+from minidecoder.evaluation import transfer
+from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_task, load_transfer_tasks
+from minidecoder.sources.paths import senteval_data_dir
+from test_sts_cli import fakes, run_cli  # noqa: F401  (the fake model, method and job of eval sts's tests)
+
+SENTEVAL = senteval_data_dir()
+needs_senteval = pytest.mark.skipif(SENTEVAL is None or not SENTEVAL.is_dir(), reason="SentEval data not found")
+
+
+def gaussian_classes(n: int, dim: int, seed: int, classes: int = 2, spread: float = 1.2) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(99).normal(size=(classes, dim))  # the same classes for every split
+    y = rng.integers(0, classes, size=n)
+    return (centres[y] + spread * rng.normal(size=(n, dim))).astype(np.float32), y.astype(np.int64)
+
+
+# ---- the probe ------------------------------------------------------------------------------------------
+def test_probe_agrees_with_sklearn_logistic_regression() -> None:
+    """SentEval's Adam-trained linear probe, chosen on dev, against an independent implementation (sklearn's
+    lbfgs LogisticRegression, C=1) on the same features: the two test accuracies within 2 points (400 test
+    items: one item is 0.25 points), both far from chance."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = gaussian_classes(600, 16, seed=0)
+    dx, dy = gaussian_classes(300, 16, seed=1)
+    tx, ty = gaussian_classes(400, 16, seed=2)
+    ours = sc.dev_selected(x, y, dx, dy, tx, ty, num_classes=2)
+    theirs = 100 * LogisticRegression(C=1.0, max_iter=5000).fit(x, y).score(tx, ty)
+    assert ours.test_accuracy > 75 and theirs > 75
+    assert abs(ours.test_accuracy - theirs) <= 2.0
+    assert ours.chosen_l2[0] in sc.L2_GRID and ours.test_accuracy == round(100 * float((ours.predictions == ty).mean()), 2)
+
+
+def test_folds_are_a_stratified_partition_checked_by_hand() -> None:
+    y = np.array([0] * 37 + [1] * 23 + [2] * 11)
+    folds = sc._folds(y, 10, 1111)
+    assert len(folds) == 10
+    seen = np.concatenate([test for _, test in folds])
+    assert sorted(seen.tolist()) == list(range(len(y)))  # every row tested exactly once
+    for train, test in folds:
+        assert set(train.tolist()) == set(range(len(y))) - set(test.tolist())
+        for label, count in zip(*np.unique(y, return_counts=True)):
+            assert abs(int((y[test] == label).sum()) - count / 10) < 1  # each class spread evenly
+    assert [t.tolist() for _, t in folds] == [t.tolist() for _, t in sc._folds(y, 10, 1111)]  # seeded
+    assert [t.tolist() for _, t in folds] != [t.tolist() for _, t in sc._folds(y, 10, 1112)]
+
+
+def test_tenacity_counts_every_miss_as_senteval_does() -> None:
+    """SentEval's early-stopping counter is never reset on an improvement: with tenacity 5 training stops
+    at the 6th non-improving check in all (here the 10th check), not after 6 in a row."""
+    x, y = gaussian_classes(64, 4, seed=0)
+    probe = sc.LogisticRegressionProbe(4, 2, 1e-5)
+    checks = iter([0.5, 0.6, 0.55, 0.7, 0.65, 0.6, 0.8, 0.7, 0.7, 0.7, 0.95, 0.96])
+    probe.score = lambda *_: next(checks)
+    assert probe.fit(x, y, validation=(x, y)) == 0.8
+    assert probe.epochs == 10 * 4  # ten checks of epoch_size 4 passes
+    assert next(checks) == 0.95  # the 11th check never ran
+
+
+def test_inner_kfold_scores_as_senteval_and_equals_sklearn_accuracy() -> None:
+    """The k-fold task's score is SentEval's mean of per-fold accuracies (each rounded to 2 decimals); the
+    pooled out-of-fold accuracy equals sklearn's accuracy_score on the same predictions."""
+    from sklearn.metrics import accuracy_score
+
+    x, y = gaussian_classes(200, 6, seed=3)
+    result = sc.inner_kfold(x, y, num_classes=2, k=10, config=sc.ClassifierConfig(max_epoch=8))
+    folds = sc._folds(y, 10, sc.SEED)
+    per_fold = [round(100 * float((result.predictions[t] == y[t]).mean()), 2) for _, t in folds]
+    assert result.test_accuracy == round(float(np.mean(per_fold)), 2)
+    entry = transfer.task_result(load_stub_task(), result, 0)
+    assert entry["pooled_accuracy"] == pytest.approx(100 * accuracy_score(y, result.predictions), abs=1e-12)
+    lo, hi = entry["ci95"]
+    assert lo < entry["pooled_accuracy"] < hi and hi - lo < 20
+
+
+def load_stub_task():
+    from minidecoder.evaluation.transfer_data import Split, TransferTask
+    return TransferTask("MR", "inner_kfold", ("0", "1"), {"all": Split([], np.zeros(0, np.int64))}, Path("."), [])
+
+
+def test_mrpc_features_are_senteval_s() -> None:
+    u, v = np.array([[1.0, -2.0]]), np.array([[3.0, 4.0]])
+    assert transfer.mrpc_features(u, v).tolist() == [[2.0, 6.0, 3.0, -8.0]]
+
+
+def test_paired_interval_uses_the_same_resamples() -> None:
+    correct = np.random.default_rng(0).random(300) < 0.8
+    assert transfer.paired_interval(correct, correct, 3) == (0.0, 0.0)
+    assert np.array_equal(transfer.resample_indices(50, 2), transfer.resample_indices(50, 2))
+
+
+# ---- the data ---------------------------------------------------------------------------------------------
+def write_folder(root: Path, **overrides: str | bytes) -> Path:
+    """A small SentEval folder: SST2 (train 40 / dev 12 / test 12) and TREC (train 60 / test 12), word-signal
+    texts, plus MR with a blank line; `overrides` replace a file's content (key: path with / as __)."""
+    files: dict[str, str | bytes] = {}
+    good, bad = ["great fine lovely", "superb happy"], ["awful poor", "dreadful sad bad"]
+    for split, n in (("train", 40), ("dev", 12), ("test", 12)):
+        files[f"SST/binary/sentiment-{split}"] = "".join(
+            f"{(good if i % 2 else bad)[i % 4 // 2]} item{i} \t{i % 2}\n" for i in range(n))
+    words = {"ABBR": "abbreviation", "DESC": "describe", "ENTY": "thing", "HUM": "who", "LOC": "where", "NUM": "many"}
+    for name, n in (("train_5500.label", 60), ("TREC_10.label", 12)):
+        files[f"TREC/{name}"] = "".join(f"{c}:x {words[c]} question {i} ?\n"
+                                        for i in range(n) for c in [list(words)[i % 6]])
+    files["MR/rt-polarity.pos"] = "a good film\n\nreally good\n" + "".join(f"good {i}\n" for i in range(20))
+    files["MR/rt-polarity.neg"] = "bad\nnot good at all\n" + "".join(f"bad {i} film\n" for i in range(20))
+    for key, text in overrides.items():
+        files[key.replace("__", "/")] = text
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return root
+
+
+def test_binary_task_reads_as_senteval_sorted_and_skips_blank_lines(tmp_path: Path) -> None:
+    task = load_transfer_task("MR", write_folder(tmp_path))
+    split = task.splits["all"]
+    # SentEval's sort: (number of words, label), stable; positives first in the unsorted list
+    assert split.texts == (["bad", "really good"] + [f"good {i}" for i in range(20)] + [f"bad {i} film" for i in range(20)]
+                           + ["a good film", "not good at all"])
+    assert split.labels.tolist() == [0] + [1] * 21 + [0] * 20 + [1] + [0]
+    assert task.skipped_blank == {"MR/rt-polarity.pos": [2]}
+
+
+MRPC_HEADER = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+
+
+@pytest.mark.parametrize(("key", "text", "problem"), [
+    ("SST__binary__sentiment-dev", "fine film\t1\nbad film\t2\n", "sentiment-dev line 2: label '2'"),
+    ("SST__binary__sentiment-test", "fine film 1\n", "sentiment-test line 1 has no tab"),
+    ("SST__binary__sentiment-train", b"caf\xe9 ok\t1\n", "sentiment-train line 1 is not valid utf-8"),
+    ("TREC__TREC_10.label", "WHAT:x what is it ?\n", "TREC_10.label line 1: label 'WHAT'"),
+    ("TREC__train_5500.label", "NUM how many\nHUM:x who\n", "train_5500.label line 1 is not 'COARSE:fine question'"),
+    ("MRPC__msr_paraphrase_train.txt", MRPC_HEADER + "1\t1\t2\ta b\t\n", "msr_paraphrase_train.txt line 2 has 4"),
+    ("MRPC__msr_paraphrase_train.txt", MRPC_HEADER + "1\t1\t2\t \tb c\n", "msr_paraphrase_train.txt line 2 has an empty text"),
+    ("MRPC__msr_paraphrase_test.txt", MRPC_HEADER + "0\t1\t2\ta\tb\n3\t1\t2\ta\tb\n", "msr_paraphrase_test.txt line 3: label '3'"),
+])
+def test_bad_lines_name_file_and_line(tmp_path: Path, key: str, text: str, problem: str) -> None:
+    good_mrpc = MRPC_HEADER + "1\t1\t2\ta b\tb c\n"
+    root = write_folder(tmp_path, **{"MRPC__msr_paraphrase_train.txt": good_mrpc,
+                                     "MRPC__msr_paraphrase_test.txt": good_mrpc, key: text})
+    with pytest.raises(InputError) as error:
+        load_transfer_tasks([key.split("__")[0].replace("SST", "SST2")], root)
+    assert problem in str(error.value) and "SHA256SUMS" in str(error.value.fix)
+
+
+def test_missing_file_and_folder_and_unknown_task(tmp_path: Path) -> None:
+    root = write_folder(tmp_path)
+    (root / "TREC" / "TREC_10.label").unlink()
+    with pytest.raises(InputError, match=r"TREC_10.label is missing"):
+        load_transfer_task("TREC", root)
+    with pytest.raises(InputError, match="SentEval transfer data folder") as error:
+        load_transfer_task("MR", tmp_path / "nowhere")
+    assert "MINIDECODER_SENTEVAL_DATA" in error.value.fix
+    with pytest.raises(InputError, match="'STS'"):
+        load_transfer_tasks(["MR", "STS"], root)
+    with pytest.raises(InputError, match="MR has 24 rows to cross-validate, at most 12 of one class"):
+        load_transfer_task("MR", root, limit=12)
+
+
+@needs_senteval
+def test_shared_data_reads_as_its_readme_counts() -> None:
+    counts = {task.name: {name: len(split) for name, split in task.splits.items()} for task in load_transfer_tasks()}
+    assert counts == {"MR": {"all": 10662}, "CR": {"all": 3771}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10603},
+                      "SST2": {"train": 67349, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
+                      "MRPC": {"train": 4076, "test": 1725}}  # CR 3,775 and MPQA 10,606 less their blank lines
+
+
+# ---- the run: resumable, and the command ------------------------------------------------------------
+def bag_of_words(texts: list[str]) -> torch.Tensor:
+    out = torch.zeros(len(texts), 32)
+    for row, text in enumerate(texts):
+        for word in text.split():
+            out[row, zlib.crc32(word.encode()) % 32] += 1.0
+    return out
+
+
+def test_interrupted_run_resumes_to_identical_scores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = write_folder(tmp_path / "data")
+    tasks = load_transfer_tasks(["SST2", "TREC"], root)
+    whole = transfer.evaluate_transfer(bag_of_words, tasks, progress=False)
+    assert whole["tasks"]["SST2"]["score"] > 80 and whole["avg"] is None  # not all seven: no Avg.
+
+    real_probe, calls = transfer.probe_task, []
+
+    def probe_then_stop(task, *args, **kwargs):
+        calls.append(task.name)
+        if task.name == "TREC" and calls.count("TREC") == 1:
+            raise KeyboardInterrupt  # Ctrl-C while TREC's probe trains
+        return real_probe(task, *args, **kwargs)
+
+    monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
+    kept = tmp_path / "kept"
+    with pytest.raises(KeyboardInterrupt):
+        transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept)  # identity "" (the default)
+
+    def must_not_encode(texts):
+        raise AssertionError("the kept embeddings should have been reused")
+
+    resumed = transfer.evaluate_transfer(must_not_encode, tasks, progress=False, kept=kept)
+    assert calls == ["SST2", "TREC", "TREC"]  # SST2's kept result reused, TREC trained once more
+    for name in ("SST2", "TREC"):
+        assert resumed["tasks"][name] == whole["tasks"][name]
+
+    encoded = []  # kept work of another model or method is never reused
+    other = transfer.evaluate_transfer(lambda texts: encoded.append(len(texts)) or 2 * bag_of_words(texts), tasks,
+                                       progress=False, kept=kept, kept_identity="another method")
+    assert encoded and calls[3:] == ["SST2", "TREC"] and other["tasks"]["SST2"]["predictions"] is not None
+
+
+def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Path,  # noqa: F811
+                                                       capsys: pytest.CaptureFixture) -> None:
+    root = write_folder(tmp_path / "data")
+    prefix = tmp_path / "out" / "run"
+    status = run_cli(["eval", "transfer", "--model", "tiny", "--method", "prompteol", "--data", str(root),
+                      "--tasks", "SST2,MR,TREC", "--limit", "60", "--output", str(prefix), "--no-progress"])
+    assert status == 0
+    saved = json.loads(prefix.with_suffix(".json").read_text())
+    stamp, results = saved["stamp"], saved["results"]
+    assert stamp["limit"] == 60 and stamp["tasks"] == ["SST2", "MR", "TREC"] and "tenacity: 5" in stamp["protocol"]
+    assert stamp["skipped_blank_lines"] == {"MR/rt-polarity.pos": [2]}
+    assert stamp["truncation"]["truncate"] is None and "TREC/TREC_10.label" in stamp["data_sha256"]
+    assert set(results["tasks"]) == {"SST2", "MR", "TREC"}
+    printed = capsys.readouterr().out
+    assert "Limited run" in printed and f"{results['tasks']['SST2']['score']:.2f}" in printed
+    assert "skipped here" in prefix.with_suffix(".md").read_text()
+    assert not (prefix.parent / ".run.json.partial").exists()  # the kept work goes once the report is written
+
+
+def test_eval_transfer_refuses_bad_data_before_the_model_loads(fakes: dict, tmp_path: Path) -> None:  # noqa: F811
+    root = write_folder(tmp_path / "data", **{"SST__binary__sentiment-dev": "ok film\tyes\n"})
+    with pytest.raises(InputError, match="label 'yes'"):
+        run_cli(["eval", "transfer", "--method", "prompteol", "--data", str(root), "--tasks", "SST2",
+                 "--output", str(tmp_path / "r")])
+    assert "load" not in fakes
+    with pytest.raises(InputError, match="STS12"):
+        run_cli(["eval", "transfer", "--method", "prompteol", "--tasks", "MR,STS12", "--output", str(tmp_path / "r")])
+
+
+def test_all_seven_tasks_are_known() -> None:
+    assert TRANSFER_TASKS == ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+
+
+def test_reproduce_tasks_judges_a_claim_by_a_paired_interval() -> None:
+    """tools/reproduce_tasks.py: TP's claim on PromptEOL 'holds' when TP is right on every item PromptEOL is
+    right on and on 60 more of 300, 'reversed' the other way round, per task and for Avg."""
+    import importlib.util
+
+    from repo_paths import REPO
+
+    spec = importlib.util.spec_from_file_location("reproduce_tasks", REPO / "tools" / "reproduce_tasks.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    gold = np.zeros(300, dtype=int)
+    better, worse = np.where(np.arange(300) < 240, 0, 1), np.where(np.arange(300) < 180, 0, 1)
+
+    def row(predictions):
+        accuracy = 100 * float((predictions == gold).mean())
+        return {"tasks": {"MR": {"score": accuracy, "predictions": predictions.tolist(), "gold": gold.tolist()}}}
+
+    claims = tool.transfer_claims({"prompteol+tp": row(better), "prompteol": row(worse)})
+    assert [c["method"] for c in claims] == ["prompteol+tp"]
+    scores = claims[0]["scores"]
+    assert scores["MR"]["diff"] == pytest.approx(20.0) and scores["MR"]["verdict"] == "holds"
+    assert scores["avg"]["lo"] > 0 and scores["avg"]["verdict"] == "holds"
+    reversed_claim = tool.transfer_claims({"prompteol+tp": row(worse), "prompteol": row(better)})[0]
+    assert reversed_claim["scores"]["avg"]["verdict"] == "reversed"
+
