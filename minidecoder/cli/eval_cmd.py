@@ -21,10 +21,11 @@ import shlex
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model)
+                                    claim_cli_outputs, load_model, run_metadata)
 from minidecoder.errors import InputError, Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
+OWNER = "minidecoder eval sts"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
                "(with the same --output, it resumes from chunks an earlier run kept)")
 
@@ -68,14 +69,16 @@ def default_prefix(model: str | None, method: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args)
     tasks = parse_tasks(args.tasks)
     # everything that can fail cheaply fails before the model loads and the long run starts
     prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
+    check_work_owner(work_folder(prefix), OWNER)  # another command's kept work there is never taken over
     resolve_data_dir(args.data)
     loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
@@ -86,20 +89,10 @@ def run(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
+    from minidecoder.running.jobs import owned_work_folder
 
     model = load_model(args)
-    metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
-        "batch_size": args.batch_size,
-        "tasks": tasks,
-        "tokenizer_sha256": model.tokenizer.checksum,
-        "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
-    }
-
+    metadata = run_metadata(args, model, method, ["eval", "sts", *_argv(args)], tasks=tasks)
     work = work_folder(prefix)
     kept: dict = {}
 
@@ -108,7 +101,8 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
-    results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
+    with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}"):
+        results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
     summary = kept.get("summary")
     if summary is not None and summary["chunks_reused"]:
         # the time measured is this sitting's only: a rate over all sentences would be wrong

@@ -27,11 +27,12 @@ import shutil
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
-                                    check_sizes, claim_cli_outputs, load_model, parse_options)
+                                    check_sizes, claim_cli_outputs, load_model, parse_options, run_metadata)
 from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
+OWNER = "minidecoder sweep"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any batch of the sweep was computed; nothing new was kept; run the same command "
                "again (with the same --output, it resumes from batches an earlier run kept)")
 
@@ -134,14 +135,16 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)
     method = build_cli_method(args.method, args.opt)
     check_grid_options(args.method, args.grid)
     prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
+    check_work_owner(work_folder(prefix), OWNER)  # another command's kept work there is never taken over
     resolve_data_dir(args.data)
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
@@ -156,7 +159,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
-    from minidecoder.running.jobs import JobInterrupted
+    from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
     fixed = set(parse_options(args.opt))
     model = load_model(args)
@@ -166,27 +169,17 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
         raise InputError(f"option(s) {clash} are both fixed (--opt) and swept", "drop one of the two")
     work = work_folder(prefix)
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    metadata = run_metadata(args, model, method, ["sweep", *_argv(args)], swept=axes, tasks=["STSBenchmark-dev"])
     try:
-        result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress, dev=dev,
-                           work=work)
+        with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}"):
+            result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress,
+                               dev=dev, work=work)
     except JobInterrupted as stop:
         if stop.saved == 0:
             raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "
                               f"{again}") from None
         raise Interrupted(f"interrupted; {stop.saved} of {stop.chunks} batches of the sweep are kept in {work}; "
                           f"{again} to resume from them") from None
-    metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
-        "swept": axes,
-        "batch_size": args.batch_size,
-        "tasks": ["STSBenchmark-dev"],
-        "tokenizer_sha256": model.tokenizer.checksum,
-        "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
-    }
     cost = result.cost
     kept = f"all {cost['batches']} batches of the sweep are kept in {work}"
     try:  # the batches stay until every output is written: a failed or interrupted write loses no work

@@ -32,6 +32,7 @@ entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifes
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -356,11 +357,73 @@ class KeptChunks:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+# ---- who owns a work folder ------------------------------------------------------------------------------
+OWNER_FILE = "owner.json"  # in every kept-work folder: the command that keeps its work there
+
+
+def holds_kept_work(work: str | Path) -> bool:
+    """True when `work` (or a job folder inside it) holds a finished chunk: work that a removal would lose."""
+    return any(Path(work).rglob("chunk-*.npy"))
+
+
+def work_owner(work: str | Path) -> dict[str, Any] | None:
+    """The owner recorded in `work` ({"command": ..., "command_line": ...}), or None when none is."""
+    try:
+        owner = json.loads((Path(work) / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def check_work_owner(work: str | Path, command: str) -> None:
+    """Refuse a work folder that holds another command's kept work (an interrupted `eval sts` and a `sweep`
+    on one --output share the name `.PREFIX.json.partial`): each would take the folder as its own and
+    remove it when it ends. A folder that holds no finished chunk has nothing to lose."""
+    work = Path(work)
+    if not work.is_dir() or not holds_kept_work(work):
+        return
+    owner = work_owner(work)
+    if owner is not None and owner.get("command") == command:
+        return
+    if owner is None:
+        made_by, again = "a run that did not record its command (an earlier minidecoder)", "rerun that command"
+    else:
+        made_by = f"an interrupted `{owner.get('command')}`"
+        again = f"run `{owner.get('command_line') or owner.get('command')}` again"
+    raise OutputError(f"{work} holds the kept work of {made_by}, not of `{command}`; one run never takes over or "
+                      "removes another's kept work",
+                      f"{again} to finish it, choose another --output, or delete {work} to discard that work")
+
+
+@contextlib.contextmanager
+def owned_work_folder(work: str | Path, command: str, command_line: str | None = None) -> Iterator[Path]:
+    """The kept-work folder `work`, owned by `command` for the block (see `check_work_owner`): created
+    with its owner recorded, and removed when the block fails or is interrupted before any chunk was
+    finished, so that "nothing was kept" leaves nothing behind."""
+    work = Path(work)
+    check_work_owner(work, command)
+    if work.is_dir() and (work_owner(work) or {}).get("command") != command:
+        shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        _atomic_write(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line},
+                                                    sort_keys=True).encode("utf-8"))
+    except OSError as error:
+        raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
+                          "free space or fix permissions there, then run the same command again") from None
+    try:
+        yield work
+    except BaseException:
+        if not holds_kept_work(work):
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
     """Resume `work` if its manifest matches, else refuse; True when this call created it."""
     path = work / "manifest.json"
     if path.is_file() and not any(work.glob("chunk-*.npy")):
-        shutil.rmtree(work, ignore_errors=True)  # no finished chunk: nothing to resume or to lose
+        _clear_work(work)  # no finished chunk: nothing to resume or to lose
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
@@ -382,6 +445,13 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         raise OutputError(f"could not start the job's work folder {work}: {error}",
                           "free space or fix permissions there, then run the same command again") from None
     return True
+
+
+def _clear_work(work: Path) -> None:
+    """Remove what `work` holds except its owner record."""
+    for entry in work.iterdir():
+        if entry.name != OWNER_FILE:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

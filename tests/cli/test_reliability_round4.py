@@ -1,0 +1,70 @@
+"""Hardening, round four (issue 35): no job destroys another's kept work, nothing saved or cached under
+the wrong settings. docs/reliability.md rows 27 onwards list these tests by the issue's class numbers
+(the number in each test's name); each fails on the code before round four."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import minidecoder
+from minidecoder.errors import InputError, MinidecoderError
+from cli_runner import cli
+from test_reliability_cli import NO_MODEL, STALL, sts_data
+
+# The code under test, wherever it is imported from (so the same file can be run against another checkout).
+CODE = Path(minidecoder.__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(CODE), "OMP_NUM_THREADS": "1"}
+
+
+def ctrl_c(where: str, *argv: str) -> str:
+    """Ctrl-C to the CLI run `argv` once `where` (module:function:calls let through) stalls: its stderr."""
+    process = subprocess.Popen([sys.executable, "-c", STALL, where, "/nonexistent/never", *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    line = process.stdout.readline()
+    assert line.strip() == "ready", process.communicate()[1]
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err, err
+    return err
+
+
+# ---- 1. an interrupted eval and a sweep on one --output -------------------------------------------------------
+def test_1_an_eval_and_a_sweep_on_one_output_never_remove_each_others_kept_work(tiny_llama, tmp_path,
+                                                                                capsys) -> None:
+    data = sts_data(tmp_path / "sts", pairs=1100)  # eval: 2,200 sentences, three chunks of 1,024
+    out, work = tmp_path / "x", tmp_path / ".x.json.partial"
+    evaluate = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
+                "--batch-size", "64", "--output", str(out)]
+    sweep = ["sweep", "--method", "mean", "--layers", "1,2", "--limit", "30", "--data", str(data), "--no-progress",
+             "--output", str(out)]  # 60 dev sentences: two batches of 32
+    model = ["--model", str(tiny_llama)]
+
+    ctrl_c("minidecoder.running.embedding:embed:1", *evaluate, *model)  # one chunk of the eval kept
+    kept = sorted(work.rglob("chunk-*.npy"))
+    assert len(kept) == 1
+    code, err = cli(capsys, *sweep, "--model", NO_MODEL)
+    assert code == 2 and str(work) in err and "minidecoder eval sts" in err and f"delete {work}" in err, err
+    assert NO_MODEL not in err  # refused before the model loads
+    assert sorted(work.rglob("chunk-*.npy")) == kept
+    assert cli(capsys, *evaluate, *model)[0] == 0  # the eval resumes from its own chunk
+    assert json.loads((tmp_path / "x.json").read_text())["results"]["resumed_chunks"] == 1
+
+    (tmp_path / "x.json").unlink()
+    (tmp_path / "x.md").unlink()
+    ctrl_c("minidecoder.evaluation.sweep:sweep_points:1", *sweep, *model)  # one batch of the sweep kept
+    kept = sorted(work.rglob("chunk-*.npy"))
+    assert len(kept) == 1
+    code, err = cli(capsys, *evaluate, "--model", NO_MODEL)
+    assert code == 2 and str(work) in err and "minidecoder sweep" in err and NO_MODEL not in err, err
+    assert sorted(work.rglob("chunk-*.npy")) == kept
+    assert cli(capsys, *sweep, *model)[0] == 0
+    assert json.loads((tmp_path / "x.json").read_text())["sweep"]["cost"]["resumed_batches"] == 1
+    assert not work.exists()
