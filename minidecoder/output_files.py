@@ -62,6 +62,24 @@ def check_free(path: str | Path, overwrite: bool, what: str = "output") -> None:
                           "pass --overwrite (overwrite=True) to replace it, or choose another name")
 
 
+def check_not_inputs(paths: Iterable[str | Path], inputs: Iterable[str | Path]) -> None:
+    """No output (a sidecar included) is one of the run's inputs, however it is named (a link, `./x`, a
+    hard link): writing it would replace what the run reads, `--overwrite` or not."""
+    inputs = [Path(source) for source in inputs]
+    for path in map(Path, paths):
+        for source in inputs:
+            if _same_file(path, source):
+                raise OutputError(f"the output {path} is the input {source}; a run never writes over what it reads",
+                                  "choose an output name (and so its sidecar NAME.json) other than the input's")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where they point
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 # ---- locks ---------------------------------------------------------------------------------------------
 _HELD: dict[Path, list] = {}  # lock file -> [open handle, depth]: this process's locks (re-entrant)
 
@@ -190,9 +208,12 @@ class OutputClaim:
 
 
 @contextlib.contextmanager
-def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bool = False) -> Iterator[OutputClaim]:
-    """Lock every path and check it (see the module docstring); hold the locks for the block."""
+def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bool = False,
+                  inputs: Iterable[str | Path] = ()) -> Iterator[OutputClaim]:
+    """Lock every path and check it (see the module docstring); hold the locks for the block. `inputs`:
+    the files the run reads, none of which may be an output (`check_not_inputs`)."""
     paths = list(dict.fromkeys(Path(p) for p in paths))
+    check_not_inputs(paths, inputs)
     for folder in dict.fromkeys(p.parent for p in paths):
         check_writable_folder(folder, "the output folder")
     with contextlib.ExitStack() as stack:

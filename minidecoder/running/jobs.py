@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
-from minidecoder.output_files import claim_outputs, publish, write_whole
+from minidecoder.output_files import check_not_inputs, claim_outputs, publish, write_whole
 from minidecoder.running.texts import check_text
 from minidecoder.sources.checksums import model_identity
 
@@ -87,10 +87,11 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 1):
         raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
                          "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
+    check_not_inputs(job_outputs(output_path), [input_path])
     check_output_free(output_path, overwrite)
     method.check(model)
     kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
-    with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait):
+    with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
                            extra_metadata, kind, checksum, total, overwrite)
 

@@ -68,3 +68,20 @@ def test_1_an_eval_and_a_sweep_on_one_output_never_remove_each_others_kept_work(
     assert cli(capsys, *sweep, *model)[0] == 0
     assert json.loads((tmp_path / "x.json").read_text())["sweep"]["cost"]["resumed_batches"] == 1
     assert not work.exists()
+
+
+# ---- 2. no output or sidecar is an input -------------------------------------------------------------------
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_2_an_output_or_sidecar_that_is_the_input_is_refused(tiny_llama, tmp_path, capsys, overwrite) -> None:
+    texts = '{"text": "first"}\n{"text": "second"}\n'
+    (tmp_path / "inp.npy.json").write_text(texts)  # the sidecar `--output inp.npy` writes
+    (tmp_path / "link.txt").symlink_to(tmp_path / "inp.npy.json")
+    for source, output in (("inp.npy.json", "inp.npy"), ("link.txt", "inp.npy"), ("inp.npy.json", "./inp.npy")):
+        code, err = cli(capsys, "embed", "--method", "mean", "--input", str(tmp_path / source), "--output",
+                        str(tmp_path / output), *overwrite, "--model", NO_MODEL)
+        assert code == 2 and "is the input" in err and "--overwrite" not in err and NO_MODEL not in err, err
+    from minidecoder.running.jobs import run_embedding_job
+    with pytest.raises(MinidecoderError, match="is the input"):
+        run_embedding_job(minidecoder.load(tiny_llama, progress=False), "mean", tmp_path / "inp.npy.json",
+                          tmp_path / "inp.npy", overwrite=True)
+    assert (tmp_path / "inp.npy.json").read_text() == texts and not (tmp_path / "inp.npy").exists()
