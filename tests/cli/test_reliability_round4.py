@@ -85,3 +85,40 @@ def test_2_an_output_or_sidecar_that_is_the_input_is_refused(tiny_llama, tmp_pat
         run_embedding_job(minidecoder.load(tiny_llama, progress=False), "mean", tmp_path / "inp.npy.json",
                           tmp_path / "inp.npy", overwrite=True)
     assert (tmp_path / "inp.npy.json").read_text() == texts and not (tmp_path / "inp.npy").exists()
+
+
+# ---- 3, 4. one configuration, for MTEB's cache key and for the sentence-transformers save ---------------------
+def test_3_mteb_keys_a_score_on_truncate_prompts_and_an_in_memory_edit(tiny_llama) -> None:
+    pytest.importorskip("mteb")
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    model = minidecoder.load(tiny_llama, progress=False)
+    revision = lambda **kwargs: MtebEncoder(minidecoder.SentenceEncoder(model, "mean", **kwargs)).mteb_model_meta.revision
+    plain = revision()
+    assert revision() == plain  # the key is stable
+    others = [revision(truncate=3), revision(prompts={"q": "query: "}, default_prompt_name="q")]
+    with torch.no_grad():
+        model.norm.weight[0] += 1.0  # edited in memory: the files on disk are unchanged
+    others.append(revision())
+    assert len({plain, *others}) == 4, others
+
+
+def test_4_sentence_transformers_save_keeps_dtype_truncate_prompts_or_refuses(tiny_llama, tmp_path) -> None:
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    texts = ["a man plays a flute in the park today.", "The cat sat. It purred."]
+    encoder = minidecoder.SentenceEncoder(tiny_llama, "mean", dtype="bfloat16", truncate=5,
+                                          prompts={"q": "query: "}, default_prompt_name="q")
+    original = SentenceTransformer(modules=[MinidecoderModule(encoder)], device="cpu")
+    original.save(str(tmp_path / "saved"))
+    reloaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
+    assert reloaded[0].encoder.model.dtype == torch.bfloat16 and reloaded[0].encoder.truncate == 5
+    np.testing.assert_array_equal(reloaded.encode(texts), original.encode(texts))
+
+    with torch.no_grad():
+        encoder.model.norm.weight[0] += 1.0
+    with pytest.raises(MinidecoderError, match="changed in memory"):
+        original.save(str(tmp_path / "edited"))
