@@ -122,3 +122,22 @@ def test_4_sentence_transformers_save_keeps_dtype_truncate_prompts_or_refuses(ti
         encoder.model.norm.weight[0] += 1.0
     with pytest.raises(MinidecoderError, match="changed in memory"):
         original.save(str(tmp_path / "edited"))
+
+
+# ---- 5. a folder with model.safetensors and a sharded index -----------------------------------------------------
+def test_5_a_folder_with_a_single_file_and_shards_loads_what_transformers_loads_and_says_so(tiny_llama_copy) -> None:
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+
+    folder = tiny_llama_copy
+    stale = {name: tensor * 2 for name, tensor in load_file(folder / "model.safetensors").items()}  # other weights
+    save_file(stale, folder / "model-00001-of-00001.safetensors", metadata={"format": "pt"})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {name: "model-00001-of-00001.safetensors" for name in stale}}))
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    with pytest.warns(UserWarning, match="both model.safetensors and model.safetensors.index.json"):
+        ours = minidecoder.load(folder, progress=False)(ids).logits  # (1, T, V)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                               attn_implementation="eager").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours, theirs(ids).logits, rtol=0, atol=1e-5)
