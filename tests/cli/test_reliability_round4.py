@@ -141,3 +141,39 @@ def test_5_a_folder_with_a_single_file_and_shards_loads_what_transformers_loads_
                                                                attn_implementation="eager").eval()
     with torch.no_grad():
         torch.testing.assert_close(ours, theirs(ids).logits, rtol=0, atol=1e-5)
+
+
+# ---- 7. the truncate an error names fits, and is the largest that does ------------------------------------------
+@pytest.fixture(scope="module")
+def short(tmp_path_factory, tiny_llama: Path):
+    """The tiny llama (one token per character) with a 128-token context, loaded."""
+    import shutil
+    folder = Path(shutil.copytree(tiny_llama, tmp_path_factory.mktemp("ctx") / "m"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 128}))
+    return minidecoder.load(folder, progress=False)
+
+
+@pytest.mark.parametrize("method", ["tp", "reba", "echo", "prompteol", "mean"])
+@pytest.mark.parametrize("length", [100, 400])  # past the context with the method's prompt only, or alone
+def test_7_the_truncate_named_fits_and_is_the_largest_that_does(short, method, length) -> None:
+    import re
+    import warnings
+
+    text = ("a cat is here. " * 60)[:length]
+    options = {"tp": {"end": 3}}.get(method, {})
+    calls = {"embed": lambda **k: minidecoder.embed(short, [text], method, **options, **k),
+             "explain": lambda **k: minidecoder.explain(short, text, method, **options, **k)}
+    for name, call in calls.items():
+        if length == 100 and method == "mean":
+            continue  # mean has no prompt: 100 tokens fit
+        with pytest.raises(MinidecoderError) as error:
+            call()
+        fits = int(re.search(r"truncate=(\d+)", str(error.value)).group(1))
+        if method in ("reba", "echo"):
+            assert "repetition of the text" in str(error.value), str(error.value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            call(truncate=fits)  # fits
+            with pytest.raises(MinidecoderError):
+                call(truncate=fits + 1)  # and is the largest that does
