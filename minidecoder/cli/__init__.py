@@ -16,6 +16,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
 from minidecoder.errors import Interrupted, MinidecoderError
@@ -27,8 +28,25 @@ INTERRUPTED_STATUS = 130  # 128 + SIGINT
 NOTHING_KEPT = "interrupted; nothing was kept ({command} writes nothing until it ends); run the same command again"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "expected one argument" says the way out when the value given starts with
+    '-' (argparse takes `--layers -1,30` for two options; `--layers=-1,30` works)."""
+
+    argv: list[str] = []  # the command line being parsed (set by `main`; subparsers are other instances)
+
+    def error(self, message: str):
+        match = re.match(r"argument (?:\S+/)?(--[\w-]+): expected one argument$", message)
+        if match:
+            flag = match.group(1)
+            following = [value for option, value in zip(self.argv, self.argv[1:]) if option == flag]
+            if following and following[0].startswith("-"):
+                message += (f" ({following[0]!r} starts with '-', so it was read as an option: write "
+                            f"{flag}={following[0]})")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minidecoder", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="minidecoder", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"minidecoder.cli.{name}_cmd")
@@ -38,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = None
     try:
         args = parser.parse_args(argv)

@@ -60,36 +60,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def check_grid_options(method_name: str, pairs: list[str]) -> None:
-    """Every --grid KEY is an option of the method (else the sweep would answer with unrelated rules), and
-    its integer values fit in 64 bits."""
+AXIS_FLAGS = (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha"))  # (flag, option)
+
+
+def check_axes(args: argparse.Namespace) -> None:
+    """Every swept option (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY) is an option of the method
+    (else the sweep would answer with unrelated rules, after the model loaded), and its integer values fit
+    in 64 bits."""
     import dataclasses
 
     import minidecoder.methods
     from minidecoder.evaluation.sweep import parse_values
 
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if sep:
-            for value in parse_values(raw):
-                check_integers("--grid", key.strip(), value)
-
-    cls = minidecoder.methods.METHODS.get(method_name)
+    texts = axis_texts(args)
+    for key, raw in texts.items():
+        for value in parse_values(raw):
+            check_integers(_flag(args, key), key, value)
+    cls = minidecoder.methods.METHODS.get(args.method)
     if cls is None or not dataclasses.is_dataclass(cls):
         return
     known = [field.name for field in dataclasses.fields(cls)]
-    for pair in pairs:
-        key = pair.partition("=")[0].strip()
-        if key and key not in known:
-            raise InputError(f"--grid {pair!r}: method {method_name} has no option {key!r}",
+    for key, raw in texts.items():
+        if key not in known:
+            flag = _flag(args, key)
+            given = f"--grid '{key}={raw}'" if flag == "--grid" else f"{flag} {raw}"
+            swept = "" if flag == "--grid" else f" sweeps the option {key!r}, and"
+            raise InputError(f"{given}{swept}: method {args.method} has no option {key!r}",
                              f"its options are {', '.join(known)} (`minidecoder embed --help` describes them)")
+
+
+def _flag(args: argparse.Namespace, key: str) -> str:
+    """The flag that sweeps option `key`: --layers, --tp-end, --cp-steer, --cp-alpha or --grid."""
+    for flag, name in AXIS_FLAGS:
+        if name == key and getattr(args, flag) is not None:
+            return "--" + flag.replace("_", "-")
+    return "--grid"
 
 
 def axis_texts(args: argparse.Namespace) -> dict[str, str]:
     """Each swept option and its values as given (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY=V1,V2),
     checked: every --grid is KEY=..., no option is swept twice, something is swept."""
     texts: dict[str, str] = {}
-    for flag, name in (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
+    for flag, name in AXIS_FLAGS:
         if getattr(args, flag) is not None:
             texts[name] = getattr(args, flag)
     for pair in args.grid:
@@ -141,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_sizes(args, limit_example=200)
     method = build_cli_method(args.method, args.opt)
-    check_grid_options(args.method, args.grid)
+    check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     check_work_owner(work_folder(prefix), OWNER)  # another command's kept work there is never taken over

@@ -177,3 +177,45 @@ def test_7_the_truncate_named_fits_and_is_the_largest_that_does(short, method, l
             call(truncate=fits)  # fits
             with pytest.raises(MinidecoderError):
                 call(truncate=fits + 1)  # and is the largest that does
+
+
+# ---- 8. sweep grids --------------------------------------------------------------------------------------------
+def test_8_grid_values_split_at_top_level_commas_and_keep_their_spaces() -> None:
+    from minidecoder.evaluation.sweep import parse_values
+
+    assert parse_values("[0,1],[2,3]") == [[0, 1], [2, 3]]
+    assert parse_values('{"a": 1, "b": 2},3') == [{"a": 1, "b": 2}, 3]
+    assert parse_values("token: ") == ["token: "]
+    assert parse_values('"x, y", z') == ["x, y", "z"]
+    assert parse_values("cot, pretended_cot") == ["cot", "pretended_cot"]
+    assert parse_values("20, 25,-1") == [20, 25, -1]
+
+
+def test_8_a_sweep_keeps_a_text_values_space(tiny_llama, tmp_path, capsys) -> None:
+    data = sts_data(tmp_path / "sts")
+    code, err = cli(capsys, "sweep", "--method", "tp", "--opt", "end=2", "--grid", "pst_init=token: ,uniform",
+                    "--data", str(data), "--no-progress", "--output", str(tmp_path / "s"), "--model", str(tiny_llama))
+    assert code == 0, err
+    points = json.loads((tmp_path / "s.json").read_text())["sweep"]["points"]
+    assert [p["options"]["pst_init"] for p in points] == ["token: ", "uniform"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--method", "prompteol", "--cp-steer", "4"], "--cp-steer 4 sweeps the option 'steer_layer'"),
+    (["--method", "cp", "--grid", "nope=4"], "method cp has no option 'nope'"),
+])
+def test_8_an_axis_the_method_lacks_is_refused_before_the_model_loads(tmp_path, capsys, argv, said) -> None:
+    code, err = cli(capsys, "sweep", *argv, "--data", str(sts_data(tmp_path / "sts")), "--output",
+                    str(tmp_path / "s"), "--model", NO_MODEL)
+    assert code == 2 and said in err and "its options are" in err and NO_MODEL not in err, err
+
+
+def test_8_a_point_the_method_refuses_gets_the_methods_own_way_out(tiny_llama, tmp_path, capsys) -> None:
+    code, err = cli(capsys, "sweep", "--method", "cp", "--cp-steer", "99", "--data", str(sts_data(tmp_path / "sts")),
+                    "--output", str(tmp_path / "s"), "--model", str(tiny_llama))
+    assert code == 2 and "steer_layer 99" in err and "layer rules" not in err, err
+
+
+def test_8_a_negative_value_after_a_space_names_the_equals_form(capsys) -> None:
+    code, err = cli(capsys, "sweep", "--method", "prompteol", "--layers", "-1,30")
+    assert code == 2 and "write --layers=-1,30" in err, err
