@@ -219,3 +219,21 @@ def test_8_a_point_the_method_refuses_gets_the_methods_own_way_out(tiny_llama, t
 def test_8_a_negative_value_after_a_space_names_the_equals_form(capsys) -> None:
     code, err = cli(capsys, "sweep", "--method", "prompteol", "--layers", "-1,30")
     assert code == 2 and "write --layers=-1,30" in err, err
+
+
+# ---- 9. one default batch ----------------------------------------------------------------------------------------
+def test_9_minidecoder_embed_fills_batches_by_tokens_like_every_other_entry(tiny_llama, monkeypatch) -> None:
+    import inspect
+
+    from minidecoder.running import embedding
+
+    model = minidecoder.load(tiny_llama, progress=False)
+    seen = []
+    real = embedding.plan_batches
+    monkeypatch.setattr(embedding, "plan_batches", lambda order, lengths, batch_size, *rest:
+                        seen.append(batch_size) or real(order, lengths, batch_size, *rest))
+    minidecoder.embed(model, ["one text", "another"], "mean")
+    minidecoder.SentenceEncoder(model, "mean").encode(["one text", "another"])
+    embedding.embed(model, ["one text", "another"], "mean")
+    assert seen == [None, None, None]  # the token budget, everywhere
+    assert inspect.signature(minidecoder.embed).parameters["batch_size"].default is None
