@@ -141,7 +141,9 @@ def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[t
         for group in _same_inputs(current):
             for m, forward in zip(group, run_shared(model, [current[m] for m in group])):
                 p = lists[m][k]
-                naive += p.blocks * p.batch.input_ids.shape[0]
+                # a separate run of this pass runs its rows, and its shared prompt prefix once (one row) where
+                # the prefix cache ran one here: counted on both sides, as BlockCounter counts it
+                naive += p.blocks * (p.batch.input_ids.shape[0] + (1 if forward.prefix_length else 0))
                 finished[m][id(p)] = forward
                 if p.pool is not None:
                     pooled[m].append(p.pool(forward).float())

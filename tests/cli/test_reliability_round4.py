@@ -237,3 +237,23 @@ def test_9_minidecoder_embed_fills_batches_by_tokens_like_every_other_entry(tiny
     embedding.embed(model, ["one text", "another"], "mean")
     assert seen == [None, None, None]  # the token budget, everywhere
     assert inspect.signature(minidecoder.embed).parameters["batch_size"].default is None
+
+
+# ---- 10. the sweep's cost report -------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["prompteol", "mean"])  # a shared prompt prefix (run once per batch), or none
+def test_10_a_one_point_sweep_costs_what_a_separate_run_costs(tiny_llama, tmp_path, capsys, method) -> None:
+    data = sts_data(tmp_path / "sts")
+    code, err = cli(capsys, "sweep", "--method", method, "--layers", "2", "--data", str(data), "--no-progress",
+                    "--batch-size", "8", "--output", str(tmp_path / "s"), "--model", str(tiny_llama))
+    assert code == 0, err
+    cost = json.loads((tmp_path / "s.json").read_text())["sweep"]["cost"]
+    assert cost["blocks_computed"] == cost["blocks_naive"]  # one point shares nothing: the same forwards
+    assert "fewer" not in (tmp_path / "s.md").read_text()
+
+
+def test_10_the_ratio_never_calls_a_larger_count_fewer() -> None:
+    from minidecoder.evaluation.sweep_report import _ratio_text
+
+    assert _ratio_text({"ratio": 0.5}) == "0.500 of the naive grid, 2.0x fewer"
+    assert "fewer" not in _ratio_text({"ratio": 1.0}) and "fewer" not in _ratio_text({"ratio": 1.04})
+    assert "more" in _ratio_text({"ratio": 1.04})
