@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     # everything that can fail cheaply fails before the model loads and the long run starts
     prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
-    check_work_owner(work_folder(prefix), OWNER)  # another command's kept work there is never taken over
+    check_work_owner(work_folder(prefix), OWNER, kept_settings(args))  # never taken over, named by flag
     resolve_data_dir(args.data)
     loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
@@ -101,7 +101,8 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
-    with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}"):
+    with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
+                           kept_settings(args)):
         results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
     summary = kept.get("summary")
     if summary is not None and summary["chunks_reused"]:
@@ -113,6 +114,13 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
+
+
+def kept_settings(args: argparse.Namespace) -> dict:
+    """The flags that choose the sentences a kept job embeds, so that a resume with others is refused by
+    flag (`--limit was 300, now 30`), not by the job's fields (`input.rows`); the job's manifest checks
+    the rest (model, method, dtype, batch size) under their own names."""
+    return {"--tasks": args.tasks, "--limit": args.limit}
 
 
 def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.Namespace, prefix: Path):

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
-    check_work_owner(work_folder(prefix), OWNER)  # another command's kept work there is never taken over
+    check_work_owner(work_folder(prefix), OWNER, {"--limit": args.limit})  # never taken over; named by flag
     resolve_data_dir(args.data)
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
@@ -183,7 +183,8 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
     metadata = run_metadata(args, model, method, ["sweep", *_argv(args)], swept=axes, tasks=["STSBenchmark-dev"])
     try:
-        with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}"):
+        with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
+                               {"--limit": args.limit}):
             result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress,
                                dev=dev, work=work)
     except JobInterrupted as stop:

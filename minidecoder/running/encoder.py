@@ -139,6 +139,11 @@ class SentenceEncoder:
         # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
         batch = isinstance(inputs, (list, tuple)) or (isinstance(inputs, np.ndarray) and inputs.ndim >= 1
                                                       and inputs.dtype.kind in ("U", "O"))
+        if not batch and not isinstance(inputs, (str, bytes, dict)) and hasattr(inputs, "__iter__"):
+            # sentence-transformers would take a generator, set or range as one input: refuse, naming the way out
+            raise ArgumentTypeError(f"encode() takes a text or a list of texts, not a {type(inputs).__name__}",
+                                    f"pass a list: encode(list(texts)) (a {type(inputs).__name__} would be read as "
+                                    "one text)")
         single = not batch
         texts = [inputs] if single else [str(t) if isinstance(t, np.str_) else t for t in inputs]
         prompt = self._resolve_prompt(prompt, prompt_name)

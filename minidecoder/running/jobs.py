@@ -376,15 +376,24 @@ def work_owner(work: str | Path) -> dict[str, Any] | None:
     return owner if isinstance(owner, dict) else None
 
 
-def check_work_owner(work: str | Path, command: str) -> None:
+def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | None = None) -> None:
     """Refuse a work folder that holds another command's kept work (an interrupted `eval sts` and a `sweep`
     on one --output share the name `.PREFIX.json.partial`): each would take the folder as its own and
-    remove it when it ends. A folder that holds no finished chunk has nothing to lose."""
+    remove it when it ends; and the same command's with other `settings` ({flag: value}), named by their
+    flags. A folder that holds no finished chunk has nothing to lose."""
     work = Path(work)
     if not work.is_dir() or not holds_kept_work(work):
         return
     owner = work_owner(work)
     if owner is not None and owner.get("command") == command:
+        kept = owner.get("settings") or {}
+        changed = [f"{flag} was {kept.get(flag)!r}, now {value!r}" for flag, value in (settings or {}).items()
+                   if flag in kept and kept[flag] != value]
+        if changed:
+            raise InputError(f"{work} holds an interrupted `{command}` with other settings, so it cannot be resumed: "
+                             + "; ".join(changed),
+                             f"rerun `{owner.get('command_line') or command}` to resume it, or delete {work} to "
+                             "start over")
         return
     if owner is None:
         made_by, again = "a run that did not record its command (an earlier minidecoder)", "rerun that command"
@@ -397,18 +406,20 @@ def check_work_owner(work: str | Path, command: str) -> None:
 
 
 @contextlib.contextmanager
-def owned_work_folder(work: str | Path, command: str, command_line: str | None = None) -> Iterator[Path]:
-    """The kept-work folder `work`, owned by `command` for the block (see `check_work_owner`): created
-    with its owner recorded, and removed when the block fails or is interrupted before any chunk was
-    finished, so that "nothing was kept" leaves nothing behind."""
+def owned_work_folder(work: str | Path, command: str, command_line: str | None = None,
+                      settings: dict[str, Any] | None = None) -> Iterator[Path]:
+    """The kept-work folder `work`, owned by `command` with `settings` ({flag: value}) for the block (see
+    `check_work_owner`): created with its owner recorded, and removed when the block fails or is
+    interrupted before any chunk was finished, so that "nothing was kept" leaves nothing behind."""
     work = Path(work)
-    check_work_owner(work, command)
+    settings = _jsonable(settings or {})
+    check_work_owner(work, command, settings)
     if work.is_dir() and (work_owner(work) or {}).get("command") != command:
         shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
     try:
         work.mkdir(parents=True, exist_ok=True)
-        _atomic_write(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line},
-                                                    sort_keys=True).encode("utf-8"))
+        _atomic_write(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
+                                                     "settings": settings}, sort_keys=True).encode("utf-8"))
     except OSError as error:
         raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None

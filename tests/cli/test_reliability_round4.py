@@ -257,3 +257,47 @@ def test_10_the_ratio_never_calls_a_larger_count_fewer() -> None:
     assert _ratio_text({"ratio": 0.5}) == "0.500 of the naive grid, 2.0x fewer"
     assert "fewer" not in _ratio_text({"ratio": 1.0}) and "fewer" not in _ratio_text({"ratio": 1.04})
     assert "more" in _ratio_text({"ratio": 1.04})
+
+
+# ---- 11. raw or misdirected errors -------------------------------------------------------------------------------
+TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] + '\\n' }}{% endfor %}"
+
+
+@pytest.mark.parametrize("messages, said", [
+    ([{"role": 5, "content": "hi"}], "message 0 has the role 5, not a text"),
+    ([{"role": "user", "content": "hi"}, {"role": None, "content": "x"}], "message 1 has the role None"),
+    ([{"role": "user", "content": 5}], "could not render these messages"),
+])
+def test_11_chat_messages_of_the_wrong_type_are_named(tiny_llama, messages, said) -> None:
+    tokenizer = minidecoder.load(tiny_llama, progress=False).tokenizer
+    with pytest.raises(InputError, match=said):
+        tokenizer.apply_chat_template(messages, chat_template=TEMPLATE)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], chat_template=TEMPLATE, tokenize=False) \
+        == "<user>hi\n"
+
+
+def test_11_encode_of_a_generator_says_pass_a_list(tiny_llama) -> None:
+    encoder = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama, progress=False), "mean")
+    for inputs in ((t for t in ["a", "b"]), {"a", "b"}, range(2)):
+        with pytest.raises(MinidecoderError, match=r"pass a list: encode\(list\(texts\)\)"):
+            encoder.encode(inputs)
+    assert encoder.encode(["a", "b"]).shape == (2, encoder.embedding_dim)
+
+
+@pytest.mark.parametrize("value", [5, [{"name": "default"}], {"default": "x"}])
+def test_11_a_chat_template_that_is_not_a_text_is_refused_at_load(tiny_llama_copy, value) -> None:
+    path = tiny_llama_copy / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "chat_template": value}))
+    with pytest.raises(MinidecoderError, match="chat_template is") as error:
+        minidecoder.load(tiny_llama_copy, progress=False)
+    assert "tokenizer_config.json" in str(error.value) and "fix or remove the key" in str(error.value)
+
+
+def test_11_resuming_eval_with_another_limit_names_the_flag(tiny_llama, tmp_path, capsys) -> None:
+    data = sts_data(tmp_path / "sts", pairs=1100)
+    argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
+            "--batch-size", "64", "--output", str(tmp_path / "x")]
+    ctrl_c("minidecoder.running.embedding:embed:1", *argv, "--model", str(tiny_llama))
+    code, err = cli(capsys, *argv, "--limit", "1000", "--model", NO_MODEL)
+    assert code == 2 and "--limit was None, now 1000" in err and "input." not in err and NO_MODEL not in err, err
+    assert len(list((tmp_path / ".x.json.partial").rglob("chunk-*.npy"))) == 1
