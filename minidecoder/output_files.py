@@ -12,9 +12,11 @@ goes to a temporary name first and is then published under its own name (`publis
 `overwrite` that is a hard link, which fails if the name was taken meanwhile, even by a program that
 takes no lock, so a file is never replaced unless the user asked.
 
-The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding the owner's process
-id: the kernel drops it when the process ends, however it ends (kill -9 included), so a crashed run
-never leaves a stale lock behind. Within one process the lock is re-entrant: the CLI takes it before
+The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding `LOCK_MARK` and the
+owner's process id: the kernel drops it when the process ends, however it ends (kill -9 included), so a
+crashed run never leaves a stale lock behind. The file itself is removed when the block ends (the CLI
+turns SIGTERM into an exception, so that happens then too); the files a SIGKILL left are removed by the
+next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one process the lock is re-entrant: the CLI takes it before
 the model loads, and the library function it calls (`run_embedding_job`, `write_report`) takes the
 same lock again without waiting on itself.
 """
@@ -109,11 +111,37 @@ def lock_holder(output: str | Path) -> int | None:
     return None
 
 
+LOCK_MARK = "minidecoder lock, process "  # what a lock file holds before its owner's id: ours to clean
+
+
 def _holder_pid(handle) -> int:
     """The process id a held lock file holds (written by `_acquire`), or -1 when it is not readable yet."""
     handle.seek(0)
-    text = handle.read().decode("ascii", "replace").strip()
+    text = handle.read().decode("ascii", "replace").strip().removeprefix(LOCK_MARK.strip()).strip()
     return int(text) if text.isdigit() else -1
+
+
+def remove_stale_locks(folder: str | Path) -> None:
+    """Remove the lock files in `folder` that a killed run left (SIGKILL: no `finally` ran): those that hold
+    `LOCK_MARK` (never another program's) and that nobody holds. Removed while locked here, as
+    `output_lock` removes its own, so a run that opened one meanwhile locks the file at that path anew."""
+    import fcntl
+
+    for path in Path(folder).glob(".*.lock"):
+        if _key(path) in _HELD:
+            continue
+        try:
+            handle = path.open("rb")
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: a live run's
+            if handle.read(len(LOCK_MARK)).decode("ascii", "replace") == LOCK_MARK:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def _key(path: Path) -> Path:
@@ -176,7 +204,7 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         if same:
             handle.seek(0)
             handle.truncate()
-            handle.write(str(os.getpid()).encode("ascii"))
+            handle.write(f"{LOCK_MARK}{os.getpid()}".encode("ascii"))
             handle.flush()
             return handle
         handle.close()
@@ -216,6 +244,7 @@ def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bo
     check_not_inputs(paths, inputs)
     for folder in dict.fromkeys(p.parent for p in paths):
         check_writable_folder(folder, "the output folder")
+        remove_stale_locks(folder)  # what a killed run left there
     with contextlib.ExitStack() as stack:
         for path in sorted(paths, key=_key):
             stack.enter_context(output_lock(path, wait=wait))

@@ -17,7 +17,9 @@ import errno
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 
 from minidecoder.errors import Interrupted, MinidecoderError
 
@@ -25,6 +27,7 @@ from minidecoder.errors import Interrupted, MinidecoderError
 SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep", "explain"]
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE, what the shell reports for a tool the pipe closed on
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
+TERMINATED_STATUS = 143  # 128 + SIGTERM
 NOTHING_KEPT = "interrupted; nothing was kept ({command} writes nothing until it ends); run the same command again"
 
 
@@ -54,10 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl-C is: every `finally` runs (locks released and their
+    files removed, finished chunks kept and said), where Python's default would end the process at once."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = None
+    previous = _catch_sigterm()
     try:
         args = parser.parse_args(argv)
         status = int(args.run(args) or 0)
@@ -68,13 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
         print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return TERMINATED_STATUS if isinstance(interrupt, Terminated) else INTERRUPTED_STATUS
     except BrokenPipeError:
         return _stdout_closed()
     except OSError as error:
         if error.errno != errno.EPIPE:
             raise
         return _stdout_closed()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _catch_sigterm():
+    """Install `_terminate` for SIGTERM where Python's default stands (never over a program's own handler,
+    and only in the main thread, where signals are delivered); the handler it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
 
 
 def interrupted_line(interrupt: KeyboardInterrupt, command: str | None) -> str:

@@ -301,3 +301,49 @@ def test_11_resuming_eval_with_another_limit_names_the_flag(tiny_llama, tmp_path
     code, err = cli(capsys, *argv, "--limit", "1000", "--model", NO_MODEL)
     assert code == 2 and "--limit was None, now 1000" in err and "input." not in err and NO_MODEL not in err, err
     assert len(list((tmp_path / ".x.json.partial").rglob("chunk-*.npy"))) == 1
+
+
+# ---- 12. leftovers -----------------------------------------------------------------------------------------------
+def stalled(where: str, *argv: str) -> subprocess.Popen:
+    """The CLI run `argv` in a subprocess, stalled at `where` (see test_reliability_cli.STALL), holding its locks."""
+    process = subprocess.Popen([sys.executable, "-c", STALL, where, "/nonexistent/never", *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert process.stdout.readline().strip() == "ready", process.communicate()[1]
+    return process
+
+
+def test_12_sigterm_leaves_no_lock_file_and_sigkills_are_cleaned_by_the_next_claim(tiny_llama, tmp_path) -> None:
+    from minidecoder.output_files import claim_outputs
+
+    data = sts_data(tmp_path / "sts")
+    argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
+            "--model", str(tiny_llama), "--output"]
+    run = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "a"))
+    assert sorted(p.name for p in tmp_path.glob(".*.lock")) == [".a.json.lock", ".a.md.lock"]
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143 and "Traceback" not in err, err
+    assert not list(tmp_path.glob(".*.lock")) and not (tmp_path / ".a.json.partial").exists()
+
+    (tmp_path / ".notes.lock").write_text("12345")  # another program's lock file: never ours to remove
+    killed = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "b"))
+    live = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "c"))
+    try:
+        killed.kill()
+        killed.communicate(timeout=60)
+        assert (tmp_path / ".b.json.lock").exists()  # SIGKILL: no `finally` ran
+        with claim_outputs([tmp_path / "d.json"]):  # the next claim in that folder
+            pass
+        assert sorted(p.name for p in tmp_path.glob(".*.lock")) == [".c.json.lock", ".c.md.lock", ".notes.lock"]
+    finally:
+        live.kill()
+        live.communicate(timeout=60)
+
+
+def test_12_a_ctrl_c_that_kept_nothing_leaves_no_texts_behind(tiny_llama, tmp_path) -> None:
+    data = sts_data(tmp_path / "sts")
+    err = ctrl_c("minidecoder.running.embedding:embed:0", "eval", "sts", "--method", "mean", "--tasks",
+                 "STSBenchmark", "--data", str(data), "--no-progress", "--output", str(tmp_path / "a"), "--model",
+                 str(tiny_llama))
+    assert "nothing was kept" in err
+    assert not (tmp_path / ".a.json.partial").exists() and not list(tmp_path.glob(".*.lock"))
