@@ -37,6 +37,11 @@ _REASONS = {errno.EACCES: "permission denied", errno.EROFS: "read-only file syst
             errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
 
 
+def _reason(error: OSError) -> str:
+    """Why a write failed, in words ("permission denied", "no space left on the device", ...)."""
+    return _REASONS.get(error.errno, error.strerror or str(error))
+
+
 def check_writable_folder(folder: str | Path, what: str = "the output folder") -> None:
     """Create `folder` if needed and prove a file can be written there, or raise OutputError saying why."""
     folder = Path(folder) if str(folder) else Path(".")
@@ -49,7 +54,7 @@ def check_writable_folder(folder: str | Path, what: str = "the output folder") -
             handle.write(b"x")
         probe.unlink()
     except OSError as error:
-        raise OutputError(f"{what} {folder} is not writable ({_REASONS.get(error.errno, error.strerror or error)})",
+        raise OutputError(f"{what} {folder} is not writable ({_reason(error)})",
                           "choose a folder you can write to, or fix its permissions or free space; "
                           "nothing was loaded or computed yet") from None
 
@@ -181,8 +186,7 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         try:
             handle = path.open("a+b")
         except OSError as error:
-            raise OutputError(f"cannot create the lock file {path} "
-                              f"({_REASONS.get(error.errno, error.strerror or error)})",
+            raise OutputError(f"cannot create the lock file {path} ({_reason(error)})",
                               "choose an output in a folder you can write to") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -4,10 +4,7 @@ the wrong settings. docs/reliability.md rows 27 onwards list these tests by the 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,23 +14,9 @@ import torch
 import minidecoder
 from minidecoder.errors import InputError, MinidecoderError
 from cli_runner import cli
-from test_reliability_cli import NO_MODEL, STALL, sts_data
+from test_reliability_cli import NO_MODEL, ctrl_c, stalled, sts_data
 
-# The code under test, wherever it is imported from (so the same file can be run against another checkout).
-CODE = Path(minidecoder.__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(CODE), "OMP_NUM_THREADS": "1"}
-
-
-def ctrl_c(where: str, *argv: str) -> str:
-    """Ctrl-C to the CLI run `argv` once `where` (module:function:calls let through) stalls: its stderr."""
-    process = subprocess.Popen([sys.executable, "-c", STALL, where, "/nonexistent/never", *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    line = process.stdout.readline()
-    assert line.strip() == "ready", process.communicate()[1]
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and "Traceback" not in err, err
-    return err
+NEVER = Path("/nonexistent/never")  # the stalled runs below stall for good (until signalled)
 
 
 # ---- 1. an interrupted eval and a sweep on one --output -------------------------------------------------------
@@ -47,7 +30,7 @@ def test_1_an_eval_and_a_sweep_on_one_output_never_remove_each_others_kept_work(
              "--output", str(out)]  # 60 dev sentences: two batches of 32
     model = ["--model", str(tiny_llama)]
 
-    ctrl_c("minidecoder.running.embedding:embed:1", *evaluate, *model)  # one chunk of the eval kept
+    ctrl_c("minidecoder.running.embedding:embed:1", NEVER, *evaluate, *model)  # one chunk of the eval kept
     kept = sorted(work.rglob("chunk-*.npy"))
     assert len(kept) == 1
     code, err = cli(capsys, *sweep, "--model", NO_MODEL)
@@ -59,7 +42,7 @@ def test_1_an_eval_and_a_sweep_on_one_output_never_remove_each_others_kept_work(
 
     (tmp_path / "x.json").unlink()
     (tmp_path / "x.md").unlink()
-    ctrl_c("minidecoder.evaluation.sweep:sweep_points:1", *sweep, *model)  # one batch of the sweep kept
+    ctrl_c("minidecoder.evaluation.sweep:sweep_points:1", NEVER, *sweep, *model)  # one batch of the sweep kept
     kept = sorted(work.rglob("chunk-*.npy"))
     assert len(kept) == 1
     code, err = cli(capsys, *evaluate, "--model", NO_MODEL)
@@ -297,28 +280,20 @@ def test_11_resuming_eval_with_another_limit_names_the_flag(tiny_llama, tmp_path
     data = sts_data(tmp_path / "sts", pairs=1100)
     argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
             "--batch-size", "64", "--output", str(tmp_path / "x")]
-    ctrl_c("minidecoder.running.embedding:embed:1", *argv, "--model", str(tiny_llama))
+    ctrl_c("minidecoder.running.embedding:embed:1", NEVER, *argv, "--model", str(tiny_llama))
     code, err = cli(capsys, *argv, "--limit", "1000", "--model", NO_MODEL)
     assert code == 2 and "--limit was None, now 1000" in err and "input." not in err and NO_MODEL not in err, err
     assert len(list((tmp_path / ".x.json.partial").rglob("chunk-*.npy"))) == 1
 
 
 # ---- 12. leftovers -----------------------------------------------------------------------------------------------
-def stalled(where: str, *argv: str) -> subprocess.Popen:
-    """The CLI run `argv` in a subprocess, stalled at `where` (see test_reliability_cli.STALL), holding its locks."""
-    process = subprocess.Popen([sys.executable, "-c", STALL, where, "/nonexistent/never", *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    assert process.stdout.readline().strip() == "ready", process.communicate()[1]
-    return process
-
-
 def test_12_sigterm_leaves_no_lock_file_and_sigkills_are_cleaned_by_the_next_claim(tiny_llama, tmp_path) -> None:
     from minidecoder.output_files import claim_outputs
 
     data = sts_data(tmp_path / "sts")
     argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
             "--model", str(tiny_llama), "--output"]
-    run = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "a"))
+    run = stalled("minidecoder.running.jobs:embed_resumably:0", NEVER, *argv, str(tmp_path / "a"))
     assert sorted(p.name for p in tmp_path.glob(".*.lock")) == [".a.json.lock", ".a.md.lock"]
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
@@ -326,8 +301,8 @@ def test_12_sigterm_leaves_no_lock_file_and_sigkills_are_cleaned_by_the_next_cla
     assert not list(tmp_path.glob(".*.lock")) and not (tmp_path / ".a.json.partial").exists()
 
     (tmp_path / ".notes.lock").write_text("12345")  # another program's lock file: never ours to remove
-    killed = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "b"))
-    live = stalled("minidecoder.running.jobs:embed_resumably:0", *argv, str(tmp_path / "c"))
+    killed = stalled("minidecoder.running.jobs:embed_resumably:0", NEVER, *argv, str(tmp_path / "b"))
+    live = stalled("minidecoder.running.jobs:embed_resumably:0", NEVER, *argv, str(tmp_path / "c"))
     try:
         killed.kill()
         killed.communicate(timeout=60)
@@ -342,7 +317,7 @@ def test_12_sigterm_leaves_no_lock_file_and_sigkills_are_cleaned_by_the_next_cla
 
 def test_12_a_ctrl_c_that_kept_nothing_leaves_no_texts_behind(tiny_llama, tmp_path) -> None:
     data = sts_data(tmp_path / "sts")
-    err = ctrl_c("minidecoder.running.embedding:embed:0", "eval", "sts", "--method", "mean", "--tasks",
+    err = ctrl_c("minidecoder.running.embedding:embed:0", NEVER, "eval", "sts", "--method", "mean", "--tasks",
                  "STSBenchmark", "--data", str(data), "--no-progress", "--output", str(tmp_path / "a"), "--model",
                  str(tiny_llama))
     assert "nothing was kept" in err
