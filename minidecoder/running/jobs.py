@@ -409,8 +409,8 @@ def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | 
 def owned_work_folder(work: str | Path, command: str, command_line: str | None = None,
                       settings: dict[str, Any] | None = None) -> Iterator[Path]:
     """The kept-work folder `work`, owned by `command` with `settings` ({flag: value}) for the block (see
-    `check_work_owner`): created with its owner recorded, and removed when the block fails or is
-    interrupted before any chunk was finished, so that "nothing was kept" leaves nothing behind."""
+    `check_work_owner`): created with its owner recorded, and removed when the block ends (done, failed or
+    interrupted) with no finished chunk in it, so that "nothing was kept" leaves nothing behind."""
     work = Path(work)
     settings = _jsonable(settings or {})
     check_work_owner(work, command, settings)
@@ -425,10 +425,9 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
                           "free space or fix permissions there, then run the same command again") from None
     try:
         yield work
-    except BaseException:
+    finally:  # however the block ends, a folder with no finished chunk is nothing to keep
         if not holds_kept_work(work):
             shutil.rmtree(work, ignore_errors=True)
-        raise
 
 
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
