@@ -53,19 +53,6 @@ def claim_cli_outputs(args: argparse.Namespace, paths: list[Path], inputs: list[
         yield claim
 
 
-def run_metadata(args: argparse.Namespace, model, method, command: list[str], **extra: Any) -> dict[str, Any]:
-    """The stamp a report carries: the model as named and as loaded, dtype, device, method, batch size,
-    `extra` (the command's own entries) and the re-runnable command line `minidecoder COMMAND...`."""
-    import shlex
-
-    return {"model": args.model if args.model is not None else "default",
-            "model_source": str(getattr(model, "source", args.model)),
-            "dtype": args.dtype, "device": args.device, "method": method.describe(),
-            "batch_size": args.batch_size, **extra,
-            "tokenizer_sha256": model.tokenizer.checksum,
-            "command": shlex.join(["minidecoder", *command])}
-
-
 def check_sizes(args: argparse.Namespace, limit_example: int = 50) -> None:
     """--batch-size, --limit and --truncate, where the command has them, are positive; checked before anything
     loads."""

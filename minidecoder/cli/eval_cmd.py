@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model, run_metadata)
+                                    claim_cli_outputs, load_model)
 from minidecoder.errors import InputError, Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
@@ -92,7 +92,18 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     from minidecoder.running.jobs import owned_work_folder
 
     model = load_model(args)
-    metadata = run_metadata(args, model, method, ["eval", "sts", *_argv(args)], tasks=tasks)
+    metadata = {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "device": args.device,
+        "method": method.describe(),
+        "batch_size": args.batch_size,
+        "tasks": tasks,
+        "tokenizer_sha256": model.tokenizer.checksum,
+        "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
+    }
+
     work = work_folder(prefix)
     kept: dict = {}
 

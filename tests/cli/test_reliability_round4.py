@@ -1,5 +1,5 @@
 """Hardening, round four (issue 35): no job destroys another's kept work, nothing saved or cached under
-the wrong settings. docs/reliability.md rows 27 onwards list these tests by the issue's class numbers
+the wrong settings. docs/reliability.md rows 29-39 list these tests by the issue's class numbers
 (the number in each test's name); each fails on the code before round four."""
 from __future__ import annotations
 
