@@ -193,10 +193,12 @@ def test_8_an_axis_the_method_lacks_is_refused_before_the_model_loads(tmp_path, 
     assert code == 2 and said in err and "its options are" in err and NO_MODEL not in err, err
 
 
-def test_8_a_point_the_method_refuses_gets_the_methods_own_way_out(tiny_llama, tmp_path, capsys) -> None:
-    code, err = cli(capsys, "sweep", "--method", "cp", "--cp-steer", "99", "--data", str(sts_data(tmp_path / "sts")),
+@pytest.mark.parametrize("axis, said", [(["--cp-steer", "99"], "steer_layer 99"),
+                                        (["--cp-alpha", "abc"], "alpha=0.5")])
+def test_8_a_point_the_method_refuses_gets_the_methods_own_way_out(tiny_llama, tmp_path, capsys, axis, said) -> None:
+    code, err = cli(capsys, "sweep", "--method", "cp", *axis, "--data", str(sts_data(tmp_path / "sts")),
                     "--output", str(tmp_path / "s"), "--model", str(tiny_llama))
-    assert code == 2 and "steer_layer 99" in err and "layer rules" not in err, err
+    assert code == 2 and said in err and "layer rules" not in err, err
 
 
 def test_8_a_negative_value_after_a_space_names_the_equals_form(capsys) -> None:
