@@ -25,6 +25,10 @@ that appeared during the run); then the folder is removed. The output and its si
 
 `KeptChunks` is that folder (manifest check, chunk files, Ctrl-C line): the job keeps its chunks in one,
 and a caller that computes its own chunks can too (`minidecoder sweep` keeps one per batch).
+`owned_work_folder` is the owner check of a command's kept-work folder (`eval sts` and `sweep` both use
+`.PREFIX.json.partial/`): its `owner.json` names the command, its command line and the flags that choose
+its inputs, so one command never takes over or removes another's kept work, and a folder left with no
+finished chunk is removed however the run ends.
 
 Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
 entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
