@@ -21,10 +21,13 @@ __all__ = ["load", "embed", "explain", "generate", "SentenceEncoder", "Decoder",
            "__version__"]
 
 
-def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol", batch_size: int = 32,
+def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol", batch_size: int | None = None,
           progress: bool = False, truncate: int | None = None, report: dict | None = None,
           **options) -> torch.Tensor:
     """Sentence embeddings (N, hidden) float32 for `texts` with a method name or method object.
+
+    batch_size: sentences per batch; None (the default, as `encode` and the CLI) fills each batch up to the
+    device's token budget (minidecoder.running.embedding).
 
     An input longer than the model's context is an error; `truncate=N` keeps the first N tokens of each
     text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass).

@@ -12,9 +12,11 @@ goes to a temporary name first and is then published under its own name (`publis
 `overwrite` that is a hard link, which fails if the name was taken meanwhile, even by a program that
 takes no lock, so a file is never replaced unless the user asked.
 
-The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding the owner's process
-id: the kernel drops it when the process ends, however it ends (kill -9 included), so a crashed run
-never leaves a stale lock behind. Within one process the lock is re-entrant: the CLI takes it before
+The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding `LOCK_MARK` and the
+owner's process id: the kernel drops it when the process ends, however it ends (kill -9 included), so a
+crashed run never leaves a stale lock behind. The file itself is removed when the block ends (the CLI
+turns SIGTERM into an exception, so that happens then too); the files a SIGKILL left are removed by the
+next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one process the lock is re-entrant: the CLI takes it before
 the model loads, and the library function it calls (`run_embedding_job`, `write_report`) takes the
 same lock again without waiting on itself.
 """
@@ -35,6 +37,11 @@ _REASONS = {errno.EACCES: "permission denied", errno.EROFS: "read-only file syst
             errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
 
 
+def _reason(error: OSError) -> str:
+    """Why a write failed, in words ("permission denied", "no space left on the device", ...)."""
+    return _REASONS.get(error.errno, error.strerror or str(error))
+
+
 def check_writable_folder(folder: str | Path, what: str = "the output folder") -> None:
     """Create `folder` if needed and prove a file can be written there, or raise OutputError saying why."""
     folder = Path(folder) if str(folder) else Path(".")
@@ -47,7 +54,7 @@ def check_writable_folder(folder: str | Path, what: str = "the output folder") -
             handle.write(b"x")
         probe.unlink()
     except OSError as error:
-        raise OutputError(f"{what} {folder} is not writable ({_REASONS.get(error.errno, error.strerror or error)})",
+        raise OutputError(f"{what} {folder} is not writable ({_reason(error)})",
                           "choose a folder you can write to, or fix its permissions or free space; "
                           "nothing was loaded or computed yet") from None
 
@@ -60,6 +67,24 @@ def check_free(path: str | Path, overwrite: bool, what: str = "output") -> None:
     if (path.exists() or path.is_symlink()) and not overwrite:
         raise OutputError(f"{what} {path} already exists; it is never overwritten silently",
                           "pass --overwrite (overwrite=True) to replace it, or choose another name")
+
+
+def check_not_inputs(paths: Iterable[str | Path], inputs: Iterable[str | Path]) -> None:
+    """No output (a sidecar included) is one of the run's inputs, however it is named (a link, `./x`, a
+    hard link): writing it would replace what the run reads, `--overwrite` or not."""
+    inputs = [Path(source) for source in inputs]
+    for path in map(Path, paths):
+        for source in inputs:
+            if _same_file(path, source):
+                raise OutputError(f"the output {path} is the input {source}; a run never writes over what it reads",
+                                  "choose an output name (and so its sidecar NAME.json) other than the input's")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where they point
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 # ---- locks ---------------------------------------------------------------------------------------------
@@ -91,11 +116,37 @@ def lock_holder(output: str | Path) -> int | None:
     return None
 
 
+LOCK_MARK = "minidecoder lock, process "  # what a lock file holds before its owner's id: ours to clean
+
+
 def _holder_pid(handle) -> int:
     """The process id a held lock file holds (written by `_acquire`), or -1 when it is not readable yet."""
     handle.seek(0)
-    text = handle.read().decode("ascii", "replace").strip()
+    text = handle.read().decode("ascii", "replace").strip().removeprefix(LOCK_MARK.strip()).strip()
     return int(text) if text.isdigit() else -1
+
+
+def remove_stale_locks(folder: str | Path) -> None:
+    """Remove the lock files in `folder` that a killed run left (SIGKILL: no `finally` ran): those that hold
+    `LOCK_MARK` (never another program's) and that nobody holds. Removed while locked here, as
+    `output_lock` removes its own, so a run that opened one meanwhile locks the file at that path anew."""
+    import fcntl
+
+    for path in Path(folder).glob(".*.lock"):
+        if _key(path) in _HELD:
+            continue
+        try:
+            handle = path.open("rb")
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: a live run's
+            if handle.read(len(LOCK_MARK)).decode("ascii", "replace") == LOCK_MARK:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def _key(path: Path) -> Path:
@@ -135,8 +186,7 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         try:
             handle = path.open("a+b")
         except OSError as error:
-            raise OutputError(f"cannot create the lock file {path} "
-                              f"({_REASONS.get(error.errno, error.strerror or error)})",
+            raise OutputError(f"cannot create the lock file {path} ({_reason(error)})",
                               "choose an output in a folder you can write to") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -158,7 +208,7 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         if same:
             handle.seek(0)
             handle.truncate()
-            handle.write(str(os.getpid()).encode("ascii"))
+            handle.write(f"{LOCK_MARK}{os.getpid()}".encode("ascii"))
             handle.flush()
             return handle
         handle.close()
@@ -190,11 +240,15 @@ class OutputClaim:
 
 
 @contextlib.contextmanager
-def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bool = False) -> Iterator[OutputClaim]:
-    """Lock every path and check it (see the module docstring); hold the locks for the block."""
+def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bool = False,
+                  inputs: Iterable[str | Path] = ()) -> Iterator[OutputClaim]:
+    """Lock every path and check it (see the module docstring); hold the locks for the block. `inputs`:
+    the files the run reads, none of which may be an output (`check_not_inputs`)."""
     paths = list(dict.fromkeys(Path(p) for p in paths))
+    check_not_inputs(paths, inputs)
     for folder in dict.fromkeys(p.parent for p in paths):
         check_writable_folder(folder, "the output folder")
+        remove_stale_locks(folder)  # what a killed run left there
     with contextlib.ExitStack() as stack:
         for path in sorted(paths, key=_key):
             stack.enter_context(output_lock(path, wait=wait))

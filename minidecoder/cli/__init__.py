@@ -16,7 +16,10 @@ import argparse
 import errno
 import importlib
 import os
+import re
+import signal
 import sys
+import threading
 
 from minidecoder.errors import Interrupted, MinidecoderError
 
@@ -24,11 +27,29 @@ from minidecoder.errors import Interrupted, MinidecoderError
 SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep", "explain"]
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE, what the shell reports for a tool the pipe closed on
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
+TERMINATED_STATUS = 143  # 128 + SIGTERM
 NOTHING_KEPT = "interrupted; nothing was kept ({command} writes nothing until it ends); run the same command again"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "expected one argument" says the way out when the value given starts with
+    '-' (argparse takes `--layers -1,30` for two options; `--layers=-1,30` works)."""
+
+    argv: list[str] = []  # the command line being parsed (set by `main`; subparsers are other instances)
+
+    def error(self, message: str):
+        match = re.match(r"argument (?:\S+/)?(--[\w-]+): expected one argument$", message)
+        if match:
+            flag = match.group(1)
+            following = [value for option, value in zip(self.argv, self.argv[1:]) if option == flag]
+            if following and following[0].startswith("-"):
+                message += (f" ({following[0]!r} starts with '-', so it was read as an option: write "
+                            f"{flag}={following[0]})")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minidecoder", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="minidecoder", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"minidecoder.cli.{name}_cmd")
@@ -36,9 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl-C is: every `finally` runs (locks released and their
+    files removed, finished chunks kept and said), where Python's default would end the process at once."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = None
+    previous = _catch_sigterm()
     try:
         args = parser.parse_args(argv)
         status = int(args.run(args) or 0)
@@ -49,13 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
         print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return TERMINATED_STATUS if isinstance(interrupt, Terminated) else INTERRUPTED_STATUS
     except BrokenPipeError:
         return _stdout_closed()
     except OSError as error:
         if error.errno != errno.EPIPE:
             raise
         return _stdout_closed()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _catch_sigterm():
+    """Install `_terminate` for SIGTERM where Python's default stands (never over a program's own handler,
+    and only in the main thread, where signals are delivered); the handler it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
 
 
 def interrupted_line(interrupt: KeyboardInterrupt, command: str | None) -> str:

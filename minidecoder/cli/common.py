@@ -47,12 +47,13 @@ def add_output_options(parser: argparse.ArgumentParser, replaces: str) -> None:
 
 
 @contextlib.contextmanager
-def claim_cli_outputs(args: argparse.Namespace, paths: list[Path]) -> Iterator[Any]:
+def claim_cli_outputs(args: argparse.Namespace, paths: list[Path], inputs: list[Path] = ()) -> Iterator[Any]:
     """`output_files.claim_outputs` with the command's --overwrite / --wait: take it before the model loads
-    and hold it until the final write."""
+    and hold it until the final write. `inputs`: the files the command reads, never one of `paths`."""
     from minidecoder.output_files import claim_outputs
 
-    with claim_outputs(paths, overwrite=getattr(args, "overwrite", False), wait=getattr(args, "wait", False)) as claim:
+    with claim_outputs(paths, overwrite=getattr(args, "overwrite", False), wait=getattr(args, "wait", False),
+                       inputs=inputs) as claim:
         yield claim
 
 

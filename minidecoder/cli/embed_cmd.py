@@ -85,13 +85,16 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.cli.common import build_cli_method, check_sizes, claim_cli_outputs
 
     # everything that can fail cheaply fails before the model loads
+    from minidecoder.output_files import check_not_inputs
+    from minidecoder.running.jobs import job_outputs, scan_input
+
     check_sizes(args)
     output = Path(args.output)
+    check_not_inputs(job_outputs(output), [Path(args.input)])  # before "exists, pass --overwrite"
     check_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)
-    from minidecoder.running.jobs import job_outputs, scan_input
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads
-    with claim_cli_outputs(args, job_outputs(output)):  # another run on them is named before a model loads
+    with claim_cli_outputs(args, job_outputs(output), [Path(args.input)]):  # another run on them: named now
         return _embed(args, method, output)
 
 

@@ -26,6 +26,7 @@ from minidecoder.cli.common import (add_model_options, add_output_options, build
 from minidecoder.errors import Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
+OWNER = "minidecoder eval sts"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
                "(with the same --output, it resumes from chunks an earlier run kept)")
 
@@ -65,14 +66,16 @@ def default_prefix(model: str | None, method: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args)
     tasks = parse_tasks(args.tasks)
     # everything that can fail cheaply fails before the model loads and the long run starts
     prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
+    check_work_owner(work_folder(prefix), OWNER, kept_settings(args))  # never taken over, named by flag
     resolve_data_dir(args.data)
     loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
@@ -84,6 +87,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     from minidecoder.cli.eval_family import model_stamp
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
+    from minidecoder.running.jobs import owned_work_folder
 
     model = load_model(args)
     metadata = {
@@ -100,7 +104,9 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
-    results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
+    with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
+                           kept_settings(args)):
+        results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
     summary = kept.get("summary")
     if summary is not None and summary["chunks_reused"]:
         # the time measured is this sitting's only: a rate over all sentences would be wrong
@@ -111,6 +117,13 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
+
+
+def kept_settings(args: argparse.Namespace) -> dict:
+    """The flags that choose the sentences a kept job embeds, so that a resume with others is refused by
+    flag (`--limit was 300, now 30`), not by the job's fields (`input.rows`); the job's manifest checks
+    the rest (model, method, dtype, batch size) under their own names."""
+    return {"--tasks": args.tasks, "--limit": args.limit}
 
 
 def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.Namespace, prefix: Path):

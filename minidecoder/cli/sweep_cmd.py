@@ -32,6 +32,7 @@ from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
+OWNER = "minidecoder sweep"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any batch of the sweep was computed; nothing new was kept; run the same command "
                "again (with the same --output, it resumes from batches an earlier run kept)")
 
@@ -59,36 +60,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def check_grid_options(method_name: str, pairs: list[str]) -> None:
-    """Every --grid KEY is an option of the method (else the sweep would answer with unrelated rules), and
-    its integer values fit in 64 bits."""
+AXIS_FLAGS = (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha"))  # (flag, option)
+
+
+def check_axes(args: argparse.Namespace) -> None:
+    """Every swept option (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY) is an option of the method
+    (else the sweep would answer with unrelated rules, after the model loaded), and its integer values fit
+    in 64 bits."""
     import dataclasses
 
     import minidecoder.methods
     from minidecoder.evaluation.sweep import parse_values
 
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if sep:
-            for value in parse_values(raw):
-                check_integers("--grid", key.strip(), value)
-
-    cls = minidecoder.methods.METHODS.get(method_name)
+    texts = axis_texts(args)
+    for key, raw in texts.items():
+        for value in parse_values(raw):
+            check_integers(_flag(args, key), key, value)
+    cls = minidecoder.methods.METHODS.get(args.method)
     if cls is None or not dataclasses.is_dataclass(cls):
         return
     known = [field.name for field in dataclasses.fields(cls)]
-    for pair in pairs:
-        key = pair.partition("=")[0].strip()
-        if key and key not in known:
-            raise InputError(f"--grid {pair!r}: method {method_name} has no option {key!r}",
+    for key, raw in texts.items():
+        if key not in known:
+            flag = _flag(args, key)
+            given = f"--grid '{key}={raw}'" if flag == "--grid" else f"{flag} {raw}"
+            swept = "" if flag == "--grid" else f" sweeps the option {key!r}, and"
+            raise InputError(f"{given}{swept}: method {args.method} has no option {key!r}",
                              f"its options are {', '.join(known)} (`minidecoder embed --help` describes them)")
+
+
+def _flag(args: argparse.Namespace, key: str) -> str:
+    """The flag that sweeps option `key`: --layers, --tp-end, --cp-steer, --cp-alpha or --grid."""
+    for flag, name in AXIS_FLAGS:
+        if name == key and getattr(args, flag) is not None:
+            return "--" + flag.replace("_", "-")
+    return "--grid"
 
 
 def axis_texts(args: argparse.Namespace) -> dict[str, str]:
     """Each swept option and its values as given (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY=V1,V2),
     checked: every --grid is KEY=..., no option is swept twice, something is swept."""
     texts: dict[str, str] = {}
-    for flag, name in (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"), ("cp_alpha", "alpha")):
+    for flag, name in AXIS_FLAGS:
         if getattr(args, flag) is not None:
             texts[name] = getattr(args, flag)
     for pair in args.grid:
@@ -134,14 +147,16 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.evaluation.report import check_report_prefix, report_paths
+    from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)
     method = build_cli_method(args.method, args.opt)
-    check_grid_options(args.method, args.grid)
+    check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
+    check_work_owner(work_folder(prefix), OWNER, {"--limit": args.limit})  # never taken over; named by flag
     resolve_data_dir(args.data)
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
@@ -156,7 +171,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
-    from minidecoder.running.jobs import JobInterrupted
+    from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
     fixed = set(parse_options(args.opt))
     model = load_model(args)
@@ -166,15 +181,6 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
         raise InputError(f"option(s) {clash} are both fixed (--opt) and swept", "drop one of the two")
     work = work_folder(prefix)
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
-    try:
-        result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress, dev=dev,
-                           work=work)
-    except JobInterrupted as stop:
-        if stop.saved == 0:
-            raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "
-                              f"{again}") from None
-        raise Interrupted(f"interrupted; {stop.saved} of {stop.chunks} batches of the sweep are kept in {work}; "
-                          f"{again} to resume from them") from None
     metadata = {
         "model": args.model if args.model is not None else "default",
         "model_source": str(getattr(model, "source", args.model)),
@@ -187,6 +193,17 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
         "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
     }
+    try:
+        with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
+                               {"--limit": args.limit}):
+            result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress,
+                               dev=dev, work=work)
+    except JobInterrupted as stop:
+        if stop.saved == 0:
+            raise Interrupted(f"interrupted before the first batch of the sweep was finished; nothing was kept; "
+                              f"{again}") from None
+        raise Interrupted(f"interrupted; {stop.saved} of {stop.chunks} batches of the sweep are kept in {work}; "
+                          f"{again} to resume from them") from None
     cost = result.cost
     kept = f"all {cost['batches']} batches of the sweep are kept in {work}"
     try:  # the batches stay until every output is written: a failed or interrupted write loses no work

@@ -25,8 +25,15 @@ def find_chat_template(folder: Path, tokenizer_config: dict) -> str | None:
     """The folder's default chat template, or None when it ships none."""
     template = tokenizer_config.get("chat_template")
     if isinstance(template, list):  # transformers' named templates: [{"name": ..., "template": ...}]
-        named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
-        template = named.get("default")
+        if not all(isinstance(entry, dict) and isinstance(entry.get("template"), str) for entry in template):
+            raise TokenizerError(f"{folder / 'tokenizer_config.json'}: chat_template is a list whose entries are not "
+                                 f"all {{\"name\": ..., \"template\": TEXT}}: {template!r:.120}",
+                                 "fix or remove the key (transformers reads the same file)")
+        template = {entry.get("name"): entry["template"] for entry in template}.get("default")
+    elif template is not None and not isinstance(template, str):  # refused now, not as "no chat template" later
+        raise TokenizerError(f"{folder / 'tokenizer_config.json'}: chat_template is {template!r:.80}, neither a "
+                             "template text nor a list of named templates",
+                             "fix or remove the key (transformers reads the same file)")
     if isinstance(template, str):
         return template
     jinja_file = folder / "chat_template.jinja"
@@ -41,6 +48,10 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
     if not isinstance(messages, (list, tuple)) or not all(isinstance(m, dict) for m in messages):
         raise InputError(f"messages must be a list of dicts, got {messages!r:.80}",
                          "pass e.g. [{'role': 'user', 'content': 'Hello'}]")
+    for number, message in enumerate(messages):
+        if not isinstance(message.get("role"), str):
+            raise InputError(f"message {number} has the role {message.get('role')!r}, not a text",
+                             "give every message a role such as 'system', 'user' or 'assistant'")
     try:
         return _compile(template).render(messages=[dict(m) for m in messages], tools=kwargs.pop("tools", None),
                                          documents=kwargs.pop("documents", None),
@@ -50,6 +61,10 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
     except jinja2.TemplateError as error:  # raise_exception() in the template, or a syntax error
         raise InputError(f"the chat template refused these messages: {error}",
                          "check the roles and their order (many templates want user/assistant alternating)") from None
+    except (TypeError, ValueError) as error:  # e.g. a content of 5 added to a text inside the template
+        raise InputError(f"the chat template could not render these messages: {error}",
+                         "give every message's content as a text (or the list of parts the template expects)") \
+            from None
 
 
 @functools.lru_cache(maxsize=8)

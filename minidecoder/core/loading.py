@@ -12,6 +12,7 @@ found under their prefix (its vision tower is skipped).
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -38,8 +39,18 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def weight_files(folder: Path) -> list[Path]:
-    """`model.safetensors`, or the shards a `model.safetensors.index.json` names (all must exist)."""
+    """`model.safetensors`, else the shards a `model.safetensors.index.json` names (all must exist).
+
+    transformers' order (`modeling_utils._get_resolved_checkpoint_files`, 5.x: the single file is looked
+    for first): a folder holding both loads the single file, as transformers does, with a warning naming
+    both, since one of them is a stale copy."""
     index = folder / "model.safetensors.index.json"
+    single = folder / "model.safetensors"
+    if file_is_there(single, CheckpointError):
+        if index.is_file():
+            warnings.warn(f"{folder} holds both {single.name} and {index.name}; {single.name} is loaded, as "
+                          f"transformers does; remove the stale one (or the shards) to silence this", stacklevel=3)
+        return [single]
     if file_is_there(index, CheckpointError):
         shards = _index_shards(index)
         # a dangling link (or a folder) where a shard belongs is named as such, not as missing
@@ -48,9 +59,6 @@ def weight_files(folder: Path) -> list[Path]:
             raise CheckpointError(f"shard(s) named in {index.name} are missing from {folder}: {missing}",
                                   "finish the download (every shard the index lists must be present)")
         return [folder / name for name in shards]
-    single = folder / "model.safetensors"
-    if file_is_there(single, CheckpointError):
-        return [single]
     others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
     hint = (f"this folder has pickle weights ({others[:3]}), which minidecoder never loads: convert them "
             "to safetensors first" if others else "download the weights, or convert a GGUF with `minidecoder convert`")

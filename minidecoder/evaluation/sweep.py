@@ -60,21 +60,42 @@ Point = dict[str, Any]  # option name -> value of one grid point
 
 # ---- the grid ------------------------------------------------------------------------------------
 def parse_values(text: str) -> list[Any]:
-    """'2,3,4' -> [2, 3, 4]; '0.5,1' -> [0.5, 1]; values are read as JSON when they parse."""
+    """'2,3,4' -> [2, 3, 4]; '0.5,1' -> [0.5, 1]; '[0,1],[2,3]' -> [[0, 1], [2, 3]]: split at the commas
+    outside brackets, braces and quotes, each value read as JSON when it parses. A plain text keeps its
+    spaces ('token: ' stays 'token: '), except those right after a separating comma ('a, b' is 'a', 'b');
+    a JSON string keeps any ('" x"')."""
     import json
 
     out = []
-    for raw in text.split(","):
-        raw = raw.strip()
-        if not raw:
+    for piece in _top_level_pieces(text):
+        if not piece.strip():
             continue
         try:
-            out.append(json.loads(raw))
+            out.append(json.loads(piece))
         except json.JSONDecodeError:
-            out.append(raw)
+            out.append(piece)
     if not out:
         raise InputError(f"{text!r} lists no values", "give comma-separated values, e.g. 2,3,4")
     return out
+
+
+def _top_level_pieces(text: str) -> list[str]:
+    """`text` split at its commas outside [], {} and "...", the spaces after each comma dropped."""
+    pieces, depth, quoted, start = [], 0, False, 0
+    for i, char in enumerate(text):
+        if quoted:
+            quoted = not (char == '"' and text[i - 1] != "\\")
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    pieces.append(text[start:])
+    return [pieces[0]] + [piece.lstrip() for piece in pieces[1:]]
 
 
 def layer_axis(text: str, num_layers: int) -> list[int]:
@@ -120,7 +141,9 @@ def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[t
         for group in _same_inputs(current):
             for m, forward in zip(group, run_shared(model, [current[m] for m in group])):
                 p = lists[m][k]
-                naive += p.blocks * p.batch.input_ids.shape[0]
+                # a separate run of this pass runs its rows, and its shared prompt prefix once (one row) where
+                # the prefix cache ran one here: counted on both sides, as BlockCounter counts it
+                naive += p.blocks * (p.batch.input_ids.shape[0] + (1 if forward.prefix_length else 0))
                 finished[m][id(p)] = forward
                 if p.pool is not None:
                     pooled[m].append(p.pool(forward).float())
@@ -312,7 +335,7 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
         (dev,) = load_tasks([DEV_TASK], data_dir, limit)
     if dev.name != DEV_TASK:
         raise InputError(f"a sweep tunes on {DEV_TASK} only, not {dev.name}", "never tune on a test split")
-    records, valid = [], []
+    records, valid, refusals = [], [], []
     for point in grid_points(axes):
         record = {"options": point, "score": None, "skipped": None}
         try:
@@ -320,10 +343,11 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
             valid.append(point)
         except MinidecoderError as error:
             record["skipped"] = str(error).splitlines()[0]
+            refusals.append(error)
         records.append(record)
-    if not valid:
-        raise InputError(f"no valid point in the grid {axes}: {records[0]['skipped']}",
-                         "see the methods' layer rules (e.g. TP end <= layer)")
+    if not valid:  # the first point's own refusal says what is wrong and the way out (a layer, an alpha...)
+        raise InputError(f"no valid point in the grid {axes}: {refusals[0].problem}",
+                         refusals[0].fix or "change the swept values")
     sentences = unique_sentences([dev])
     kept = None
     if work is not None:

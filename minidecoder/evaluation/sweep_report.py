@@ -78,7 +78,13 @@ def sweep_markdown(result: SweepResult, stamp: dict) -> str:
 
 def _ratio_text(cost: dict) -> str:
     ratio = cost.get("ratio")
-    return "n/a" if not ratio else f"{ratio:.3f} of the naive grid, {1 / ratio:.1f}x fewer"
+    if not ratio:
+        return "n/a"
+    if ratio < 1:
+        return f"{ratio:.3f} of the naive grid, {1 / ratio:.1f}x fewer"
+    if ratio == 1:
+        return "the same as separate runs: nothing was shared"
+    return f"{ratio:.3f} of the naive grid, {ratio:.2f}x more"  # sharing that did not pay (never called fewer)
 
 
 def write_sweep_report(prefix, result: SweepResult, metadata: dict, overwrite: bool = False):

@@ -17,8 +17,8 @@ used: each method applies its own paper's prompt (`use_instructions=False`).
 MTEB's result cache files a score under the model's name, `revision` and experiment, and reuses it for
 any encoder that reports the same three. The name is only the folder's base name (two training runs'
 `checkpoint-500` share it), so `revision` carries everything else the score depends on (`revision_of`):
-the sha256 of the weight files, config.json and tokenizer, the dtype, the device kind, and the
-minidecoder code (version and a hash of its source files).
+`SentenceEncoder.configuration()` (the files' sha256, the parameters as they are in memory, dtype, device
+kind, method, options, `truncate`, prompts) and the minidecoder code (version and a hash of its sources).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
 from minidecoder.running.encoder import SentenceEncoder
-from minidecoder.sources.checksums import model_identity, sources_sha256
+from minidecoder.sources.checksums import sources_sha256
 
 
 class MtebEncoder(AbsEncoder):
@@ -64,7 +64,7 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
     return ModelMeta(
         loader=None,  # an instance is passed to mteb.evaluate; there is nothing for MTEB to load by name
         name=f"minidecoder/{encoder.name.replace('/', '-')}",  # MTEB wants "organization/model_name"
-        revision=revision_of(model),  # MTEB's cache key besides the name: see the module docstring
+        revision=revision_of(encoder),  # MTEB's cache key besides the name: see the module docstring
         release_date=None,
         languages=None,  # whatever the checkpoint was trained on; minidecoder does not know
         n_parameters=n_parameters,
@@ -83,18 +83,17 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
     )
 
 
-def revision_of(model: Any) -> str:
-    """'<checkpoint hash>-<dtype>-<device kind>-<code version>', e.g. '3fa2c1d9e0b4-float32-cpu-0.1.0+8c1e2f3a'.
+def revision_of(encoder: SentenceEncoder) -> str:
+    """'<configuration hash>-<dtype>-<device kind>-<code version>', e.g. '3fa2c1d9e0b4-float32-cpu-0.1.0+8c1e2f3a'.
 
-    The checkpoint hash covers the weight files, config.json and the tokenizer (sources.checksums, the same
-    identity a resumable job is bound to); a model built in memory, with no folder, hashes its parameters."""
-    identity = model_identity(model)
-    identity.pop("source")  # where the files are does not change the score; what they hold does
-    if not identity["weights"]:
-        identity["weights"] = _parameters_sha256(model)
-    checkpoint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:12]
-    dtype = str(model.dtype).replace("torch.", "")
-    return f"{checkpoint}-{dtype}-{model.device.type}-{code_version()}"
+    The configuration is `SentenceEncoder.configuration()`, the one place that decides what identifies an
+    encoder: the checkpoint's files and its parameters as they are in memory (an edited model gets its
+    own score), dtype, device, method and options, `truncate` and the prompts. Where the files are does
+    not change the score; what they hold does."""
+    configuration = encoder.configuration()
+    configuration.pop("source")
+    digest = hashlib.sha256(json.dumps(_plain(configuration), sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    return f"{digest}-{configuration['dtype']}-{configuration['device']}-{code_version()}"
 
 
 def code_version() -> str:
@@ -103,14 +102,6 @@ def code_version() -> str:
     import minidecoder
 
     return f"{minidecoder.__version__}+{sources_sha256()[:8]}"
-
-
-def _parameters_sha256(model: Any) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode("utf-8"))
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _plain(value: Any) -> Any:

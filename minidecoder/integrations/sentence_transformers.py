@@ -11,9 +11,11 @@ sentence-transformers.
 The module is an `InputModule` that does all the work in one step: `preprocess` passes the texts
 through (a method builds its own prompt and tokenizes inside its loop, so there are no input ids to
 hand on), and `forward` returns them as `sentence_embedding`. sentence-transformers still does its
-own batching, length sorting, normalization and conversions around it. `save` writes the model
-source, method and options (no weights: they stay where minidecoder keeps them), so
-`SentenceTransformer(saved_folder)` rebuilds the same module.
+own batching, length sorting, normalization and conversions around it. `save` writes the encoder's
+configuration (`SentenceEncoder.configuration()`): model folder, method, options, dtype, `truncate`,
+prompts (no weights: they stay where minidecoder keeps them), so `SentenceTransformer(saved_folder)`
+rebuilds the same module; a model changed in memory since it was loaded is refused, as the folder would
+not give it back.
 """
 from __future__ import annotations
 
@@ -21,25 +23,40 @@ from typing import Any
 
 from sentence_transformers.base.modules.input_module import InputModule
 
-from minidecoder.running.encoder import SentenceEncoder
+from minidecoder.errors import InputError
+from minidecoder.running.encoder import SentenceEncoder, parameters_sha256
 
 
 class MinidecoderModule(InputModule):
     """One minidecoder method on one model; arguments as `SentenceEncoder`'s (or pass a SentenceEncoder)."""
 
-    config_keys = ["model", "method", "options"]
+    config_keys = ["model", "method", "options", "dtype", "truncate", "prompts", "default_prompt_name"]
     config_file_name = "minidecoder_config.json"
 
-    def __init__(self, model: Any = None, method: Any = "prompteol", options: dict | None = None,
-                 **method_options: Any) -> None:
+    def __init__(self, model: Any = None, method: Any = "prompteol", options: dict | None = None, *,
+                 dtype: str = "float32", truncate: int | None = None, prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None, **method_options: Any) -> None:
         super().__init__()
         options = {**(options or {}), **method_options}
-        encoder = model if isinstance(model, SentenceEncoder) else SentenceEncoder(model, method, **options)
+        if isinstance(model, SentenceEncoder):
+            encoder = model
+        else:
+            encoder = SentenceEncoder(model, method, dtype=dtype, truncate=truncate, prompts=prompts,
+                                      default_prompt_name=default_prompt_name, **options)
         self.encoder = encoder
         # A registered submodule, so that SentenceTransformer.device and .eval() see the weights.
         self.decoder = encoder.model
 
-    # what `save` writes and `load` passes back to __init__
+    def get_config_dict(self) -> dict[str, Any]:
+        """What `save` writes and `load` passes back to __init__: the encoder's configuration
+        (`SentenceEncoder.configuration()`, the one place that decides it), so that the loaded module is
+        the saved one: same files, dtype, method, options, truncate and prompts. A model whose parameters
+        were changed in memory cannot be rebuilt from its folder, and is refused."""
+        configuration = self.encoder.configuration()
+        _check_rebuildable(configuration)
+        return {"model": configuration["source"], **{key: configuration[key] for key in self.config_keys[1:]}}
+
+    # the module as sentence-transformers shows it
     @property
     def model(self) -> str:
         return str(self.encoder.model.source)
@@ -70,3 +87,19 @@ class MinidecoderModule(InputModule):
 
     def __repr__(self) -> str:
         return f"MinidecoderModule({self.encoder.name})"
+
+
+def _check_rebuildable(configuration: dict[str, Any]) -> None:
+    """The saved folder names the model's folder, not its weights: refuse a model that folder does not
+    give back (built in memory, or its parameters changed since it was loaded)."""
+    from minidecoder.running.load_model import load
+
+    source = configuration["source"]
+    if source is None:
+        raise InputError("this model was built in memory, not loaded from a folder, so a saved module could not "
+                         "load it back", "write it as a checkpoint folder and load it with minidecoder.load(folder)")
+    reference = load(source, dtype=configuration["dtype"], device="cpu", progress=False)
+    if parameters_sha256(reference) != configuration["parameters_sha256"]:
+        raise InputError(f"the model's parameters were changed in memory since they were loaded from {source}; a "
+                         "saved module names that folder, so loading it would give the original model",
+                         "write the changed weights as a checkpoint folder and load that, then save")

@@ -66,7 +66,7 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     # per character), stable, so that a batch's rows need little padding; `out[index]` below puts
     # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-    _check_context(model, lengths)
+    _check_context(model, method, texts, lengths)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
     length = forward_length(model, method)
@@ -212,8 +212,9 @@ def _as_text_list(texts) -> list[str]:
     return texts
 
 
-def _check_context(model, lengths: list[int]) -> None:
-    """Refuse, before any forward, a text that alone is longer than the model's context (row and length)."""
+def _check_context(model, method: Method, texts: list[str], lengths: list[int]) -> None:
+    """Refuse, before any forward, a text that alone is longer than the model's context (row and length,
+    and the `truncate` that fits the first such row)."""
     limit = getattr(model, "max_context", None)
     if limit is None:
         return
@@ -224,9 +225,7 @@ def _check_context(model, lengths: list[int]) -> None:
             if len(too_long) > 1 else ""
         raise ContextLengthError(
             f"text {row} is {lengths[row]} tokens, longer than the model's context of {limit} tokens{more}",
-            f"shorten it, or pass truncate=N (CLI --truncate N) to keep the first N tokens of each text, "
-            f"N a little below {limit} to leave room for the method's prompt; truncated rows are listed in the "
-            "output's metadata", length=lengths[row], limit=limit)
+            _truncate_fix(model, method, texts[row], "each text"), length=lengths[row], limit=limit)
 
 
 def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int]) -> torch.Tensor:
@@ -235,14 +234,20 @@ def _run_batch(model, method: Method, texts: list[str], index: list[int], length
         return method.embed_batch(model, [texts[i] for i in index])
     except ContextLengthError as error:
         row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
-        overhead = error.length - lengths[row]
-        fits = error.limit - overhead
         raise ContextLengthError(
-            f"text {row} is {lengths[row]} tokens; with method {method.name}'s prompt and special tokens "
-            f"({overhead} more) that is {error.length}, longer than the model's context of {error.limit} tokens",
-            (f"pass truncate={fits} (CLI --truncate {fits}) to keep the first {fits} tokens of each text, "
-             if fits >= 1 else "use a method with a shorter prompt, ") + "or shorten the text",
-            length=error.length, limit=error.limit) from None
+            f"text {row} is {lengths[row]} tokens; with {why_longer(model, method)} ({error.length - lengths[row]} "
+            f"more) that is {error.length}, longer than the model's context of {error.limit} tokens",
+            _truncate_fix(model, method, texts[row], "each text"), length=error.length, limit=error.limit) from None
+
+
+def _truncate_fix(model, method: Method, text: str, what: str, cli: str = "--truncate") -> str:
+    """'pass truncate=N ...' with the largest N that fits `text` as the method holds it, or the other ways out."""
+    fits = truncate_that_fits(model, text, method)
+    if fits < 1:
+        return f"shorten the text or use a method with a shorter prompt ({why_longer(model, method)} fill the context)"
+    return (f"pass truncate={fits} (CLI {cli} {fits}) to keep the first {fits} tokens of {what}, the most that "
+            f"fit with {why_longer(model, method)}; or shorten the text; truncated rows are listed in the output's "
+            "metadata")
 
 
 def nonfinite_hint(model) -> str:
@@ -281,26 +286,41 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
     return out
 
 
-def truncate_that_fits(tokenizer, text: str, method: Method, excess: int) -> int:
-    """The largest `truncate` N whose cut of `text` is at least `excess` tokens shorter as the method holds
-    it (a SentEval-style method joins the words and may add a period), or 0 when none is. A method that
-    holds the text twice (Echo) sheds twice as much: N is then safe, not tight."""
-    def seen(piece: str) -> int:
-        if getattr(method, "senteval_text", False):
-            from minidecoder.methods.text import prepare_texts
-            piece = prepare_texts([piece], True)[0]
-        return len(tokenizer.encode(piece, add_special_tokens=False))
-
-    target = seen(text) - excess
-    ids, offsets = tokenizer.encode_with_offsets(text)
-    low, high = 0, len(ids)  # the answer lies in [low, high]; seen() grows with N
+def truncate_that_fits(model, text: str, method: Method) -> int:
+    """The largest `truncate` N whose cut of `text` the method runs within the model's context, measured on
+    the method's own forwards (its template, special tokens, a SentEval-style period, ReBA's and Echo's
+    second copy of the text), or 0 when even one token does not fit. So the N an error names fits, and
+    is the largest that does."""
+    ids, offsets = model.tokenizer.encode_with_offsets(text)
+    low, high = 0, len(ids)  # the answer lies in [low, high]; a method's forward grows with N
     while low < high:
         middle = (low + high + 1) // 2
-        if seen(text[:offsets[middle - 1][1]]) <= target:
+        if _runs_within_context(model, method, text[:offsets[middle - 1][1]]):
             low = middle
         else:
             high = middle - 1
     return low
+
+
+def _runs_within_context(model, method: Method, text: str) -> bool:
+    limit = getattr(model, "max_context", None)
+    try:
+        longest = max(p.batch.input_ids.shape[1] for p in method.passes(model, [text]))
+    except ContextLengthError:  # refused while templating (tokenizer_config.json's model_max_length)
+        return False
+    except (MinidecoderError, NotImplementedError):  # no passes to measure: the text and 64 tokens of prompt
+        longest = len(model.tokenizer.encode(text, add_special_tokens=False)) + 64
+    return limit is None or longest <= limit
+
+
+def why_longer(model, method: Method) -> str:
+    """What makes the method's forward longer than its text: its prompt, and a repetition of the text (ReBA,
+    Echo) named as such."""
+    copies = round(forward_length(model, method).k)
+    if copies >= 2:
+        return (f"method {method.name}'s repetition of the text (it holds the text "
+                f"{'twice' if copies == 2 else f'{copies} times'}), prompt and special tokens")
+    return f"method {method.name}'s prompt and special tokens"
 
 
 def _locate_nonfinite(model, method: Method, text: str) -> str:

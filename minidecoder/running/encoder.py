@@ -98,6 +98,23 @@ class SentenceEncoder:
     def __repr__(self) -> str:
         return f"SentenceEncoder({self.name}, {self.method.describe()})"
 
+    def configuration(self) -> dict[str, Any]:
+        """Everything this encoder's vectors depend on, decided here once: MTEB's result cache keys a score
+        on it (integrations.mteb.revision_of) and the sentence-transformers save writes it
+        (integrations.sentence_transformers), so neither serves or rebuilds another configuration.
+
+        The model's files (sha256 of config.json, tokenizer and weight files; sources.checksums) and a
+        sha256 of its parameters as they are in memory (an edit after loading changes that, not the
+        files'), dtype, device kind, the method and its options, `truncate`, `prompts` and
+        `default_prompt_name` (which `encode` puts before every text)."""
+        from minidecoder.sources.checksums import model_identity
+
+        files = model_identity(self.model)
+        return {"source": files.pop("source"), "files": files, "parameters_sha256": parameters_sha256(self.model),
+                "dtype": str(self.model.dtype).replace("torch.", ""), "device": self.model.device.type,
+                "method": self.method.name, "options": self.method.option_values(), "truncate": self.truncate,
+                "prompts": dict(self.prompts), "default_prompt_name": self.default_prompt_name}
+
     def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int | None = None, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str = "float32",
@@ -122,6 +139,11 @@ class SentenceEncoder:
         # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
         batch = isinstance(inputs, (list, tuple)) or (isinstance(inputs, np.ndarray) and inputs.ndim >= 1
                                                       and inputs.dtype.kind in ("U", "O"))
+        if not batch and not isinstance(inputs, (str, bytes, dict)) and hasattr(inputs, "__iter__"):
+            # sentence-transformers would take a generator, set or range as one input: refuse, naming the way out
+            raise ArgumentTypeError(f"encode() takes a text or a list of texts, not a {type(inputs).__name__}",
+                                    f"pass a list: encode(list(texts)) (a {type(inputs).__name__} would be read as "
+                                    "one text)")
         single = not batch
         texts = [inputs] if single else [str(t) if isinstance(t, np.str_) else t for t in inputs]
         prompt = self._resolve_prompt(prompt, prompt_name)
@@ -179,6 +201,18 @@ class SentenceEncoder:
             raise InputError(f"similarity_pairwise needs equal shapes, got {tuple(a.shape)} and {tuple(b.shape)}",
                              "pass two sets with the same number of vectors")
         return torch.nn.functional.cosine_similarity(a, b, dim=1)
+
+
+def parameters_sha256(model: Any) -> str:
+    """sha256 over every parameter and buffer (name, then raw bytes), in state-dict order: the weights as
+    they are in memory, edits included (about a second per GB)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode("utf-8"))
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _inputs_argument(inputs: Any, kwargs: dict[str, Any]) -> Any:

@@ -28,7 +28,7 @@ from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods import Method, build_method
 from minidecoder.methods.loop import Forward, Pass, run_passes
 from minidecoder.methods.text import senteval_sentence
-from minidecoder.running.embedding import truncate_texts, truncate_that_fits
+from minidecoder.running.embedding import truncate_texts, truncate_that_fits, why_longer
 from minidecoder.running.explain_text import CONVENTION, format_explanation
 from minidecoder.running.texts import check_text
 
@@ -183,9 +183,10 @@ def explain(model, text: str, method: str | Method = "tp", truncate: int | None 
     try:
         return _record(model, text, method)
     except ContextLengthError as error:  # the message inside speaks of embed's truncate: say what explain takes
-        fits = truncate_that_fits(model.tokenizer, text, method, error.length - error.limit)
+        fits = truncate_that_fits(model, text, method)  # measured on the method's own forwards: it fits
         fix = (f"pass truncate={fits} (CLI: explain --truncate {fits}) to keep the first {fits} tokens of the text, "
-               "or shorten it" if fits >= 1 else "shorten the text or use a method with a shorter prompt")
+               f"the most that fit with {why_longer(model, method)}; or shorten it" if fits >= 1
+               else f"shorten the text or use a method with a shorter prompt ({why_longer(model, method)})")
         raise ContextLengthError(error.problem, fix, length=error.length, limit=error.limit) from None
 
 

