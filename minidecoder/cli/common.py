@@ -149,3 +149,16 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
                              f"give a smaller number, e.g. --opt {key}=0") from None
         check_integers("--opt", key, options[key])
     return options
+
+
+def model_stamp(args: argparse.Namespace, model, method) -> dict:
+    """The stamp's model and method part, as every eval command and the sweep write it."""
+    return {
+        "model": args.model if args.model is not None else "default",
+        "model_source": str(getattr(model, "source", args.model)),
+        "dtype": args.dtype,
+        "device": args.device,
+        "method": method.describe(),
+        "batch_size": args.batch_size,
+        "tokenizer_sha256": model.tokenizer.checksum,
+    }

@@ -22,7 +22,7 @@ import shlex
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model)
+                                    claim_cli_outputs, load_model, model_stamp)
 from minidecoder.errors import Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
@@ -84,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
-    from minidecoder.cli.eval_family import model_stamp
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
     from minidecoder.running.jobs import owned_work_folder

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model)
+                                    claim_cli_outputs, load_model, model_stamp)
 
 
 def add_family_options(parser: argparse.ArgumentParser, data_help: str, limit_help: str) -> None:
@@ -48,19 +48,6 @@ def parse_task_list(text: str | None, known: tuple[str, ...], default: tuple[str
         raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
                          "choose from " + ",".join(known))
     return names
-
-
-def model_stamp(args: argparse.Namespace, model, method) -> dict:
-    """The stamp's model and method part, as every eval command writes it."""
-    return {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
-        "batch_size": args.batch_size,
-        "tokenizer_sha256": model.tokenizer.checksum,
-    }
 
 
 def output_prefix(args: argparse.Namespace, benchmark: str) -> Path:

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
-                                    check_sizes, claim_cli_outputs, load_model, parse_options)
+                                    check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options)
 from minidecoder.cli.eval_cmd import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
@@ -182,15 +182,9 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     work = work_folder(prefix)
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
     metadata = {
-        "model": args.model if args.model is not None else "default",
-        "model_source": str(getattr(model, "source", args.model)),
-        "dtype": args.dtype,
-        "device": args.device,
-        "method": method.describe(),
+        **model_stamp(args, model, method),
         "swept": axes,
-        "batch_size": args.batch_size,
         "tasks": ["STSBenchmark-dev"],
-        "tokenizer_sha256": model.tokenizer.checksum,
         "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
     }
     try:

@@ -61,7 +61,7 @@ def fake_embed(model, texts, method, batch_size=32, progress=False) -> torch.Ten
 def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
     seen: dict = {}
 
-    def load(model, dtype="float32", device="cpu", compile=False, pack_weights=False):
+    def load(model, dtype="float32", device="cpu", compile=False, pack_weights=False, graphs=False):
         seen["load"] = (model, dtype, device)
         seen["compile"] = compile
         return FakeModel()
