@@ -121,13 +121,6 @@ def to_markdown(results: dict, stamp: dict) -> str:
     method = stamp.get("method", "?")
     method = method.get("method", method.get("name", "?")) if isinstance(method, dict) else method  # Method.describe()
     title = f"STS evaluation: {method} on {stamp.get('model', '?')}"
-    stamp_rows = ["| key | value |", "|---|---|"]
-    for key, value in stamp.items():
-        if key == "data_sha256":  # one line per file is in the JSON; the combined digest is above
-            stamp_rows.append(f"| {key} | {len(value)} files, see the JSON |")
-            continue
-        shown = json.dumps(_json_safe(value), sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
-        stamp_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
     timing = ""
     if results.get("sentences") is not None and results.get("encode_seconds") is not None:
         rate = results.get("sentences_per_second")
@@ -137,8 +130,20 @@ def to_markdown(results: dict, stamp: dict) -> str:
         f"# {title}\n\nSpearman x100 of cosine similarity vs gold. STS12-16: all subsets of the year "
         f"concatenated (\"all\"); STSBenchmark and SICKRelatedness: test split.\n\n"
         f"{summary_table(results)}{timing}\n\n## Per subset\n\n{subset_table(results)}\n\n"
-        f"## Run\n\n" + "\n".join(stamp_rows) + "\n"
+        f"## Run\n\n" + stamp_markdown(stamp) + "\n"
     )
+
+
+def stamp_markdown(stamp: dict) -> str:
+    """The stamp as a two-column Markdown table (every report's "Run" section)."""
+    stamp_rows = ["| key | value |", "|---|---|"]
+    for key, value in stamp.items():
+        if key == "data_sha256":  # one line per file is in the JSON; the combined digest is above
+            stamp_rows.append(f"| {key} | {len(value)} files, see the JSON |")
+            continue
+        shown = json.dumps(_json_safe(value), sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+        stamp_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
+    return "\n".join(stamp_rows)
 
 
 def _write_whole(path: Path, text: str, overwrite: bool = False) -> None:
@@ -158,15 +163,17 @@ def report_paths(prefix: str | Path) -> tuple[Path, Path]:
     return prefix.with_name(prefix.name + ".json"), prefix.with_name(prefix.name + ".md")
 
 
-def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: bool = False) -> tuple[Path, Path]:
+def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: bool = False,
+                 markdown=None) -> tuple[Path, Path]:
     """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here.
-    An existing file is replaced only with `overwrite`."""
+    An existing file is replaced only with `overwrite`. `markdown(results, stamp) -> str` writes a
+    benchmark's own PREFIX.md (default: the STS report, `to_markdown`)."""
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
     _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False,
                                        default=str) + "\n", overwrite)
-    _write_whole(md_path, to_markdown(results, stamp), overwrite)
+    _write_whole(md_path, (markdown or to_markdown)(results, stamp), overwrite)
     return json_path, md_path
 
 

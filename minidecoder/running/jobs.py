@@ -103,13 +103,14 @@ def job_outputs(output_path: str | Path) -> list[Path]:
 
 def embed_resumably(model, method, texts: list[str], work: str | Path, batch_size: int | None = None,
                     progress: bool | Callable[[int, int], None] = False,
-                    chunk_size: int = 1024) -> tuple["torch.Tensor", dict[str, Any]]:
+                    chunk_size: int = 1024, truncate: int | None = None) -> tuple["torch.Tensor", dict[str, Any]]:
     """`embed(model, texts, method)` as a job in the folder `work`, so that Ctrl-C or a kill keeps every
     finished chunk there and the same call resumes from them (`minidecoder eval sts` uses it). Returns
     the (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back.
 
     The texts are written as JSON Lines with ASCII escapes, so no character inside a text (a line
-    break, U+2028) can split a row."""
+    break, U+2028) can split a row. `truncate=N` keeps the first N tokens of each text (the summary
+    counts the rows cut, as `run_embedding_job`)."""
     import torch
 
     work = Path(work)
@@ -124,7 +125,7 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
                           "free space or fix permissions there, then run the same command again") from None
     output = work / "embeddings.npy"
     summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
-                                progress=progress, overwrite=True)
+                                progress=progress, overwrite=True, truncate=truncate)
     vectors = torch.from_numpy(np.load(output))  # (N, E)
     shutil.rmtree(work, ignore_errors=True)
     return vectors, summary

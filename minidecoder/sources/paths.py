@@ -42,6 +42,17 @@ def sts_data_dir() -> Path | None:
     return None
 
 
+def shared_data_dir(folder: str) -> Path | None:
+    """`$MINIDECODER_<FOLDER>_DATA`, else `../shared/data/<folder>` beside the checkout when it exists
+    (`shared_data_dir("beir")`: `$MINIDECODER_BEIR_DATA` or ../shared/data/beir)."""
+    if env := os.environ.get(f"MINIDECODER_{folder.upper()}_DATA"):
+        return Path(env).expanduser()
+    for candidate in (_REPO_DIR.parent / "shared" / "data" / folder, Path.cwd().parent / "shared" / "data" / folder):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
 def writable_weights_dir() -> Path:
     """`weights_dir()`, created and proven writable, or an OutputError naming MINIDECODER_WEIGHTS."""
     return _writable(weights_dir(), "MINIDECODER_WEIGHTS", "converted models")
