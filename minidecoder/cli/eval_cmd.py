@@ -46,6 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
+    from minidecoder.cli import eval_classification_cmd, eval_cmteb_cmd, eval_retrieval_cmd
+    for family in (eval_retrieval_cmd, eval_classification_cmd, eval_cmteb_cmd):
+        family.add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
@@ -127,7 +130,7 @@ def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.
 
     try:
         return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, **_truncation(args))
     except JobInterrupted as stop:
         again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
         if stop.saved == 0:
@@ -135,6 +138,11 @@ def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.
                               f"{again}") from None
         raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
                           f"kept in {work}; {again} to resume from them") from None
+
+
+def _truncation(args: argparse.Namespace) -> dict:
+    """`truncate=N` for a benchmark whose command has --truncate (eval sts has none)."""
+    return {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
