@@ -10,6 +10,10 @@ Table 3 reports `cos_sim: pearson`); Ocnli: the best accuracy over cosine thresh
 `max_ap` is reported beside it, with `cosine_ap`). STS sets carry a 95% bootstrap interval over pairs
 (`bootstrap.Bootstrap`, the STS harness's resampling) on the cosines mteb scored. No instruction: ReBA
 encodes the sentences as they are.
+
+mteb takes float32 cosines (`1 - paired_cosine_distances` of the float32 embeddings), so pairs whose
+cosines tie exactly in float64 may be ordered by rounding; `eval sts` keeps such ties
+(`harness.pair_cosines`). Here the numbers are mteb's, rounding included.
 """
 from __future__ import annotations
 
