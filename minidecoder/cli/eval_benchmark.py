@@ -89,14 +89,13 @@ def run_benchmark(args: argparse.Namespace, family: Family) -> int:
 def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Path, method) -> int:
     import torch
 
-    from minidecoder.cli.eval_cmd import _embed_kept
     from minidecoder.evaluation.report import work_folder, write_or_rescue, write_report
     from minidecoder.sources.checksums import model_identity
 
     model = load_model(args)
     texts = sorted(set(family.texts(loaded, args)), key=len, reverse=True)  # longest first: less padding
     start = time.perf_counter()
-    vectors, summary = _embed_kept(model, method, texts, work_folder(prefix), args, prefix)
+    vectors, summary = embed_kept(model, method, texts, work_folder(prefix), args, prefix)
     seconds = time.perf_counter() - start
     row = {text: i for i, text in enumerate(texts)}
 
@@ -130,6 +129,25 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
+
+
+def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):
+    """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one); Ctrl-C says
+    which chunks are kept and the command that resumes them."""
+    from minidecoder.errors import Interrupted
+    from minidecoder.running.jobs import JobInterrupted, embed_resumably
+
+    truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none
+    try:
+        return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
+                               progress=not args.no_progress, **truncate)
+    except JobInterrupted as stop:
+        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+        if stop.saved == 0:
+            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
+                              f"{again}") from None
+        raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
+                          f"kept in {work}; {again} to resume from them") from None
 
 
 def default_prefix(family: str, model: str | None, method: str) -> Path:

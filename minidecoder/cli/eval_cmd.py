@@ -22,7 +22,7 @@ from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
-from minidecoder.errors import InputError, Interrupted
+from minidecoder.errors import InputError
 
 # Ctrl-C before the embedding job started (run() says more once it has)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
+    from minidecoder.cli.eval_benchmark import embed_kept
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
 
@@ -107,7 +108,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     kept: dict = {}
 
     def encode(sentences: list[str]):  # every distinct sentence at once, as a resumable job in `work`
-        vectors, kept["summary"] = _embed_kept(model, method, sentences, work, args, prefix)
+        vectors, kept["summary"] = embed_kept(model, method, sentences, work, args, prefix)
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
@@ -122,27 +123,6 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0
-
-
-def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.Namespace, prefix: Path):
-    """The job of `encode`; Ctrl-C says which chunks are kept and the command that resumes them."""
-    from minidecoder.running.jobs import JobInterrupted, embed_resumably
-
-    try:
-        return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
-                               progress=not args.no_progress, **_truncation(args))
-    except JobInterrupted as stop:
-        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
-        if stop.saved == 0:
-            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
-                              f"{again}") from None
-        raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
-                          f"kept in {work}; {again} to resume from them") from None
-
-
-def _truncation(args: argparse.Namespace) -> dict:
-    """`truncate=N` for a benchmark whose command has --truncate (eval sts has none)."""
-    return {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}
 
 
 def _argv(args: argparse.Namespace) -> list[str]:

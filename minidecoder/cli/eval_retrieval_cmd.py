@@ -86,8 +86,12 @@ def markdown(results: dict, stamp: dict) -> str:
              "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
              "Instructions: " + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
              + f". Truncation: {results['embedding']['truncation']}.")
-    timing = "".join(f"- {name}: {r['queries'] + r['documents']} texts' share of the embedding job; search and "
-                     f"scoring {r['search_seconds']:.1f} s\n" for name, r in results["sets"].items())
+    job = results["embedding"]
+    timing = (f"- embedding: {job['texts']} distinct texts"
+              + (f" in {job['seconds']:.1f} s ({job['texts_per_second']:.1f} texts/s)\n" if job["seconds"] else
+                 f" (resumed from {job['chunks_reused']} kept chunks: this sitting's time is not a rate)\n")
+              + "".join(f"- {name}: exact search and scoring {r['search_seconds']:.1f} s\n"
+                        for name, r in results["sets"].items()))
     return markdown_report(f"Retrieval (BEIR): {method} on {stamp.get('model', '?')}", about, table(results), stamp,
                            f"## Timing\n\n{timing}\n")
 
