@@ -170,8 +170,28 @@ def argv_of(args: argparse.Namespace, flags: Sequence[str] = ("model", "method",
     return out
 
 
-def markdown_report(title: str, about: str, table: str, stamp: dict, more: str = "") -> str:
-    """PREFIX.md of a benchmark: title, what the numbers are, the table, more sections, the stamp."""
+def parse_names(text: str, known: Sequence[str], flag: str = "--tasks") -> list[str]:
+    """The comma-separated names of `text`, each one of `known`, or an InputError naming the others."""
+    from minidecoder.errors import InputError
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise InputError(f"{flag} {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
+                         "choose from " + ",".join(known))
+    return names
+
+
+def markdown_report(family: str, about: str, table: str, stamp: dict, more: str = "") -> str:
+    """PREFIX.md of a benchmark: title (family, method, model), what the numbers are, the table, more
+    sections, the stamp."""
     from minidecoder.evaluation.report import stamp_markdown
 
+    method = stamp.get("method", "?")
+    method = method.get("method", "?") if isinstance(method, dict) else method  # Method.describe()
+    title = f"{family}: {method} on {stamp.get('model', '?')}"
     return f"# {title}\n\n{about}\n\n{table}\n\n{more}## Run\n\n{stamp_markdown(stamp)}\n"
+
+
+def limited_note(what: str) -> str:
+    return f"\n**Limited run** ({what}): a quick look, not comparable to published results."

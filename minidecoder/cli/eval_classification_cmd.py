@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import Family, add_benchmark_options, instruction_for, markdown_report, run_benchmark
+from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
+                                            parse_names, run_benchmark)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -29,15 +30,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read(args: argparse.Namespace) -> list:
-    from minidecoder.errors import InputError
     from minidecoder.evaluation.classification_data import TASKS, load_classification_set
 
-    names = [name.strip() for name in args.tasks.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
-    if not names or unknown:
-        raise InputError(f"--tasks {args.tasks!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(TASKS))
-    return [load_classification_set(name, args.data, args.limit) for name in names]
+    return [load_classification_set(name, args.data, args.limit) for name in parse_names(args.tasks, TASKS)]
 
 
 def _instruction(args: argparse.Namespace, data) -> str | None:
@@ -71,18 +66,16 @@ def table(results: dict) -> str:
         lines.append(f"| {name} | {r['test_items']} | {r['n_experiments']} x {r['samples_per_label']} | "
                      f"{acc['score']:.2f} [{acc['ci95'][0]:.2f}, {acc['ci95'][1]:.2f}] | {r['f1']['score']:.2f} |")
     if results.get("limit") is not None:
-        lines.append(f"\n**Limited run** (--limit {results['limit']} test items): a quick look, not comparable to "
-                     "published results.")
+        lines.append(limited_note(f"--limit {results['limit']} test items"))
     return "\n".join(lines)
 
 
 def markdown(results: dict, stamp: dict) -> str:
-    method = stamp["method"].get("method", "?") if isinstance(stamp.get("method"), dict) else stamp.get("method")
     about = ("Accuracy x100 by the installed mteb's classification evaluator (its task classes and defaults; "
              "classifier " + ", ".join(sorted({r['classifier'] for r in results['tasks'].values()})) + "), mean over "
              "the experiments; [95% bootstrap interval over test items]. Instructions: "
              + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["tasks"].items()) + ".")
-    return markdown_report(f"Classification (MTEB): {method} on {stamp.get('model', '?')}", about, table(results), stamp)
+    return markdown_report("Classification (MTEB)", about, table(results), stamp)
 
 
 FAMILY = Family("classification", read, texts, evaluate, table, markdown)

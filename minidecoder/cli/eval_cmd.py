@@ -22,7 +22,6 @@ from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
-from minidecoder.errors import InputError
 
 # Ctrl-C before the embedding job started (run() says more once it has)
 INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was kept; run the same command again "
@@ -52,16 +51,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_tasks(text: str | None) -> list[str]:
+    from minidecoder.cli.eval_benchmark import parse_names
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
-    if text is None:
-        return list(ALL_SEVEN)
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TASKS]
-    if not names or unknown:
-        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(TASKS))
-    return names
+    return list(ALL_SEVEN) if text is None else parse_names(text, list(TASKS))
 
 
 def default_prefix(model: str | None, method: str) -> Path:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import Family, add_benchmark_options, markdown_report, run_benchmark
+from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, limited_note, markdown_report, parse_names,
+                                            run_benchmark)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -33,11 +34,7 @@ def read(args: argparse.Namespace) -> list:
     from minidecoder.errors import InputError
     from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
 
-    names = [name.strip() for name in args.tasks.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SETS]
-    if not names or unknown:
-        raise InputError(f"--tasks {args.tasks!r} names unknown set(s) {', '.join(unknown) or '(none given)'}",
-                         "choose from " + ",".join(SETS))
+    names = parse_names(args.tasks, list(SETS))
     if args.instruction not in ("none", "auto"):
         raise InputError(f"--instruction {args.instruction!r}: the C-MTEB sets take no instruction",
                          "leave --instruction out (ReBA encodes each sentence as it is)")
@@ -67,17 +64,15 @@ def table(results: dict) -> str:
              "| 95% CI over pairs | " + " | ".join(ci) + " | |",
              "| Pearson x100 (Ocnli: AP) | " + " | ".join(beside) + " | |"]
     if results.get("limit") is not None:
-        rows.append(f"\n**Limited run** (--limit {results['limit']} pairs a set): a quick look, not comparable to "
-                    "published results.")
+        rows.append(limited_note(f"--limit {results['limit']} pairs a set"))
     return "\n".join(rows)
 
 
 def markdown(results: dict, stamp: dict) -> str:
-    method = stamp["method"].get("method", "?") if isinstance(stamp.get("method"), dict) else stamp.get("method")
     about = ("Scored by the installed mteb's own task classes on the local files: STS sets cosine Spearman x100 "
              "(main) and Pearson x100; Ocnli the best accuracy over cosine thresholds and its AP; splits as C-MTEB "
              "evaluates them (" + ", ".join(f"{n}: {e['split']}" for n, e in results["sets"].items()) + ").")
-    return markdown_report(f"C-MTEB pair sets: {method} on {stamp.get('model', '?')}", about, table(results), stamp)
+    return markdown_report("C-MTEB pair sets", about, table(results), stamp)
 
 
 FAMILY = Family("cmteb", read, texts, evaluate, table, markdown)

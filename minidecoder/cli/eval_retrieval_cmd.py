@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import Family, add_benchmark_options, instruction_for, markdown_report, run_benchmark
+from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
+                                            run_benchmark)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -75,13 +76,11 @@ def table(results: dict) -> str:
         cells = [f"{m['score']:.2f} [{m['ci95'][0]:.2f}, {m['ci95'][1]:.2f}]" for m in result["metrics"].values()]
         lines.append(f"| {name} | {result['queries']} | {result['documents']} | " + " | ".join(cells) + " |")
     if results.get("limit") is not None or results.get("corpus_limit") is not None:
-        lines.append(f"\n**Limited run** (--limit {results.get('limit')}, --corpus-limit {results.get('corpus_limit')}): "
-                     "a quick look, not comparable to published results.")
+        lines.append(limited_note(f"--limit {results.get('limit')}, --corpus-limit {results.get('corpus_limit')}"))
     return "\n".join(lines)
 
 
 def markdown(results: dict, stamp: dict) -> str:
-    method = stamp["method"].get("method", "?") if isinstance(stamp.get("method"), dict) else stamp.get("method")
     about = ("x100, mean over the judged queries, by pytrec_eval (as BEIR and MTEB call it) on each query's top "
              "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
              "Instructions: " + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
@@ -92,7 +91,7 @@ def markdown(results: dict, stamp: dict) -> str:
                  f" (resumed from {job['chunks_reused']} kept chunks: this sitting's time is not a rate)\n")
               + "".join(f"- {name}: exact search and scoring {r['search_seconds']:.1f} s\n"
                         for name, r in results["sets"].items()))
-    return markdown_report(f"Retrieval (BEIR): {method} on {stamp.get('model', '?')}", about, table(results), stamp,
+    return markdown_report("Retrieval (BEIR)", about, table(results), stamp,
                            f"## Timing\n\n{timing}\n")
 
 

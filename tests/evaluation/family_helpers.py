@@ -3,10 +3,13 @@ no weights), and the CLI run in process."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
+import pytest
 import torch
 
 from minidecoder.cli import main
+from minidecoder.errors import InputError
 
 
 def bag_of_words(texts: list[str], width: int = 256, characters: bool = False) -> torch.Tensor:
@@ -23,3 +26,10 @@ def run_cli(*argv: str) -> int:
         return main(list(argv))
     except SystemExit as stop:
         return stop.code
+
+
+def assert_input_error(call: Callable[[], object], problem: str) -> None:
+    """`call()` raises an InputError whose problem says `problem` and which names a way out."""
+    with pytest.raises(InputError) as error:
+        call()
+    assert problem in error.value.problem and error.value.fix

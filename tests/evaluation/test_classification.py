@@ -14,7 +14,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
-from family_helpers import bag_of_words, run_cli
+from family_helpers import assert_input_error, bag_of_words, run_cli
 from minidecoder.errors import InputError
 from minidecoder.evaluation.classification import evaluate_classification, with_instruction
 from minidecoder.evaluation.classification_data import INSTRUCTIONS, load_classification_set
@@ -88,9 +88,7 @@ def write_emotion(folder: Path, rows_per_label: int = 20) -> Path:
 def test_bad_data_is_an_error_naming_file_line_and_fix(tmp_path: Path, change, problem: str) -> None:
     folder = write_emotion(tmp_path)
     change(folder)
-    with pytest.raises(InputError) as error:
-        load_classification_set("Emotion", folder)
-    assert problem in error.value.problem and error.value.fix
+    assert_input_error(lambda: load_classification_set("Emotion", folder), problem)
 
 
 def test_banking77_csv_line_that_does_not_parse(tmp_path: Path) -> None:

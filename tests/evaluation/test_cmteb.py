@@ -12,8 +12,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import average_precision_score
 from sklearn.metrics.pairwise import paired_cosine_distances
 
-from family_helpers import bag_of_words, run_cli
-from minidecoder.errors import InputError
+from family_helpers import assert_input_error, bag_of_words, run_cli
 from minidecoder.evaluation.cmteb import evaluate_cmteb
 from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
 from minidecoder.sources.paths import shared_data_dir
@@ -85,9 +84,7 @@ def test_bad_data_is_an_error_naming_file_line_and_fix(tmp_path: Path, name: str
     folder = write_cmteb(tmp_path)
     if content is not None:
         (folder / SETS[name][0]).write_text(content)
-    with pytest.raises(InputError) as error:
-        load_pair_set(name, folder)
-    assert problem in error.value.problem and error.value.fix
+    assert_input_error(lambda: load_pair_set(name, folder), problem)
 
 
 def test_ocnli_keeps_entailment_and_contradiction(tmp_path: Path) -> None:

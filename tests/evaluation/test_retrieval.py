@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from family_helpers import bag_of_words, run_cli
-from minidecoder.errors import InputError
+from family_helpers import assert_input_error, bag_of_words, run_cli
 from minidecoder.evaluation.retrieval import evaluate_retrieval, exact_top_k, query_texts, score_run
 from minidecoder.evaluation.retrieval_data import INSTRUCTIONS, load_beir_set
 from minidecoder.sources.paths import shared_data_dir
@@ -97,9 +96,7 @@ def test_pytrec_eval_ndcg_by_hand() -> None:
 def test_bad_data_is_an_error_naming_file_line_and_fix(tmp_path: Path, change, problem: str) -> None:
     folder = write_beir(tmp_path)
     change(folder)
-    with pytest.raises(InputError) as error:
-        load_beir_set("toy", folder)
-    assert problem in error.value.problem and error.value.fix
+    assert_input_error(lambda: load_beir_set("toy", folder), problem)
 
 
 def test_limits_keep_the_judged_documents(tmp_path: Path) -> None:
