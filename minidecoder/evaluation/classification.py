@@ -79,6 +79,7 @@ def evaluate_classification(encode: Encoder, data: ClassificationSet, instructio
         "classifier": repr(task.evaluator_model),
         "experiments": scores["scores_per_experiment"],
         "test_items": len(gold),
+        "per_item": (100.0 * right).tolist(),  # each test item's accuracy x100 over the experiments (paired intervals)
         "train_texts_embedded": len(texts) - len(gold),
         "instruction": instruction,
         "limit": data.limit,

@@ -56,8 +56,10 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
     for data in sets:
         scores = mteb_task(data).evaluate(encoder, data.split, encode_kwargs={"batch_size": 256})["default"]
         if data.kind == "sts":
+            similarity = pair_cosines(encoder, data)
             entry = {"score": 100.0 * scores["cosine_spearman"], "metric": "cosine Spearman",
-                     "pearson": 100.0 * scores["cosine_pearson"], "ci95": pair_interval(encoder, data)}
+                     "pearson": 100.0 * scores["cosine_pearson"], "ci95": pair_interval(similarity, data),
+                     "cosines": similarity.tolist()}  # for paired intervals between rows
         else:
             entry = {"score": 100.0 * scores["cosine_accuracy"], "metric": "cosine best accuracy",
                      "ap": 100.0 * scores["cosine_ap"], "max_ap": 100.0 * scores["max_ap"]}
@@ -73,12 +75,20 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
     }
 
 
-def pair_interval(encoder, data: PairSet) -> tuple[float, float]:
-    """95% bootstrap interval of the Spearman x100 over the set's pairs, on the cosines mteb computes
-    (`1 - paired_cosine_distances`)."""
+def pair_cosines(encoder, data: PairSet) -> np.ndarray:
+    """(P,) the cosines mteb's STS evaluator scores: `1 - paired_cosine_distances` of the float32 embeddings."""
     from sklearn.metrics.pairwise import paired_cosine_distances
 
-    cosines = 1.0 - paired_cosine_distances(encoder.encode([{"text": data.sentences1}]),
-                                            encoder.encode([{"text": data.sentences2}]))
-    boot = Bootstrap([TaskLayout(data.name, data.split, np.asarray(data.labels, np.float64), (0, len(data.labels)))])
+    return 1.0 - paired_cosine_distances(encoder.encode([{"text": data.sentences1}]),
+                                         encoder.encode([{"text": data.sentences2}]))
+
+
+def pair_bootstrap(data: PairSet) -> Bootstrap:
+    """The STS harness's bootstrap over one set's pairs (the same resamples for every row: paired intervals)."""
+    return Bootstrap([TaskLayout(data.name, data.split, np.asarray(data.labels, np.float64), (0, len(data.labels)))])
+
+
+def pair_interval(cosines: np.ndarray, data: PairSet) -> tuple[float, float]:
+    """95% bootstrap interval of the Spearman x100 over the set's pairs."""
+    boot = pair_bootstrap(data)
     return boot.interval(boot.replicates({"row": {data.name: cosines}})["row"])[data.name]
