@@ -27,7 +27,11 @@ from minidecoder.cli.common import (add_model_options, add_output_options, build
 
 # Methods that take a task's instruction as "{instruct} {text}" (spec section 11, HTP Appendix B: Vanilla
 # Mean, Vanilla Last, Echo Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt
-# on both sides and take none unless --instruction names one.
+# on both sides and take none unless --instruction names one. The instruction is joined to the text, as the
+# spec writes it, so it is part of what mean and Echo pool and of HTP's first sentence block; HTP's reference
+# code puts it in the template instead (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`), outside the
+# blocks and the pooled rows. Doing that here needs one method per task (a template per instruction), which
+# the one embedding job of a run does not allow; the difference is stated in the reports' instruction line.
 INSTRUCT_METHODS = ("mean", "last", "echo", "htp", "reba")
 
 
