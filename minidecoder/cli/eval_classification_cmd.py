@@ -73,7 +73,8 @@ def table(results: dict) -> str:
 def markdown(results: dict, stamp: dict) -> str:
     about = ("Accuracy x100 by the installed mteb's classification evaluator (its task classes and defaults; "
              "classifier " + ", ".join(sorted({r['classifier'] for r in results['tasks'].values()})) + "), mean over "
-             "the experiments; [95% bootstrap interval over test items]. Instructions: "
+             "the experiments; [95% bootstrap interval over test items]. "
+             'Instructions, joined to each text as "{instruct} {text}": '
              + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["tasks"].items()) + ".")
     return markdown_report("Classification (MTEB)", about, table(results), stamp)
 

@@ -83,7 +83,8 @@ def table(results: dict) -> str:
 def markdown(results: dict, stamp: dict) -> str:
     about = ("x100, mean over the judged queries, by pytrec_eval (as BEIR and MTEB call it) on each query's top "
              "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
-             "Instructions: " + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
+             'Instructions, joined to each query as "{instruct} {text}": '
+             + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
              + f". Truncation: {results['embedding']['truncation']}.")
     job = results["embedding"]
     timing = (f"- embedding: {job['texts']} distinct texts"
