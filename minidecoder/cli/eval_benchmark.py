@@ -189,12 +189,12 @@ def parse_names(text: str, known: Sequence[str], flag: str = "--tasks") -> list[
 def markdown_report(family: str, about: str, table: str, stamp: dict, more: str = "") -> str:
     """PREFIX.md of a benchmark: title (family, method, model), what the numbers are, the table, more
     sections, the stamp."""
-    from minidecoder.evaluation.report import stamp_markdown
+    from minidecoder.evaluation.report import stamp_table
 
     method = stamp.get("method", "?")
     method = method.get("method", "?") if isinstance(method, dict) else method  # Method.describe()
     title = f"{family}: {method} on {stamp.get('model', '?')}"
-    return f"# {title}\n\n{about}\n\n{table}\n\n{more}## Run\n\n{stamp_markdown(stamp)}\n"
+    return f"# {title}\n\n{about}\n\n{table}\n\n{more}## Run\n\n{stamp_table(stamp)}\n"
 
 
 def limited_note(what: str) -> str:

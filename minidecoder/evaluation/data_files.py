@@ -18,10 +18,14 @@ from minidecoder.errors import InputError, describe_unusable_file
 
 
 def resolve_data_folder(data_dir: str | Path | None, folder: str, holds: str) -> Path:
-    """`data_dir` if given, else `sources.paths.shared_data_dir(folder)`; it must be a folder."""
+    """`data_dir` if given, else `$MINIDECODER_<FOLDER>_DATA` or ../shared/data/<folder> (`sources.paths.shared_data_dir`);
+    it must be a folder."""
     from minidecoder.sources.paths import shared_data_dir
 
-    path = Path(data_dir).expanduser() if data_dir is not None else shared_data_dir(folder)
+    if data_dir is not None:
+        path: Path | None = Path(data_dir).expanduser()
+    else:
+        path = shared_data_dir(folder, f"MINIDECODER_{folder.upper()}_DATA")
     if path is None or not path.is_dir():
         why = "(none found)" if path is None else f"{path} {describe_unusable_file(path, 'folder')}"
         if path is not None and path.is_file():

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from minidecoder.sources.checksums import file_sha256
@@ -121,6 +122,7 @@ def to_markdown(results: dict, stamp: dict) -> str:
     method = stamp.get("method", "?")
     method = method.get("method", method.get("name", "?")) if isinstance(method, dict) else method  # Method.describe()
     title = f"STS evaluation: {method} on {stamp.get('model', '?')}"
+    stamp_rows = [stamp_table(stamp)]
     timing = ""
     if results.get("sentences") is not None and results.get("encode_seconds") is not None:
         rate = results.get("sentences_per_second")
@@ -130,20 +132,20 @@ def to_markdown(results: dict, stamp: dict) -> str:
         f"# {title}\n\nSpearman x100 of cosine similarity vs gold. STS12-16: all subsets of the year "
         f"concatenated (\"all\"); STSBenchmark and SICKRelatedness: test split.\n\n"
         f"{summary_table(results)}{timing}\n\n## Per subset\n\n{subset_table(results)}\n\n"
-        f"## Run\n\n" + stamp_markdown(stamp) + "\n"
+        f"## Run\n\n" + "\n".join(stamp_rows) + "\n"
     )
 
 
-def stamp_markdown(stamp: dict) -> str:
-    """The stamp as a two-column Markdown table (every report's "Run" section)."""
-    stamp_rows = ["| key | value |", "|---|---|"]
+def stamp_table(stamp: dict) -> str:
+    """The stamp as a two-column Markdown table (the per-file checksums stay in the JSON)."""
+    rows = ["| key | value |", "|---|---|"]
     for key, value in stamp.items():
         if key == "data_sha256":  # one line per file is in the JSON; the combined digest is above
-            stamp_rows.append(f"| {key} | {len(value)} files, see the JSON |")
+            rows.append(f"| {key} | {len(value)} files, see the JSON |")
             continue
         shown = json.dumps(_json_safe(value), sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
-        stamp_rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
-    return "\n".join(stamp_rows)
+        rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
+    return "\n".join(rows)
 
 
 def _write_whole(path: Path, text: str, overwrite: bool = False) -> None:
@@ -164,10 +166,10 @@ def report_paths(prefix: str | Path) -> tuple[Path, Path]:
 
 
 def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: bool = False,
-                 markdown=None) -> tuple[Path, Path]:
+                 markdown: Callable[[dict, dict], str] | None = None) -> tuple[Path, Path]:
     """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here.
-    An existing file is replaced only with `overwrite`. `markdown(results, stamp) -> str` writes a
-    benchmark's own PREFIX.md (default: the STS report, `to_markdown`)."""
+    An existing file is replaced only with `overwrite`. `markdown(results, stamp)` renders PREFIX.md for a
+    benchmark other than STS (default: `to_markdown`)."""
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)

@@ -107,10 +107,10 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     """`embed(model, texts, method)` as a job in the folder `work`, so that Ctrl-C or a kill keeps every
     finished chunk there and the same call resumes from them (`minidecoder eval sts` uses it). Returns
     the (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back.
+    `truncate=N` keeps the first N tokens of a text past it (the summary counts "truncated_rows").
 
     The texts are written as JSON Lines with ASCII escapes, so no character inside a text (a line
-    break, U+2028) can split a row. `truncate=N` keeps the first N tokens of each text (the summary
-    counts the rows cut, as `run_embedding_job`)."""
+    break, U+2028) can split a row."""
     import torch
 
     work = Path(work)

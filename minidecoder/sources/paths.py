@@ -42,17 +42,6 @@ def sts_data_dir() -> Path | None:
     return None
 
 
-def shared_data_dir(folder: str) -> Path | None:
-    """`$MINIDECODER_<FOLDER>_DATA`, else `../shared/data/<folder>` beside the checkout when it exists
-    (`shared_data_dir("beir")`: `$MINIDECODER_BEIR_DATA` or ../shared/data/beir)."""
-    if env := os.environ.get(f"MINIDECODER_{folder.upper()}_DATA"):
-        return Path(env).expanduser()
-    for candidate in (_REPO_DIR.parent / "shared" / "data" / folder, Path.cwd().parent / "shared" / "data" / folder):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
 def writable_weights_dir() -> Path:
     """`weights_dir()`, created and proven writable, or an OutputError naming MINIDECODER_WEIGHTS."""
     return _writable(weights_dir(), "MINIDECODER_WEIGHTS", "converted models")
@@ -73,3 +62,18 @@ def _writable(folder: Path, variable: str, what: str) -> Path:
                               f"set {variable} to a folder you can write to, or unset it to use the default") from None
         raise OutputError(error.problem, f"set {variable} to a folder you can write to") from None
     return folder
+
+
+def shared_data_dir(folder: str, variable: str) -> Path | None:
+    """`$variable`, else `../shared/data/<folder>` beside the checkout (or the working folder) when it exists."""
+    if env := os.environ.get(variable):
+        return Path(env).expanduser()
+    for candidate in (_REPO_DIR.parent / "shared" / "data" / folder, Path.cwd().parent / "shared" / "data" / folder):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def senteval_data_dir() -> Path | None:
+    """`$MINIDECODER_SENTEVAL_DATA`, else `../shared/data/senteval` (the transfer tasks)."""
+    return shared_data_dir("senteval", "MINIDECODER_SENTEVAL_DATA")

@@ -20,7 +20,7 @@ from minidecoder.evaluation.classification import evaluate_classification, with_
 from minidecoder.evaluation.classification_data import INSTRUCTIONS, load_classification_set
 from minidecoder.sources.paths import shared_data_dir
 
-MTEB_DATA = shared_data_dir("mteb")
+MTEB_DATA = shared_data_dir("mteb", "MINIDECODER_MTEB_DATA")
 needs_mteb_data = pytest.mark.skipif(MTEB_DATA is None or not (MTEB_DATA / "Emotion").is_dir(),
                                      reason="../shared/data/mteb absent")
 

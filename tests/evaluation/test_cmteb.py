@@ -17,7 +17,7 @@ from minidecoder.evaluation.cmteb import evaluate_cmteb
 from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
 from minidecoder.sources.paths import shared_data_dir
 
-CMTEB = shared_data_dir("cmteb")
+CMTEB = shared_data_dir("cmteb", "MINIDECODER_CMTEB_DATA")
 needs_cmteb = pytest.mark.skipif(CMTEB is None or not (CMTEB / "ATEC").is_dir(), reason="../shared/data/cmteb absent")
 
 

@@ -14,7 +14,7 @@ from minidecoder.evaluation.retrieval import evaluate_retrieval, exact_top_k, qu
 from minidecoder.evaluation.retrieval_data import INSTRUCTIONS, load_beir_set
 from minidecoder.sources.paths import shared_data_dir
 
-BEIR = shared_data_dir("beir")
+BEIR = shared_data_dir("beir", "MINIDECODER_BEIR_DATA")
 needs_beir = pytest.mark.skipif(BEIR is None or not (BEIR / "scifact").is_dir(), reason="../shared/data/beir absent")
 
 
