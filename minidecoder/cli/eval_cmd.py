@@ -23,7 +23,6 @@ from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model, model_stamp)
-from minidecoder.errors import Interrupted
 
 # Ctrl-C before the embedding job started (run() says more once it has)
 OWNER = "minidecoder eval sts"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
@@ -48,15 +47,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
+    from minidecoder.cli import eval_classification_cmd, eval_cmteb_cmd, eval_retrieval_cmd
     for family in ("transfer", "sts_long"):  # each benchmark family's command lives in its own module
         importlib.import_module(f"minidecoder.cli.eval_{family}_cmd").add_parser(benchmarks)
+    for family in (eval_retrieval_cmd, eval_classification_cmd, eval_cmteb_cmd):
+        family.add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
-    from minidecoder.cli.eval_family import parse_task_list
+    from minidecoder.cli.eval_benchmark import parse_names
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
-    return parse_task_list(text, TASKS, ALL_SEVEN)
+    return list(ALL_SEVEN) if text is None else parse_names(text, list(TASKS))
 
 
 def default_prefix(model: str | None, method: str) -> Path:
@@ -84,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
+    from minidecoder.cli.eval_benchmark import embed_kept
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
     from minidecoder.running.jobs import owned_work_folder
@@ -99,7 +102,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     kept: dict = {}
 
     def encode(sentences: list[str]):  # every distinct sentence at once, as a resumable job in `work`
-        vectors, kept["summary"] = _embed_kept(model, method, sentences, work, args, prefix)
+        vectors, kept["summary"] = embed_kept(model, method, sentences, work, args, prefix)
         return vectors
 
     # one call of `encode` with every sentence (the job draws its own progress bar)
@@ -123,23 +126,6 @@ def kept_settings(args: argparse.Namespace) -> dict:
     flag (`--limit was 300, now 30`), not by the job's fields (`input.rows`); the job's manifest checks
     the rest (model, method, dtype, batch size) under their own names."""
     return {"--tasks": args.tasks, "--limit": args.limit}
-
-
-def _embed_kept(model, method, sentences: list[str], work: Path, args: argparse.Namespace, prefix: Path):
-    """The job of `encode`; Ctrl-C says which chunks are kept and the command that resumes them."""
-    from minidecoder.running.jobs import JobInterrupted, embed_resumably
-
-    try:
-        truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}
-        return embed_resumably(model, method, sentences, work, batch_size=args.batch_size,
-                               progress=not args.no_progress, **truncate)
-    except JobInterrupted as stop:
-        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
-        if stop.saved == 0:
-            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
-                              f"{again}") from None
-        raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
-                          f"kept in {work}; {again} to resume from them") from None
 
 
 def _argv(args: argparse.Namespace) -> list[str]:

@@ -74,7 +74,8 @@ def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_sta
     an interruption; it is removed once the report is written."""
     import shutil
 
-    from minidecoder.cli.eval_cmd import _argv, _embed_kept
+    from minidecoder.cli.eval_benchmark import embed_kept
+    from minidecoder.cli.eval_cmd import _argv
     from minidecoder.evaluation.report import report_paths, work_folder, write_or_rescue, write_report
 
     method = build_cli_method(args.method, args.opt)
@@ -84,7 +85,7 @@ def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_sta
         truncated: list[int] = []
 
         def encode(texts: list[str]):
-            vectors, summary = _embed_kept(model, method, texts, work / "job", args, prefix)
+            vectors, summary = embed_kept(model, method, texts, work / "job", args, prefix)
             truncated.append(int(summary.get("truncated_rows", 0) or 0))
             return vectors
 

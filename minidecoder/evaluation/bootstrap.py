@@ -149,3 +149,16 @@ class Bootstrap:
             lo, hi = (np.percentile(finite, [tail, 100.0 - tail]) if finite.size else (np.nan, np.nan))
             out[name] = (float(lo), float(hi))
         return out
+
+
+def mean_interval(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED,
+                  level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of the mean of per-item scores (a query's nDCG@10, a test item's accuracy over
+    experiments), items drawn with replacement: the bootstrap over queries or over test items."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return (float("nan"), float("nan"))
+    draws = np.random.default_rng(seed).integers(0, values.size, size=(resamples, values.size))
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(values[draws].mean(axis=1), [tail, 100.0 - tail])
+    return (float(lo), float(hi))

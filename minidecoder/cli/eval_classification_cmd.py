@@ -1,0 +1,82 @@
+"""`minidecoder eval classification`: MTEB classification (HTP Table 12) of one method; PREFIX.json and .md.
+
+    minidecoder eval classification --method mean --tasks Emotion --limit 100 --output /tmp/c
+
+Banking77 and Emotion from their original files, scored by the installed mteb's own task classes and
+evaluator (logistic regression on per-label train samples, n_experiments repeats, mteb's seed): accuracy
+x100, mean over the experiments, with a 95% bootstrap interval over test items. Texts take HTP Table 11's
+instruction as "{instruct} {text}" for mean, last, echo and htp (--instruction). Resumable: the same
+command (same --output) resumes from the chunks an interrupted run kept.
+"""
+from __future__ import annotations
+
+import argparse
+
+from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
+                                            parse_names, run_benchmark)
+
+
+def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = benchmarks.add_parser("classification", help="MTEB classification (Banking77, Emotion): HTP Table 12",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="Banking77,Emotion", help="comma-separated tasks (default: both)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N test items")
+    add_benchmark_options(parser, "mteb", truncate=None)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_benchmark(args, FAMILY)
+
+
+def read(args: argparse.Namespace) -> list:
+    from minidecoder.evaluation.classification_data import TASKS, load_classification_set
+
+    return [load_classification_set(name, args.data, args.limit) for name in parse_names(args.tasks, TASKS)]
+
+
+def _instruction(args: argparse.Namespace, data) -> str | None:
+    from minidecoder.evaluation.classification_data import INSTRUCTIONS
+
+    return instruction_for(args, INSTRUCTIONS[data.name])
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list[str]:
+    from minidecoder.evaluation.classification import texts_needed
+
+    return [text for data in loaded for text in texts_needed(data, _instruction(args, data))]
+
+
+def evaluate(encode, loaded: list, args: argparse.Namespace) -> dict:
+    from minidecoder.evaluation.classification import evaluate_classification
+
+    tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False)
+             for data in loaded}
+    for result in tasks.values():
+        result.pop("data_dir"), result.pop("data_files")
+    return {"tasks": tasks, "limit": args.limit, "data_dir": str(loaded[0].data_dir),
+            "data_files": [f for data in loaded for f in data.files]}
+
+
+def table(results: dict) -> str:
+    lines = ["| task | test items | experiments x samples/label | accuracy x100 [95% CI] | macro F1 x100 |",
+             "|---|---:|---:|---:|---:|"]
+    for name, r in results["tasks"].items():
+        acc = r["accuracy"]
+        lines.append(f"| {name} | {r['test_items']} | {r['n_experiments']} x {r['samples_per_label']} | "
+                     f"{acc['score']:.2f} [{acc['ci95'][0]:.2f}, {acc['ci95'][1]:.2f}] | {r['f1']['score']:.2f} |")
+    if results.get("limit") is not None:
+        lines.append(limited_note(f"--limit {results['limit']} test items"))
+    return "\n".join(lines)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    about = ("Accuracy x100 by the installed mteb's classification evaluator (its task classes and defaults; "
+             "classifier " + ", ".join(sorted({r['classifier'] for r in results['tasks'].values()})) + "), mean over "
+             "the experiments; [95% bootstrap interval over test items]. "
+             'Instructions, joined to each text as "{instruct} {text}": '
+             + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["tasks"].items()) + ".")
+    return markdown_report("Classification (MTEB)", about, table(results), stamp)
+
+
+FAMILY = Family("classification", read, texts, evaluate, table, markdown)

@@ -1,0 +1,99 @@
+"""`minidecoder eval retrieval`: BEIR retrieval (HTP Table 1) of one method; PREFIX.json and PREFIX.md.
+
+    minidecoder eval retrieval --method mean --sets scifact --limit 20 --corpus-limit 200 --output /tmp/r
+
+nDCG@10 x100 (headline), MAP@100 and recall@100/1000 by pytrec_eval over the judged test queries, exact
+cosine search over the whole corpus (minidecoder.evaluation.retrieval), each with a 95% bootstrap interval
+over queries. Queries take the set's HTP instruction as "{instruct} {text}" for mean, last, echo and htp
+(--instruction); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
+Resumable: the same command (same --output) resumes from the chunks an interrupted run kept.
+"""
+from __future__ import annotations
+
+import argparse
+
+from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
+                                            run_benchmark)
+
+
+def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = benchmarks.add_parser("retrieval", help="BEIR retrieval (SciFact, NFCorpus): HTP Table 1",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="scifact,nfcorpus", help="comma-separated BEIR sets under --data")
+    parser.add_argument("--split", default="test", help="the qrels split to score (default: test)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N judged queries")
+    parser.add_argument("--corpus-limit", type=int, default=None, metavar="M",
+                        help="search only the first M documents plus those judged for the kept queries (quick look)")
+    add_benchmark_options(parser, "beir", truncate=512)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_benchmark(args, FAMILY)
+
+
+def read(args: argparse.Namespace) -> list:
+    from minidecoder.errors import InputError
+    from minidecoder.evaluation.retrieval_data import load_beir_set
+
+    if args.corpus_limit is not None and args.corpus_limit < 0:
+        raise InputError(f"--corpus-limit {args.corpus_limit} must be 0 or more", "e.g. --corpus-limit 200")
+    names = [name.strip() for name in args.sets.split(",") if name.strip()]
+    if not names:
+        raise InputError(f"--sets {args.sets!r} names no set", "e.g. --sets scifact,nfcorpus")
+    return [load_beir_set(name, args.data, args.split, args.limit, args.corpus_limit) for name in names]
+
+
+def _instruction(args: argparse.Namespace, data) -> str | None:
+    from minidecoder.evaluation.retrieval_data import INSTRUCTIONS
+
+    return instruction_for(args, INSTRUCTIONS.get(data.name))
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list[str]:
+    from minidecoder.evaluation.retrieval import query_texts
+
+    return [text for data in loaded for text in query_texts(data, _instruction(args, data)) + data.documents]
+
+
+def evaluate(encode, loaded: list, args: argparse.Namespace) -> dict:
+    from minidecoder.evaluation.retrieval import evaluate_retrieval
+
+    sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False) for data in loaded}
+    for result in sets.values():
+        for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
+            result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
+    return {"sets": sets, "limit": args.limit, "corpus_limit": args.corpus_limit,
+            "data_dir": str(loaded[0].data_dir), "data_files": [f for data in loaded for f in data.files]}
+
+
+def table(results: dict) -> str:
+    from minidecoder.evaluation.retrieval import HEADLINE
+
+    labels = list(HEADLINE.values())
+    lines = ["| set | queries | documents | " + " | ".join(labels) + " |", "|---|---:|---:|" + "---:|" * len(labels)]
+    for name, result in results["sets"].items():
+        cells = [f"{m['score']:.2f} [{m['ci95'][0]:.2f}, {m['ci95'][1]:.2f}]" for m in result["metrics"].values()]
+        lines.append(f"| {name} | {result['queries']} | {result['documents']} | " + " | ".join(cells) + " |")
+    if results.get("limit") is not None or results.get("corpus_limit") is not None:
+        lines.append(limited_note(f"--limit {results.get('limit')}, --corpus-limit {results.get('corpus_limit')}"))
+    return "\n".join(lines)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    about = ("x100, mean over the judged queries, by pytrec_eval (as BEIR and MTEB call it) on each query's top "
+             "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
+             'Instructions, joined to each query as "{instruct} {text}": '
+             + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
+             + f". Truncation: {results['embedding']['truncation']}.")
+    job = results["embedding"]
+    timing = (f"- embedding: {job['texts']} distinct texts"
+              + (f" in {job['seconds']:.1f} s ({job['texts_per_second']:.1f} texts/s)\n" if job["seconds"] else
+                 f" (resumed from {job['chunks_reused']} kept chunks: this sitting's time is not a rate)\n")
+              + "".join(f"- {name}: exact search and scoring {r['search_seconds']:.1f} s\n"
+                        for name, r in results["sets"].items()))
+    return markdown_report("Retrieval (BEIR)", about, table(results), stamp,
+                           f"## Timing\n\n{timing}\n")
+
+
+FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, default_truncate=512)

@@ -1,0 +1,35 @@
+"""Shared by the retrieval, classification and C-MTEB tests: a hashed bag-of-words encoder (deterministic,
+no weights), and the CLI run in process."""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from minidecoder.cli import main
+from minidecoder.errors import InputError
+
+
+def bag_of_words(texts: list[str], width: int = 256, characters: bool = False) -> torch.Tensor:
+    """(N, width) counts of each word (or character, for Chinese) hashed into `width` buckets."""
+    out = torch.zeros(len(texts), width)
+    for row, text in enumerate(texts):
+        for unit in (text if characters else text.lower().split()):
+            out[row, zlib.crc32(unit.encode()) % width] += 1.0
+    return out
+
+
+def run_cli(*argv: str) -> int:
+    try:
+        return main(list(argv))
+    except SystemExit as stop:
+        return stop.code
+
+
+def assert_input_error(call: Callable[[], object], problem: str) -> None:
+    """`call()` raises an InputError whose problem says `problem` and which names a way out."""
+    with pytest.raises(InputError) as error:
+        call()
+    assert problem in error.value.problem and error.value.fix

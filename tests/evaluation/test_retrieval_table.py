@@ -1,0 +1,60 @@
+"""tools/reproduce_retrieval.py on a tiny model and toy data: rows written once and kept on a rerun, the
+table's cells equal the rows' reports, and each comparison's paired interval is the bootstrap of the
+per-item differences (retrieval) or of the Spearman differences on the same resampled pairs (C-MTEB)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+
+from minidecoder.evaluation.bootstrap import mean_interval
+from test_cmteb import write_cmteb
+from test_retrieval import write_beir
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "reproduce_retrieval.py"
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("reproduce_retrieval", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_retrieval_rows_are_kept_and_the_comparison_is_paired(tiny_llama: Path, tmp_path: Path, capsys) -> None:
+    tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
+    tool.ROWS["retrieval"][-1] = ("htp", "HTP", "htp", {"start": 1, "end": 3})  # the tiny model has 4 blocks
+    argv = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data), "--out", str(out),
+            "--rows", "vanilla-mean,htp,tp-mean"]
+    assert tool.main(argv) == 0
+    mean, htp = (json.loads((out / f"{key}.json").read_text()) for key in ("vanilla-mean", "htp"))
+    table = (out / "table.md").read_text()
+    assert f"| Vanilla Mean | {mean['results']['sets']['toy']['metrics']['nDCG@10']['score']:.2f} [" in table
+    assert "| TP w. Mean | not built: minidecoder's tp reads the last token only" in table
+    per_query = {row: 100 * np.array([q["ndcg_cut_10"] for _, q in sorted(r["results"]["sets"]["toy"]["per_query"].items())])
+                 for row, r in (("htp", htp), ("mean", mean))}
+    lo, hi = mean_interval(per_query["htp"] - per_query["mean"])
+    assert f"[{lo:+.2f}, {hi:+.2f}]" in table and "HTP vs Vanilla Mean, toy" in table
+    stamp_date = mean["stamp"]["date"]
+    capsys.readouterr()
+    assert tool.main(argv) == 0  # a rerun keeps every written row
+    assert "vanilla-mean: kept" in capsys.readouterr().out
+    assert json.loads((out / "vanilla-mean.json").read_text())["stamp"]["date"] == stamp_date
+
+
+def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> None:
+    from minidecoder.evaluation.cmteb import pair_bootstrap
+    from minidecoder.evaluation.cmteb_data import load_pair_set
+
+    tool, data, out = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table"
+    assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
+                      "--out", str(out), "--rows", "classical-mean,reba"]) == 0
+    mean, reba = (json.loads((out / f"{key}.json").read_text())["results"]["sets"]["ATEC"] for key in ("classical-mean", "reba"))
+    boot = pair_bootstrap(load_pair_set("ATEC", data))
+    reps = boot.replicates({"a": {"ATEC": np.asarray(reba["cosines"])}, "b": {"ATEC": np.asarray(mean["cosines"])}})
+    lo, hi = boot.interval(reps["a"] - reps["b"])["ATEC"]
+    table = (out / "table.md").read_text()
+    assert f"ReBA vs Classical (mean), ATEC: {reba['score'] - mean['score']:+.2f} [{lo:+.2f}, {hi:+.2f}]" in table
+    assert "Ocnli" in table and "ReBA vs Classical (mean), Ocnli" not in table  # no paired Spearman for Ocnli

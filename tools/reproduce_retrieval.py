@@ -1,0 +1,219 @@
+"""The rows of issue 32 for retrieval (HTP Table 1), classification (HTP Table 12) and C-MTEB (ReBA Table 3);
+resumable by row and, within a row, by the eval command's own kept chunks.
+
+    python tools/reproduce_retrieval.py --family retrieval --out results/beir-smollm2        # every row (hours)
+    python tools/reproduce_retrieval.py --family classification --rows htp,prompteol --out DIR
+    python tools/reproduce_retrieval.py --family cmteb --model qwen2.5-coder-0.5b-instruct --out DIR
+    python tools/reproduce_retrieval.py --family retrieval --limit 5 --corpus-limit 20 --out /tmp/look  # stamped look
+
+Each row is one `minidecoder eval <family>` run in its own process, writing DIR/<row>.json and .md (the
+stamped report); a row whose report exists is kept, never recomputed, so the same command finishes a
+table over several sittings; a row interrupted midway resumes from the chunks its command kept. The
+process's peak resident memory is the row's Memory column, and the embedding job's own seconds its Time
+column (with the ratio to Vanilla Mean's, HTP Table 1's form; a resumed row has no time, since a rate
+over two sittings would be wrong). DIR/table.md is rewritten after every row: each cell with its 95%
+bootstrap interval (over queries, test items or pairs, from the report), and each paper's comparison as
+a paired interval of the difference (the same resamples for both rows) with a verdict (holds /
+reversed / not distinguishable from zero at 95%).
+
+Hyper-parameters are the papers' fixed ones (HTP start 1, end 7; TP start 1, end 7; each method's
+default layer); nothing is chosen on a test split. `--limit` runs are stamped as such by the reports and
+in the table's heading: they never belong in results/claims.md.
+
+Rows that minidecoder cannot build as the paper did are listed with the reason, never replaced by
+something else: HTP's "TP w. Mean" (minidecoder's TP reads the last token only). ReBA Table 3's
+"Repetition only (r)" is read as the text repeated r + 1 times with mean pooling over the last copy and no
+fused attention (the Echo-style repetition baseline), written here as `mean` with that template.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from minidecoder.evaluation.bootstrap import mean_interval  # noqa: E402
+from minidecoder.evaluation.claims import verdict  # noqa: E402
+
+# family: [(key, label, method, options or None when not buildable, why not)]
+ROWS = {
+    "retrieval": [("vanilla-mean", "Vanilla Mean", "mean", {}), ("vanilla-last", "Vanilla Last", "last", {}),
+                  ("echo-mean", "Echo Mean", "echo", {}), ("tp-prompteol", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
+                  ("tp-mean", "TP w. Mean", "tp", None), ("htp", "HTP", "htp", {"start": 1, "end": 7})],
+    "classification": [("echo-mean", "Echo Mean", "echo", {}), ("prompteol", "PromptEOL", "prompteol", {}),
+                       ("tp-prompteol", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
+                       ("htp", "HTP", "htp", {"start": 1, "end": 7})],
+    "cmteb": [("classical-last", "Classical (last)", "last", {}), ("classical-mean", "Classical (mean)", "mean", {}),
+              ("repetition-1", "Repetition only (1)", "mean", {"template": "{text}{text}"}),
+              ("repetition-2", "Repetition only (2)", "mean", {"template": "{text}{text}{text}"}),
+              ("reba", "ReBA", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3", "reba", {"repetitions": 3})],
+}
+NOT_BUILDABLE = {"tp-mean": "minidecoder's tp reads the last token only; TP with mean pooling is not implemented"}
+# each paper's comparisons: (method row, base row, claimed direction)
+CLAIMS = {
+    "retrieval": [("htp", "vanilla-mean", +1), ("htp", "tp-prompteol", +1)],
+    "classification": [("htp", "echo-mean", +1), ("htp", "prompteol", +1)],
+    "cmteb": [("reba", "classical-mean", +1), ("reba", "classical-last", +1), ("reba", "repetition-1", +1)],
+}
+DEFAULT_MODEL = {"retrieval": "smollm2-135m-instruct", "classification": "smollm2-135m-instruct",
+                 "cmteb": "qwen2.5-coder-0.5b-instruct"}
+
+# runs one eval command in this process and records its peak memory beside the report
+CHILD = """
+import json, resource, sys
+from minidecoder.cli import main
+code = main(sys.argv[2:])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+json.dump({"peak_rss_mib": peak, "status": code}, open(sys.argv[1], "w"))
+sys.exit(code)
+"""
+
+
+def command(family: str, method: str, options: dict, args: argparse.Namespace, prefix: Path) -> list[str]:
+    argv = ["eval", family, "--model", args.model, "--method", method, "--output", str(prefix), "--no-progress",
+            "--dtype", args.dtype, "--device", args.device]
+    for key, value in options.items():
+        argv += ["--opt", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    tasks = "--sets" if family == "retrieval" else "--tasks"
+    for flag, value in (("--limit", args.limit), ("--corpus-limit", args.corpus_limit), ("--data", args.data),
+                        (tasks, args.tasks)):
+        if value is not None and not (flag == "--corpus-limit" and family != "retrieval"):
+            argv += [flag, str(value)]
+    return argv
+
+
+def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> None:
+    prefix = args.out / key
+    if prefix.with_suffix(".json").exists():
+        print(f"{key}: kept ({prefix}.json)")
+        return
+    memory = args.out / f"{key}.memory.json"
+    argv = command(family, method, options, args, prefix)
+    print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
+    status = subprocess.run([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}).returncode
+    if status != 0:
+        raise SystemExit(f"{key} stopped (status {status}); run the same command again to resume it")
+
+
+def load_rows(family: str, out: Path) -> dict[str, dict]:
+    rows = {}
+    for key, *_ in ROWS[family]:
+        path = out / f"{key}.json"
+        if path.exists():
+            rows[key] = json.loads(path.read_text())
+            memory = out / f"{key}.memory.json"
+            rows[key]["memory"] = json.loads(memory.read_text()) if memory.exists() else {}
+    return rows
+
+
+def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, float], np.ndarray | None]]:
+    """{column: (score, 95% interval, per-item values for paired intervals or None)}."""
+    results = report["results"]
+    if family == "retrieval":
+        return {name: (r["metrics"]["nDCG@10"]["score"], tuple(r["metrics"]["nDCG@10"]["ci95"]),
+                       100.0 * np.array([q["ndcg_cut_10"] for _, q in sorted(r["per_query"].items())]))
+                for name, r in results["sets"].items()}
+    if family == "classification":
+        return {name: (r["accuracy"]["score"], tuple(r["accuracy"]["ci95"]), np.asarray(r["per_item"]))
+                for name, r in results["tasks"].items()}
+    return {name: (r["score"], tuple(r.get("ci95") or (np.nan, np.nan)), None) for name, r in results["sets"].items()}
+
+
+def paired(family: str, a: dict, b: dict, column: str) -> tuple[float, float]:
+    """95% interval of (row a - row b) on the same resamples."""
+    if family != "cmteb":
+        return mean_interval(cells(family, a)[column][2] - cells(family, b)[column][2])
+    from minidecoder.evaluation.cmteb import pair_bootstrap
+    from minidecoder.evaluation.cmteb_data import load_pair_set
+
+    ra, rb = a["results"]["sets"][column], b["results"]["sets"][column]
+    if ra["kind"] != "sts":
+        return (np.nan, np.nan)
+    boot = pair_bootstrap(load_pair_set(column, a["stamp"]["data_dir"], a["stamp"]["limit"]))
+    reps = boot.replicates({"a": {column: np.asarray(ra["cosines"])}, "b": {column: np.asarray(rb["cosines"])}})
+    return boot.interval(reps["a"] - reps["b"])[column]
+
+
+def write_table(family: str, args: argparse.Namespace) -> Path:
+    rows = load_rows(family, args.out)
+    labels = {key: label for key, label, *_ in ROWS[family]}
+    columns = list(next(iter(cells(family, r) for r in rows.values()), {}))
+    metric = {"retrieval": "nDCG@10 x100", "classification": "accuracy x100",
+              "cmteb": "Spearman x100 (Ocnli: best accuracy)"}[family]
+    limited = any(r["stamp"].get("limit") is not None for r in rows.values())
+    lines = [f"# {family}: {args.model}" + (" (LIMITED RUN: not for claims.md)" if limited else ""), "",
+             f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job.", "",
+             "| row | " + " | ".join(columns) + " | Memory (MiB) | Time (s) | Time / Vanilla Mean |",
+             "|---|" + "---:|" * (len(columns) + 3)]
+    base_time = rows.get("vanilla-mean", {}).get("results", {}).get("embedding", {}).get("seconds")
+    for key, label, *_ in ROWS[family]:
+        if key in NOT_BUILDABLE:
+            lines.append(f"| {label} | not built: {NOT_BUILDABLE[key]} |" + " |" * (len(columns) + 2))
+            continue
+        if key not in rows:
+            lines.append(f"| {label} | (not run yet) |" + " |" * (len(columns) + 2))
+            continue
+        got = cells(family, rows[key])
+        seconds = rows[key]["results"]["embedding"].get("seconds")
+        ratio = f"{seconds / base_time:.2f}x" if seconds and base_time else "n/a"
+        memory = rows[key]["memory"].get("peak_rss_mib")
+        scores = " | ".join(f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, (lo, hi), _ in got.values())
+        memory_cell = f"{memory:.0f}" if memory else "n/a"
+        time_cell = f"{seconds:.1f} | {ratio}" if seconds else "n/a (resumed) | n/a"
+        lines.append(f"| {label} | {scores} | {memory_cell} | {time_cell} |")
+    lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
+    for method, base, direction in CLAIMS[family]:
+        if method not in rows or base not in rows:
+            continue
+        for column in columns:
+            lo, hi = paired(family, rows[method], rows[base], column)
+            if not np.isfinite(lo):
+                continue
+            delta = cells(family, rows[method])[column][0] - cells(family, rows[base])[column][0]
+            lines.append(f"- {labels[method]} vs {labels[base]}, {column}: {delta:+.2f} [{lo:+.2f}, {hi:+.2f}]: "
+                         f"{verdict(lo, hi, direction)}")
+    path = args.out / "table.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", required=True, choices=list(ROWS))
+    parser.add_argument("--model", default=None, help="default: SmolLM2 (retrieval, classification), Qwen2.5-Coder (cmteb)")
+    parser.add_argument("--out", required=True, type=Path, help="folder for the rows' reports and table.md")
+    parser.add_argument("--rows", default=None, help="comma-separated row keys (default: every row)")
+    parser.add_argument("--tasks", default=None, help="the eval command's --tasks (--sets for retrieval); default: all")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--corpus-limit", type=int, default=None)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    args.model = args.model or DEFAULT_MODEL[args.family]
+    known = {key: (method, options) for key, _, method, options in ROWS[args.family]}
+    wanted = args.rows.split(",") if args.rows else list(known)
+    unknown = [key for key in wanted if key not in known]
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for key in wanted:
+        method, options = known[key]
+        if options is None:
+            print(f"{key}: not built ({NOT_BUILDABLE[key]})")
+            continue
+        run_row(args.family, key, method, options, args)
+        print(f"table: {write_table(args.family, args)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
