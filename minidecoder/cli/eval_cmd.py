@@ -28,7 +28,7 @@ INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was ke
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS, transfer, sts-long)", description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (sts, transfer, sts-long, retrieval, classification, cmteb)", description=__doc__.splitlines()[0])
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
