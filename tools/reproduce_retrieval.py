@@ -20,10 +20,16 @@ Hyper-parameters are the papers' fixed ones (HTP start 1, end 7; TP start 1, end
 default layer); nothing is chosen on a test split. `--limit` runs are stamped as such by the reports and
 in the table's heading: they never belong in results/claims.md.
 
-Rows that minidecoder cannot build as the paper did are listed with the reason, never replaced by
-something else: HTP's "TP w. Mean" (minidecoder's TP reads the last token only). ReBA Table 3's
-"Repetition only (r)" is read as the text repeated r + 1 times with mean pooling over the last copy and no
-fused attention (the Echo-style repetition baseline), written here as `mean` with that template.
+Row keys are claims.py's (BENCHMARK_CLAIMS): retrieval mean, last, echo, prompteol+tp, mean+tp ("TP w. Mean":
+TP on the bare text with pooling=mean, tools/family_claims.TP_WITH_MEAN), htp; classification echo, prompteol,
+prompteol+tp, htp; cmteb last, mean, repeat-2, repeat-3, reba-2, reba-3. ReBA Table 3's "Repetition only (r)"
+is read as the text repeated r + 1 times with mean pooling over the last copy and no fused attention (the
+Echo-style repetition baseline), written here as `mean` with that template (repeat-2: two copies).
+
+Besides DIR/table.md, RESULTS/<model>-<family>.json (and .md, the table) is the claims file
+tools/claims_table.py reads (tools/family_claims.py): every claim of the family whose rows are done, judged by
+claims.judge on paired intervals (per set or task and "avg", the mean over them; cmteb's "avg" over its STS
+sets). A run with --limit, --corpus-limit or --tasks is stamped as limited there, so claims_table leaves it out.
 """
 from __future__ import annotations
 
@@ -38,29 +44,22 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
 
-from minidecoder.evaluation.bootstrap import mean_interval  # noqa: E402
-from minidecoder.evaluation.claims import verdict  # noqa: E402
+from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 
-# family: [(key, label, method, options or None when not buildable, why not)]
+# family: [(row key, label, method, options)]
 ROWS = {
-    "retrieval": [("vanilla-mean", "Vanilla Mean", "mean", {}), ("vanilla-last", "Vanilla Last", "last", {}),
-                  ("echo-mean", "Echo Mean", "echo", {}), ("tp-prompteol", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
-                  ("tp-mean", "TP w. Mean", "tp", None), ("htp", "HTP", "htp", {"start": 1, "end": 7})],
-    "classification": [("echo-mean", "Echo Mean", "echo", {}), ("prompteol", "PromptEOL", "prompteol", {}),
-                       ("tp-prompteol", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
+    "retrieval": [("mean", "Vanilla Mean", "mean", {}), ("last", "Vanilla Last", "last", {}),
+                  ("echo", "Echo Mean", "echo", {}), ("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
+                  ("mean+tp", "TP w. Mean", "tp", TP_WITH_MEAN), ("htp", "HTP", "htp", {"start": 1, "end": 7})],
+    "classification": [("echo", "Echo Mean", "echo", {}), ("prompteol", "PromptEOL", "prompteol", {}),
+                       ("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
                        ("htp", "HTP", "htp", {"start": 1, "end": 7})],
-    "cmteb": [("classical-last", "Classical (last)", "last", {}), ("classical-mean", "Classical (mean)", "mean", {}),
-              ("repetition-1", "Repetition only (1)", "mean", {"template": "{text}{text}"}),
-              ("repetition-2", "Repetition only (2)", "mean", {"template": "{text}{text}{text}"}),
-              ("reba", "ReBA", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3", "reba", {"repetitions": 3})],
-}
-NOT_BUILDABLE = {"tp-mean": "minidecoder's tp reads the last token only; TP with mean pooling is not implemented"}
-# each paper's comparisons: (method row, base row, claimed direction)
-CLAIMS = {
-    "retrieval": [("htp", "vanilla-mean", +1), ("htp", "tp-prompteol", +1)],
-    "classification": [("htp", "echo-mean", +1), ("htp", "prompteol", +1)],
-    "cmteb": [("reba", "classical-mean", +1), ("reba", "classical-last", +1), ("reba", "repetition-1", +1)],
+    "cmteb": [("last", "Classical (last)", "last", {}), ("mean", "Classical (mean)", "mean", {}),
+              ("repeat-2", "Repetition only (1)", "mean", {"template": "{text}{text}"}),
+              ("repeat-3", "Repetition only (2)", "mean", {"template": "{text}{text}{text}"}),
+              ("reba-2", "ReBA", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3", "reba", {"repetitions": 3})],
 }
 DEFAULT_MODEL = {"retrieval": "smollm2-135m-instruct", "classification": "smollm2-135m-instruct",
                  "cmteb": "qwen2.5-coder-0.5b-instruct"}
@@ -127,21 +126,6 @@ def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, floa
     return {name: (r["score"], tuple(r.get("ci95") or (np.nan, np.nan)), None) for name, r in results["sets"].items()}
 
 
-def paired(family: str, a: dict, b: dict, column: str) -> tuple[float, float]:
-    """95% interval of (row a - row b) on the same resamples."""
-    if family != "cmteb":
-        return mean_interval(cells(family, a)[column][2] - cells(family, b)[column][2])
-    from minidecoder.evaluation.cmteb import pair_bootstrap
-    from minidecoder.evaluation.cmteb_data import load_pair_set
-
-    ra, rb = a["results"]["sets"][column], b["results"]["sets"][column]
-    if ra["kind"] != "sts":
-        return (np.nan, np.nan)
-    boot = pair_bootstrap(load_pair_set(column, a["stamp"]["data_dir"], a["stamp"]["limit"]))
-    reps = boot.replicates({"a": {column: np.asarray(ra["cosines"])}, "b": {column: np.asarray(rb["cosines"])}})
-    return boot.interval(reps["a"] - reps["b"])[column]
-
-
 def write_table(family: str, args: argparse.Namespace) -> Path:
     rows = load_rows(family, args.out)
     labels = {key: label for key, label, *_ in ROWS[family]}
@@ -153,11 +137,8 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
              f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job.", "",
              "| row | " + " | ".join(columns) + " | Memory (MiB) | Time (s) | Time / Vanilla Mean |",
              "|---|" + "---:|" * (len(columns) + 3)]
-    base_time = rows.get("vanilla-mean", {}).get("results", {}).get("embedding", {}).get("seconds")
+    base_time = rows.get("mean", {}).get("results", {}).get("embedding", {}).get("seconds")
     for key, label, *_ in ROWS[family]:
-        if key in NOT_BUILDABLE:
-            lines.append(f"| {label} | not built: {NOT_BUILDABLE[key]} |" + " |" * (len(columns) + 2))
-            continue
         if key not in rows:
             lines.append(f"| {label} | (not run yet) |" + " |" * (len(columns) + 2))
             continue
@@ -170,19 +151,52 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
         time_cell = f"{seconds:.1f} | {ratio}" if seconds else "n/a (resumed) | n/a"
         lines.append(f"| {label} | {scores} | {memory_cell} | {time_cell} |")
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
-    for method, base, direction in CLAIMS[family]:
-        if method not in rows or base not in rows:
-            continue
-        for column in columns:
-            lo, hi = paired(family, rows[method], rows[base], column)
-            if not np.isfinite(lo):
-                continue
-            delta = cells(family, rows[method])[column][0] - cells(family, rows[base])[column][0]
-            lines.append(f"- {labels[method]} vs {labels[base]}, {column}: {delta:+.2f} [{lo:+.2f}, {hi:+.2f}]: "
-                         f"{verdict(lo, hi, direction)}")
+    report = family_claims(family, rows, args)
+    for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ
+        for column, got in record["scores"].items():
+            if record["score"] == "avg" or column == record["score"]:
+                lines.append(f"- {labels[record['method']]} vs {labels[record['base']]}, {column}: {got['diff']:+.2f} "
+                             f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: {got['verdict']}")
     path = args.out / "table.md"
     path.write_text("\n".join(lines) + "\n")
+    write_claims(args.results / f"{Path(args.model).name}-{family}.json", report, path.read_text())
     return path
+
+
+def differences(family: str, rows: dict[str, dict]):
+    """(method, base) -> (point, intervals) of the paired difference per set / task and for "avg"."""
+    def compare(method: str, base: str):
+        a, b = rows[method], rows[base]
+        if family != "cmteb":
+            return paired_means({name: got[2] for name, got in cells(family, a).items()},
+                                {name: got[2] for name, got in cells(family, b).items()})
+        point, reps = {}, {}
+        for name, ra in a["results"]["sets"].items():
+            rb = b["results"]["sets"][name]
+            if ra["kind"] != "sts":
+                continue  # Ocnli: no Spearman to resample; the STS sets make "avg" (as avg_sts)
+            boot = _pair_bootstrap(name, a)
+            got = boot.replicates({"a": {name: np.asarray(ra["cosines"])}, "b": {name: np.asarray(rb["cosines"])}})
+            point[name] = ra["score"] - rb["score"]
+            reps[name] = got["a"][0] - got["b"][0]
+        return with_avg(point, reps) if point else None
+    return compare
+
+
+def _pair_bootstrap(name: str, report: dict):
+    from minidecoder.evaluation.cmteb import pair_bootstrap
+    from minidecoder.evaluation.cmteb_data import load_pair_set
+
+    return pair_bootstrap(load_pair_set(name, report["stamp"]["data_dir"], report["stamp"]["limit"]))
+
+
+def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) -> dict:
+    """What RESULTS/<model>-<family>.json holds: the claims file tools/claims_table.py reads."""
+    chosen = {"limit": args.limit, "corpus_limit": args.corpus_limit, "tasks": args.tasks}
+    limited = {flag: value for flag, value in chosen.items() if value is not None}
+    settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": args.device,
+                "limit": limited or None}  # None: the full data, the only runs claims_table counts
+    return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", required=True, choices=list(ROWS))
     parser.add_argument("--model", default=None, help="default: SmolLM2 (retrieval, classification), Qwen2.5-Coder (cmteb)")
     parser.add_argument("--out", required=True, type=Path, help="folder for the rows' reports and table.md")
+    parser.add_argument("--results", type=Path, default=REPO / "results",
+                        help="folder of the claims file <model>-<family>.json (default: results/)")
     parser.add_argument("--rows", default=None, help="comma-separated row keys (default: every row)")
     parser.add_argument("--tasks", default=None, help="the eval command's --tasks (--sets for retrieval); default: all")
     parser.add_argument("--limit", type=int, default=None)
@@ -205,11 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     for key in wanted:
         method, options = known[key]
-        if options is None:
-            print(f"{key}: not built ({NOT_BUILDABLE[key]})")
-            continue
         run_row(args.family, key, method, options, args)
         print(f"table: {write_table(args.family, args)}", flush=True)
     return 0

@@ -5,24 +5,26 @@ Table 6) and HTP's long-context STS (Figure 1); resumable by row and, within a r
     python tools/reproduce_tasks.py --model smollm2-135m-instruct --family transfer --rows prompteol,prompteol+tp
     python tools/reproduce_tasks.py --model smollm2-135m-instruct --limit 40 --out /tmp/look   # a stamped quick look
 
-Rows. Transfer: PromptEOL, + TP, + CP (NS), Pretended CoT +/- TP, Knowledge +/- TP. Long STS: last-token,
-mean pooling, PromptEOL, HTP. Each row's configuration (output layer, TP end, CP steer layer and alpha)
-is the one tools/reproduce.py chose **on STS-B dev** for that row (read from results/<model>.json; HTP's
-start 1 / end 7 are the paper's); none is chosen on a test split, and none on these benchmarks (the
-transfer tasks' own validation, SentEval's inner folds, chooses only the probe's L2). "last" reads the
-final layer. HTP's "TP w. Mean" curve is not run: minidecoder's TP pools the last token only, and no
-method here is TP with mean pooling (a row to add once that reading is decided).
+Rows (claims.py's row keys). Transfer: prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp),
+knowledge(+tp). Long STS: last, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text, `<PST> {text}`,
+start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer, TP end, CP
+steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
+results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'); none is chosen on a test split,
+and none on these benchmarks (the transfer tasks' own validation, SentEval's inner folds, chooses only the
+probe's L2). "last" reads the final layer.
 
 Files: OUT/<model>-transfer.json / .md and OUT/<model>-sts-long.json / .md (OUT = results/ by default),
 rewritten after every row; a finished row is never recomputed (`--redo` with `--rows` recomputes those).
+Each JSON is also the claims file tools/claims_table.py reads (tools/family_claims.py: settings.benchmark,
+rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
 A file made with other settings (model, dtype, limit) is refused, never mixed. Within a row, the work
 kept in OUT/<model>-<family>-work/<row>/ (the embeddings, each finished task's probe, the embedding job's
 chunks) lets the next sitting go on from where this one stopped.
 
 Statistics: every cell a 95% bootstrap interval (transfer: over test items / out-of-fold predictions;
 long STS: over long pairs); every paper comparison (TP or CP vs its prompt) a paired interval of the
-difference on the same resamples, per task and for Avg. (mean over tasks of the per-resample
-differences), with the verdict of `minidecoder.evaluation.claims.verdict`.
+difference on the same resamples, per task / length and for Avg. (mean over them of the per-resample
+differences), judged by `minidecoder.evaluation.claims.judge` for each claim of `claims.BENCHMARK_CLAIMS`.
 """
 from __future__ import annotations
 
@@ -37,26 +39,22 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
 
 import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402
-from minidecoder.evaluation.claims import verdict  # noqa: E402
+from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
-from minidecoder.evaluation.transfer import (accuracy_replicates, evaluate_transfer,  # noqa: E402
-                                             percentile_interval)
+from minidecoder.evaluation.transfer import accuracy_replicates, evaluate_transfer  # noqa: E402
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 
-FORMAT = "minidecoder-reproduce-tasks/1"
 TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp", "PromptEOL + TP"), ("prompteol+cp", "PromptEOL + CP (NS)"),
                  ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp", "Pretended CoT + TP"),
                  ("knowledge", "Knowledge"), ("knowledge+tp", "Knowledge + TP")]
-STS_LONG_ROWS = [("last", "Last token"), ("mean", "Mean pooling"), ("prompteol", "PromptEOL"), ("htp", "HTP")]
-# (method row, base row, the paper's claim)
-TRANSFER_CLAIMS = [("prompteol+tp", "prompteol", "TP improves PromptEOL (TP Table 5)"),
-                   ("pretended_cot+tp", "pretended_cot", "TP improves Pretended CoT (TP Table 5)"),
-                   ("knowledge+tp", "knowledge", "TP improves Knowledge (TP Table 5)"),
-                   ("prompteol+cp", "prompteol", "CP (NS) improves PromptEOL, +0.79 Avg. (CP Table 6)")]
+STS_LONG_ROWS = [("last", "Last token"), ("mean", "Mean pooling"), ("prompteol", "PromptEOL"),
+                 ("mean+tp", "TP w. Mean"), ("htp", "HTP")]
 
 
 def chosen_methods(model: str) -> dict[str, dict]:
@@ -72,23 +70,25 @@ def chosen_methods(model: str) -> dict[str, dict]:
 def row_method(key: str, chosen: dict[str, dict]):
     if key == "last":
         return build_method("last")
-    spec = dict(chosen[key])
+    spec = dict({"method": "tp", **TP_WITH_MEAN} if key == "mean+tp" else chosen[key])
     name = spec.pop("method")
     spec.pop("pst_init_detail", None)  # a description the method writes, not an option
     spec.pop("sentence_splitter", None)
     return build_method(name, **spec)
 
 
-def load_report(path: Path, settings: dict, redo: set[str]) -> dict:
+def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], redo: set[str]) -> dict:
+    """The table file so far (its rows; `redo` removed), or a new one; one made with other settings is refused."""
+    new = {**claims_report(benchmark, settings, planned, [], lambda *_: None), "rows": {}}
     if path.is_file():
         report = json.loads(path.read_text())
-        if report.get("settings") != settings:
+        if report.get("settings") != new["settings"]:
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
                              "choose another --out or remove it")
         for key in redo:
             report["rows"].pop(key, None)
         return report
-    return {"format": FORMAT, "settings": settings, "rows": {}}
+    return new
 
 
 def write(path: Path, report: dict, markdown: str) -> None:
@@ -107,28 +107,41 @@ def encoder(model, method, work: Path, batch_size: int | None):
 
 
 # ---- transfer ---------------------------------------------------------------------------------------
-def transfer_claims(rows: dict) -> list[dict]:
-    out = []
-    for method, base, text in TRANSFER_CLAIMS:
-        if method not in rows or base not in rows:
-            continue
-        per, diffs = {}, []
+def transfer_differences(rows: dict):
+    """(method, base) -> (point, intervals) of accuracy(method) - accuracy(base) x100 per task and for "avg",
+    on the same resamples of the same test items (out-of-fold predictions for the k-fold tasks)."""
+    def differences(method: str, base: str):
+        point, reps = {}, {}
         for k, task in enumerate(TRANSFER_TASKS):
             a, b = rows[method]["tasks"].get(task), rows[base]["tasks"].get(task)
             if a is None or b is None:
                 continue
             correct_a = np.asarray(a["predictions"]) == np.asarray(a["gold"])
             correct_b = np.asarray(b["predictions"]) == np.asarray(b["gold"])
-            reps = accuracy_replicates(correct_a, k) - accuracy_replicates(correct_b, k)  # same resamples
-            diffs.append(reps)
-            lo, hi = percentile_interval(reps)
-            per[task] = {"diff": a["score"] - b["score"], "lo": lo, "hi": hi, "verdict": verdict(lo, hi)}
-        if diffs:
-            lo, hi = percentile_interval(np.mean(diffs, axis=0))
-            point = float(np.mean([per[t]["diff"] for t in per]))
-            per["avg"] = {"diff": point, "lo": lo, "hi": hi, "verdict": verdict(lo, hi)}
-        out.append({"method": method, "base": base, "claim": text, "scores": per})
-    return out
+            point[task] = a["score"] - b["score"]
+            reps[task] = accuracy_replicates(correct_a, k) - accuracy_replicates(correct_b, k)  # same resamples
+        return with_avg(point, reps) if point else None
+    return differences
+
+
+def transfer_claims(rows: dict, settings: dict | None = None) -> list[dict]:
+    """claims.judge's record of every transfer claim whose two rows are done."""
+    return claims_report("transfer", settings or {}, [key for key, _ in TRANSFER_ROWS], list(rows),
+                         transfer_differences(rows))["claims"]
+
+
+def sts_long_differences(rows: dict, sets) -> object:
+    """(method, base) -> (point, intervals) of Spearman(method) - Spearman(base) x100 per length and for "avg",
+    on the same resampled long pairs (bootstrap.Bootstrap over each length's pairs)."""
+    boot = Bootstrap([TaskLayout(str(p.k), "test", p.gold, (0, len(p))) for p in sets])
+
+    def differences(method: str, base: str):
+        cosines = {row: {k: np.asarray(v["cosines"]) for k, v in rows[row]["lengths"].items()} for row in (method, base)}
+        reps = boot.replicates(cosines)
+        point = {k: rows[method]["lengths"][k]["score"] - rows[base]["lengths"][k]["score"] for k in boot.names[:-1]}
+        point["avg"] = float(np.mean(list(point.values())))
+        return point, boot.interval(reps[method] - reps[base])
+    return differences
 
 
 def transfer_markdown(report: dict, model: str) -> str:
@@ -149,13 +162,20 @@ def transfer_markdown(report: dict, model: str) -> str:
         avg = f"{row['avg']:.2f}" if row.get("avg") is not None else "-"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {avg} |")
     lines += ["", "## The papers' comparisons (paired 95% intervals of the difference)", "",
-              "| claim | Avg. diff | interval | verdict |", "|---|---:|---|---|"]
-    for claim in report.get("claims", []):
-        avg = claim["scores"].get("avg")
-        if avg:
-            lines.append(f"| {claim['claim']} | {avg['diff']:+.2f} | [{avg['lo']:+.2f}, {avg['hi']:+.2f}] | {avg['verdict']} |")
+              "| claim | diff | interval | verdict |", "|---|---:|---|---|"]
+    lines += claim_lines(report)
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
     return "\n".join(lines)
+
+
+def claim_lines(report: dict) -> list[str]:
+    """One table line per judged claim, on its decisive score (Avg., or a length / task the paper names)."""
+    lines = []
+    for claim in report.get("claims", []):
+        decisive = claim["scores"][claim["score"]]
+        lines.append(f"| {claim['claim']} ({claim['score']}) | {decisive['diff']:+.2f} | "
+                     f"[{decisive['lo']:+.2f}, {decisive['hi']:+.2f}] | {decisive['verdict']} |")
+    return lines
 
 
 # ---- long STS -----------------------------------------------------------------------------------------
@@ -176,6 +196,8 @@ def sts_long_markdown(report: dict, model: str) -> str:
         lines.append(f"| {label} | " + " | ".join(
             f"{row['lengths'][str(k)]['score']:.2f} [{row['lengths'][str(k)]['ci95'][0]:.1f}, "
             f"{row['lengths'][str(k)]['ci95'][1]:.1f}]" for k in lengths) + " |")
+    lines += ["", "## HTP's comparisons (paired 95% intervals of the difference)", "",
+              "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
     return "\n".join(lines)
 
@@ -187,11 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=None, help="comma-separated row keys (default: every row of the family)")
     parser.add_argument("--redo", action="store_true", help="recompute the rows named by --rows")
     parser.add_argument("--limit", type=int, default=None, help="first N rows per file / STS-B pairs (stamped; never a claim)")
+    parser.add_argument("--tasks", default=None, help="transfer: comma-separated tasks (default: the seven)")
+    parser.add_argument("--data", default=None, help="the family's data folder (with --family transfer or sts-long; "
+                                                     "default: ../shared/data/senteval and ../shared/data/sts)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--out", default=str(REPO / "results"), help="folder of the result files (default: results/)")
     args = parser.parse_args(argv)
+    if args.data and args.family == "both":
+        parser.error("--data names one family's folder: add --family transfer or --family sts-long")
 
     chosen = chosen_methods(args.model)
     out = Path(args.out)
@@ -199,25 +226,30 @@ def main(argv: list[str] | None = None) -> int:
     model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
     wanted = set(args.rows.split(",")) if args.rows else None
     redo = wanted if args.redo and wanted else set()
-    settings = {"model": args.model, "dtype": args.dtype, "limit": args.limit,
+    name = Path(args.model).name  # a folder's name, or the model's
+    settings = {"model": name, "dtype": args.dtype, "device": args.device, "limit": args.limit,
                 "tokenizer_sha256": model.tokenizer.checksum}
     families = ["transfer", "sts-long"] if args.family == "both" else [args.family]
     for family in families:
-        path = out / f"{args.model}-{family}.json"
+        path = out / f"{name}-{family}.json"
         rows = TRANSFER_ROWS if family == "transfer" else STS_LONG_ROWS
+        planned = [key for key, _ in rows]
         if family == "sts-long":
             from minidecoder.evaluation.sts_long import LENGTHS, evaluate_sts_long, load_long_sts
-            loaded = load_long_sts(None, args.limit)
+            loaded = load_long_sts(args.data, args.limit)
             family_settings = {**settings, "lengths": list(LENGTHS)}
+            differences = sts_long_differences
         else:
-            loaded = load_transfer_tasks(list(TRANSFER_TASKS), None, args.limit)
-            family_settings = settings
-        report = load_report(path, family_settings, redo)
+            tasks = args.tasks.split(",") if args.tasks else list(TRANSFER_TASKS)
+            loaded = load_transfer_tasks(tasks, args.data, args.limit)
+            family_settings = {**settings, **({"tasks": tasks} if args.tasks else {})}
+            differences = None
+        report = load_report(path, family, family_settings, planned, redo)
         for key, label in rows:
             if (wanted and key not in wanted) or key in report["rows"]:
                 continue
             method = row_method(key, chosen)
-            work = out / f"{args.model}-{family}-work" / key
+            work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
             encode = encoder(model, method, work, args.batch_size)
             print(f"{family}: {label} ...", file=sys.stderr)
@@ -228,24 +260,26 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 results = evaluate_sts_long(encode, loaded=loaded, chunk_size=1 << 62, progress=False)
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,
-                       "--redo"] + (["--limit", str(args.limit)] if args.limit is not None else [])
+                       "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
+                                    for word in (f"--{flag}", str(getattr(args, flag)))]
             report["rows"][key] = {"label": label, "method": method.describe(), **results,
                                    "stamp": build_stamp({"method": method.describe()}, results),
                                    "command": shlex.join(command)}
-            if family == "transfer":
-                report["claims"] = transfer_claims(report["rows"])
-            text = transfer_markdown(report, args.model) if family == "transfer" else sts_long_markdown(report, args.model)
+            judged = (transfer_differences(report["rows"]) if differences is None
+                      else differences(report["rows"], loaded[1]))
+            report.update(claims_report(family, family_settings, planned, list(report["rows"]), judged))
+            text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
             write(path, report, text)
             import shutil
             shutil.rmtree(work, ignore_errors=True)  # the row is in the file: its kept work is no longer needed
-        work_root = out / f"{args.model}-{family}-work"
+        work_root = out / f"{name}-{family}-work"
         if work_root.is_dir() and not any(work_root.iterdir()):
             work_root.rmdir()  # every row finished: nothing left to resume
         if family == "sts-long" and report["rows"]:
             try:
                 from minidecoder.evaluation.sts_long import plot_sts_long
                 plot_sts_long({report["rows"][k]["label"]: report["rows"][k]["lengths"] for k, _ in rows
-                               if k in report["rows"]}, path.with_suffix(".png"), args.model, overwrite=True)
+                               if k in report["rows"]}, path.with_suffix(".png"), name, overwrite=True)
             except MinidecoderError as error:  # matplotlib missing: the tables stand alone
                 print(f"reproduce_tasks: no figure ({error.problem})", file=sys.stderr)
         print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
-                                            parse_names, run_benchmark)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, instruction_for, limited_note, markdown_report,
+                                            parse_names, run_family)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser = benchmarks.add_parser("classification", help="MTEB classification (Banking77, Emotion): HTP Table 12",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="Banking77,Emotion", help="comma-separated tasks (default: both)")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N test items")
-    add_benchmark_options(parser, "mteb", truncate=None)
+    add_family_options(parser, "classification",
+                       "MTEB data folder (default: $MINIDECODER_MTEB_DATA or ../shared/data/mteb)",
+                       "score only the first N test items", instruction=True)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_benchmark(args, FAMILY)
+    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:
@@ -47,7 +48,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     return [text for data in loaded for text in texts_needed(data, _instruction(args, data))]
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace) -> dict:
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.classification import evaluate_classification
 
     tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False)
@@ -79,4 +80,4 @@ def markdown(results: dict, stamp: dict) -> str:
     return markdown_report("Classification (MTEB)", about, table(results), stamp)
 
 
-FAMILY = Family("classification", read, texts, evaluate, table, markdown)
+FAMILY = Family("classification", read, texts, evaluate, table, markdown, ("--tasks", "--limit", "--instruction"))

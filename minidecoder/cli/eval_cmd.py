@@ -15,9 +15,6 @@ until they are written: a second run on them is told which process holds them (o
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import importlib
-import re
 import shlex
 from pathlib import Path
 
@@ -31,7 +28,7 @@ INTERRUPTED = ("interrupted before any sentence was embedded; nothing new was ke
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (STS, transfer, sts-long)", description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser("eval", help="evaluate a method on a benchmark (sts, transfer, sts-long, retrieval, classification, cmteb)", description=__doc__.splitlines()[0])
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     sts = benchmarks.add_parser("sts", help="the seven STS tasks of PromptEOL / TP / CP", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,24 +44,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
-    from minidecoder.cli import eval_classification_cmd, eval_cmteb_cmd, eval_retrieval_cmd
-    for family in ("transfer", "sts_long"):  # each benchmark family's command lives in its own module
-        importlib.import_module(f"minidecoder.cli.eval_{family}_cmd").add_parser(benchmarks)
-    for family in (eval_retrieval_cmd, eval_classification_cmd, eval_cmteb_cmd):
+    from minidecoder.cli import (eval_classification_cmd, eval_cmteb_cmd, eval_retrieval_cmd, eval_sts_long_cmd,
+                                 eval_transfer_cmd)
+    # each benchmark family's command lives in its own module; all run through cli.eval_family
+    for family in (eval_transfer_cmd, eval_sts_long_cmd, eval_retrieval_cmd, eval_classification_cmd, eval_cmteb_cmd):
         family.add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
-    from minidecoder.cli.eval_benchmark import parse_names
+    from minidecoder.cli.eval_family import parse_names
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
-    return list(ALL_SEVEN) if text is None else parse_names(text, list(TASKS))
-
-
-def default_prefix(model: str | None, method: str) -> Path:
-    stem = Path(model).name if model else "default-model"
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"sts-{stem}-{method}-{stamp}"))
+    return parse_names(text, list(TASKS), default=ALL_SEVEN)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
     from minidecoder.running.jobs import check_work_owner
 
+    from minidecoder.cli.eval_family import default_prefix
+
     check_sizes(args)
     tasks = parse_tasks(args.tasks)
     # everything that can fail cheaply fails before the model loads and the long run starts
-    prefix = Path(args.output) if args.output else default_prefix(args.model, args.method)
+    prefix = Path(args.output) if args.output else default_prefix("sts", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
     check_work_owner(work_folder(prefix), OWNER, kept_settings(args))  # never taken over, named by flag
     resolve_data_dir(args.data)
@@ -86,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
-    from minidecoder.cli.eval_benchmark import embed_kept
+    from minidecoder.cli.eval_family import argv_of, embed_kept
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
     from minidecoder.running.jobs import owned_work_folder
@@ -95,7 +88,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     metadata = {
         **model_stamp(args, model, method),
         "tasks": tasks,
-        "command": shlex.join(["minidecoder", "eval", "sts", *_argv(args)]),
+        "command": shlex.join(["minidecoder", "eval", "sts", *argv_of(args)]),
     }
 
     work = work_folder(prefix)
@@ -126,16 +119,3 @@ def kept_settings(args: argparse.Namespace) -> dict:
     flag (`--limit was 300, now 30`), not by the job's fields (`input.rows`); the job's manifest checks
     the rest (model, method, dtype, batch size) under their own names."""
     return {"--tasks": args.tasks, "--limit": args.limit}
-
-
-def _argv(args: argparse.Namespace) -> list[str]:
-    """The options as given, for the stamp (re-runnable)."""
-    out = []
-    for flag, value in [("--model", args.model), ("--method", args.method), ("--tasks", args.tasks), ("--data", args.data),
-                        ("--limit", args.limit), ("--dtype", args.dtype), ("--device", args.device),
-                        ("--batch-size", args.batch_size)]:
-        if value is not None:
-            out += [flag, str(value)]
-    for pair in args.opt:
-        out += ["--opt", pair]
-    return out

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, limited_note, markdown_report, parse_names,
-                                            run_benchmark)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, limited_note, markdown_report, parse_names,
+                                            run_family)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -21,13 +21,13 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser = benchmarks.add_parser("cmteb", help="C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(SETS), help="comma-separated sets (default: all eight)")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N pairs of each set")
-    add_benchmark_options(parser, "cmteb", truncate=None)
+    add_family_options(parser, "cmteb", "C-MTEB data folder (default: $MINIDECODER_CMTEB_DATA or ../shared/data/cmteb)",
+                       "score only the first N pairs of each set", instruction=True)
     parser.set_defaults(run=run, instruction="none")
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_benchmark(args, FAMILY)
+    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:
@@ -47,7 +47,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     return texts_needed(loaded)
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace) -> dict:
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.cmteb import evaluate_cmteb
 
     return evaluate_cmteb(encode, loaded, progress=False)
@@ -75,4 +75,4 @@ def markdown(results: dict, stamp: dict) -> str:
     return markdown_report("C-MTEB pair sets", about, table(results), stamp)
 
 
-FAMILY = Family("cmteb", read, texts, evaluate, table, markdown)
+FAMILY = Family("cmteb", read, texts, evaluate, table, markdown, ("--tasks", "--limit"))

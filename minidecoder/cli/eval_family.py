@@ -1,9 +1,19 @@
-"""What every `minidecoder eval <family>` command beyond STS shares with `eval sts`: the options, the
-checks made before the model loads, the resumable embedding job, the stamp and the report.
+"""The one runner of `minidecoder eval transfer|sts-long|retrieval|classification|cmteb`: their shared options,
+the order of the checks (everything that can fail cheaply fails before the model loads), the owned kept-work
+folder, one resumable embedding job for every text of a run, the stamp and the report.
 
-A family's command module adds its own options and supplies `score(encode, kept) -> results` (its
-`evaluate_<family>` with the data already read; `kept` a folder that survives an interruption, `identity`
-the model and method that make the embeddings), `table(results) -> str` and `markdown(results, stamp)`.
+A family's command module gives a `Family`: `read(args)` (its data, read and checked), `texts(loaded, args)`
+(every text it may ask for), `evaluate(encode, loaded, args, kept)` (its results dict; `kept` a `Kept` folder
+that survives an interruption, for work slower than the embeddings, e.g. transfer's probes), `table(results)`
+(what is printed), `markdown(results, stamp)` (PREFIX.md), and `input_flags`, the flags that choose its texts.
+
+Kept work lives in `.PREFIX.json.partial/`, owned through `running.jobs.owned_work_folder` by
+"minidecoder eval <family>" with the values of `input_flags`: an interrupted run of another command (eval sts,
+sweep, another family) on the same --output is refused before the model loads, never taken over or removed,
+and the same command with other input flags is refused by flag. Inside it, every text of the run is embedded
+in one job (`running.jobs.embed_resumably`, in `job/`), started on the first `encode` call, so Ctrl-C keeps
+every finished chunk and the same command resumes from them; the family reads its vectors from that table, in
+any order, as often as it likes.
 """
 from __future__ import annotations
 
@@ -12,32 +22,93 @@ import datetime as _dt
 import json
 import re
 import shlex
+import shutil
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model, model_stamp)
 
+# Methods that take a task's instruction as "{instruct} {text}" (spec section 11, HTP Appendix B: Vanilla
+# Mean, Vanilla Last, Echo Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt
+# on both sides and take none unless --instruction names one. The instruction is joined to the text, as the
+# spec writes it, so it is part of what mean and Echo pool and of HTP's first sentence block; HTP's reference
+# code puts it in the template instead (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`), outside the
+# blocks and the pooled rows. Doing that here needs one method per task (a template per instruction), which
+# the one embedding job of a run does not allow; the difference is stated in the reports' instruction line.
+INSTRUCT_METHODS = ("mean", "last", "echo", "htp", "reba")
 
-def add_family_options(parser: argparse.ArgumentParser, data_help: str, limit_help: str) -> None:
-    parser.add_argument("--method", required=True, help="method name, e.g. prompteol, tp, cp, mean")
+
+@dataclass(frozen=True)
+class Kept:
+    """The kept-work folder a family may keep slow results in, and what made the embeddings (model, dtype,
+    method and options, truncation): work kept under another identity is never reused."""
+
+    folder: Path
+    identity: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # the subcommand
+    read: Callable[[argparse.Namespace], Any]
+    texts: Callable[[Any, argparse.Namespace], list[str]]
+    evaluate: Callable[[Callable, Any, argparse.Namespace, Kept], dict]
+    table: Callable[[dict], str]
+    markdown: Callable[[dict, dict], str]
+    input_flags: tuple[str, ...]  # the flags that choose the texts, recorded with the kept work
+    stamp: Callable[[Any, argparse.Namespace], dict] = lambda loaded, args: {}  # the family's part of the stamp
+    figures: Callable[[Path, argparse.Namespace], list[Path]] = lambda prefix, args: []  # written with the report
+    draw: Callable[[dict, list[Path], argparse.Namespace], None] | None = None
+
+    @property
+    def owner(self) -> str:
+        return f"minidecoder eval {self.name}"
+
+    def settings(self, args: argparse.Namespace) -> dict:
+        return {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in self.input_flags}
+
+
+def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: str, limit_help: str,
+                       truncate: int | None = None, instruction: bool = False) -> None:
+    """The options every family takes; `truncate` its default --truncate, `instruction` whether it takes one."""
+    parser.add_argument("--method", required=True, help="method name, e.g. mean, last, echo, prompteol, tp, htp")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="a method option; repeat for more")
     parser.add_argument("--data", default=None, metavar="DIR", help=data_help)
     parser.add_argument("--limit", type=int, default=None, metavar="N", help=limit_help)
+    if instruction:
+        parser.add_argument("--instruction", default="auto", metavar="TEXT",
+                            help="the task instruction put before each query/text as '{instruct} {text}': 'auto' "
+                                 "(default) gives the task's HTP instruction to " + ", ".join(INSTRUCT_METHODS) +
+                                 " and none to the prompt methods; 'none' gives none; any other text is used for "
+                                 "every task")
+    parser.add_argument("--truncate", type=int, default=truncate, metavar="N",
+                        help="keep the first N tokens of each text before the method's prompt "
+                             + (f"(default {truncate}, as HTP did; every cut is counted in the report)" if truncate
+                                else "(default: none; a text over the context is an error naming it)"))
     parser.add_argument("--batch-size", type=int, default=None,
                         help="texts per forward pass (default: each batch filled up to the device's token budget)")
-    parser.add_argument("--truncate", type=int, default=None, metavar="N",
-                        help="keep the first N tokens of a text past it (default: a text past the model's context "
-                             "is an error); the report counts the texts cut")
     parser.add_argument("--output", default=None, metavar="PREFIX",
-                        help="write PREFIX.json and PREFIX.md (default: ./BENCHMARK-MODEL-METHOD-DATE)")
+                        help=f"write PREFIX.json and PREFIX.md (default: ./{family}-MODEL-METHOD-DATE)")
     add_output_options(parser, "PREFIX.json / PREFIX.md")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(parser)
 
 
-def parse_task_list(text: str | None, known: tuple[str, ...], default: tuple[str, ...] | None = None) -> list[str]:
-    """--tasks: comma-separated names, each one of `known` (None: `default`, else all of `known`)."""
+def instruction_for(args: argparse.Namespace, task_instruction: str | None) -> str | None:
+    """The instruction one task's queries/texts take under --instruction (see `add_family_options`)."""
+    if args.instruction == "auto":
+        return task_instruction if args.method in INSTRUCT_METHODS else None
+    return None if args.instruction == "none" else args.instruction
+
+
+def parse_names(text: str | None, known: Sequence[str], flag: str = "--tasks",
+                default: Sequence[str] | None = None) -> list[str]:
+    """The comma-separated names of `text`, each one of `known` (None: `default`, else all of `known`), or an
+    InputError naming the others."""
     from minidecoder.errors import InputError
 
     if text is None:
@@ -45,69 +116,136 @@ def parse_task_list(text: str | None, known: tuple[str, ...], default: tuple[str
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
     if not names or unknown:
-        raise InputError(f"--tasks {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
+        raise InputError(f"{flag} {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
                          "choose from " + ",".join(known))
     return names
 
 
-def output_prefix(args: argparse.Namespace, benchmark: str) -> Path:
-    """--output, else ./BENCHMARK-MODEL-METHOD-DATE; checked free and writable."""
-    from minidecoder.evaluation.report import check_report_prefix
+def default_prefix(benchmark: str, model: str | None, method: str) -> Path:
+    """./BENCHMARK-MODEL-METHOD-DATE, the report prefix when --output is not given."""
+    stem = Path(model).name if model else "default-model"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"{benchmark}-{stem}-{method}-{stamp}"))
+
+
+def run_family(args: argparse.Namespace, family: Family) -> int:
+    from minidecoder.errors import InputError
+    from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
+    from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args)
-    if args.output:
-        prefix = Path(args.output)
-    else:
-        stem = Path(args.model).name if args.model else "default-model"
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        prefix = Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"{benchmark}-{stem}-{args.method}-{stamp}"))
+    if args.truncate is not None and args.truncate < 1:
+        raise InputError(f"--truncate {args.truncate} must be a positive number of tokens", "e.g. --truncate 512")
+    prefix = Path(args.output) if args.output else default_prefix(family.name, args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
-    return prefix
-
-
-def run_family(args: argparse.Namespace, benchmark: str, prefix: Path, extra_stamp: dict,
-               score: Callable[[Callable, Path, str], dict], table: Callable[[dict], str],
-               markdown: Callable[[dict, dict], str], figures: Sequence[Path] = (),
-               draw: Callable[[dict], None] | None = None) -> int:
-    """Load the model, embed through a resumable job kept in `.PREFIX.json.partial/`, score, write the report
-    (and `draw(results)` the `figures`, claimed with the report). The folder `kept` passed to `score` survives
-    an interruption; it is removed once the report is written."""
-    import shutil
-
-    from minidecoder.cli.eval_benchmark import embed_kept
-    from minidecoder.cli.eval_cmd import _argv
-    from minidecoder.evaluation.report import report_paths, work_folder, write_or_rescue, write_report
-
+    check_work_owner(work_folder(prefix), family.owner, family.settings(args))  # never taken over, named by flag
+    loaded = family.read(args)  # every data file read and checked before the model loads
+    figures = family.figures(prefix, args)
     method = build_cli_method(args.method, args.opt)
-    with claim_cli_outputs(args, [*report_paths(prefix), *figures]):
-        model = load_model(args)
-        work = work_folder(prefix)
-        truncated: list[int] = []
+    with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held from before the model loads to the last write
+        return _evaluate(args, family, loaded, prefix, method, figures)
 
-        def encode(texts: list[str]):
-            vectors, summary = embed_kept(model, method, texts, work / "job", args, prefix)
-            truncated.append(int(summary.get("truncated_rows", 0) or 0))
-            return vectors
 
-        # what makes the embeddings: kept work made under another identity is never reused
-        identity = json.dumps({**model_stamp(args, model, method), "truncate": args.truncate}, sort_keys=True, default=str)
-        results = score(encode, work, identity)
-        argv = _argv(args) + (["--truncate", str(args.truncate)] if args.truncate is not None else [])
-        metadata = {
-            **model_stamp(args, model, method),
-            # nothing is cut silently: the policy, and how many texts it cut in this sitting
-            "truncation": {"truncate": args.truncate, "texts_truncated": sum(truncated),
-                           "policy": "a text past the model's context is an error" if args.truncate is None
-                           else f"the first {args.truncate} tokens of a longer text are kept"},
-            **extra_stamp,
-            "command": shlex.join(["minidecoder", "eval", benchmark, *argv]),
-        }
-        shown = table(results)
+def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Path, method, figures: list[Path]) -> int:
+    import torch
+
+    from minidecoder.evaluation.report import work_folder, write_or_rescue, write_report
+    from minidecoder.running.jobs import owned_work_folder
+    from minidecoder.sources.checksums import model_identity
+
+    model = load_model(args)
+    stamp = {**model_stamp(args, model, method), "model_identity": model_identity(model)}
+    command = shlex.join(["minidecoder", "eval", family.name, *argv_of(args)])
+    texts = sorted(set(family.texts(loaded, args)), key=len, reverse=True)  # longest first: less padding
+    row = {text: i for i, text in enumerate(texts)}
+    job: dict = {}
+
+    def encode(batch: list[str]) -> torch.Tensor:  # (len(batch), E), from the one job's table
+        if not job:  # the first call embeds every text of the run
+            start = time.perf_counter()
+            job["vectors"], job["summary"] = embed_kept(model, method, texts, work / "job", args, prefix)
+            job["seconds"] = time.perf_counter() - start
+        return job["vectors"][[row[text] for text in batch]]
+
+    work = work_folder(prefix)
+    with owned_work_folder(work, family.owner, f"{command} --output {shlex.quote(str(prefix))}",
+                           family.settings(args)):
+        identity = json.dumps({**stamp, "truncate": args.truncate}, sort_keys=True, default=str)
+        results = family.evaluate(encode, loaded, args, Kept(work, identity))
+        results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
+        metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
+                    **({"instruction": args.instruction} if hasattr(args, "instruction") else {}),
+                    **family.stamp(loaded, args), "command": command}
+        table = family.table(results)
         json_path, md_path = write_or_rescue(
-            lambda where: write_report(where, results, metadata, args.overwrite, markdown=markdown), prefix, shown)
-        shutil.rmtree(work, ignore_errors=True)
-        if draw is not None:
-            draw(results)
-    print(shown)
+            lambda where: write_report(where, results, metadata, args.overwrite, markdown=family.markdown),
+            prefix, table)
+        shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
+        if family.draw is not None and figures:
+            family.draw(results, figures, args)
+    print(table)
     print(f"\nwrote {json_path} and {md_path}" + "".join(f" and {path}" for path in figures))
     return 0
+
+
+def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
+    """results["embedding"]: the job's size, its time in this sitting and the texts it cut (nothing silently)."""
+    summary = job.get("summary", {})
+    reused = summary.get("chunks_reused", 0)
+    seconds = job.get("seconds")
+    return {"texts": texts, "embedded_now": bool(job), "chunks_reused": reused,
+            # this sitting's time only: a rate over all texts would be wrong after a resume
+            "seconds": None if reused or seconds is None else seconds,
+            "texts_per_second": None if reused or not seconds else texts / seconds,
+            "truncation": {"truncate": truncate, "max_tokens": truncate,
+                           "texts_cut": int(summary.get("truncated_rows", 0) or 0),
+                           "policy": "a text past the model's context is an error" if truncate is None
+                           else f"the first {truncate} tokens of a longer text are kept"}}
+
+
+def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):
+    """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one); Ctrl-C says
+    which chunks are kept and the command that resumes them."""
+    from minidecoder.errors import Interrupted
+    from minidecoder.running.jobs import JobInterrupted, embed_resumably
+
+    truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none
+    try:
+        return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
+                               progress=not args.no_progress, **truncate)
+    except JobInterrupted as stop:
+        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+        if stop.saved == 0:
+            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
+                              f"{again}") from None
+        raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
+                          f"kept in {work}; {again} to resume from them") from None
+
+
+def argv_of(args: argparse.Namespace, flags: Sequence[str] = ("model", "method", "tasks", "sets", "split", "data",
+                                                            "limit", "corpus_limit", "lengths", "instruction",
+                                                            "truncate", "dtype", "device", "batch_size")) -> list[str]:
+    """The options as given, for the stamp (re-runnable)."""
+    out = []
+    for name in flags:
+        value = getattr(args, name, None)
+        if value is not None:
+            out += ["--" + name.replace("_", "-"), str(value)]
+    for pair in args.opt:
+        out += ["--opt", pair]
+    return out
+
+
+def markdown_report(family: str, about: str, table: str, stamp: dict, more: str = "") -> str:
+    """PREFIX.md of a benchmark: title (family, method, model), what the numbers are, the table, more
+    sections, the stamp."""
+    from minidecoder.evaluation.report import stamp_table
+
+    method = stamp.get("method", "?")
+    method = method.get("method", "?") if isinstance(method, dict) else method  # Method.describe()
+    title = f"{family}: {method} on {stamp.get('model', '?')}"
+    return f"# {title}\n\n{about}\n\n{table}\n\n{more}## Run\n\n{stamp_table(stamp)}\n"
+
+
+def limited_note(what: str) -> str:
+    return f"\n**Limited run** ({what}): a quick look, not comparable to published results."

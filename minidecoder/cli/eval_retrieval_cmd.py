@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_benchmark import (Family, add_benchmark_options, instruction_for, limited_note, markdown_report,
-                                            run_benchmark)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, instruction_for, limited_note, markdown_report,
+                                            run_family)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -21,15 +21,15 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="scifact,nfcorpus", help="comma-separated BEIR sets under --data")
     parser.add_argument("--split", default="test", help="the qrels split to score (default: test)")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N judged queries")
     parser.add_argument("--corpus-limit", type=int, default=None, metavar="M",
                         help="search only the first M documents plus those judged for the kept queries (quick look)")
-    add_benchmark_options(parser, "beir", truncate=512)
+    add_family_options(parser, "retrieval", "BEIR data folder (default: $MINIDECODER_BEIR_DATA or ../shared/data/beir)",
+                       "score only the first N judged queries", truncate=512, instruction=True)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_benchmark(args, FAMILY)
+    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:
@@ -56,7 +56,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     return [text for data in loaded for text in query_texts(data, _instruction(args, data)) + data.documents]
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace) -> dict:
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.retrieval import evaluate_retrieval
 
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False) for data in loaded}
@@ -96,4 +96,4 @@ def markdown(results: dict, stamp: dict) -> str:
                            f"## Timing\n\n{timing}\n")
 
 
-FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, default_truncate=512)
+FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, ("--sets", "--split", "--limit", "--corpus-limit", "--instruction"))

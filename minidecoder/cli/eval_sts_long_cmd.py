@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minidecoder.cli.eval_family import add_family_options, output_prefix, run_family
+from minidecoder.cli.eval_family import Family, Kept, add_family_options, run_family
 from minidecoder.errors import InputError
 
 
@@ -23,9 +23,14 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default=None, help="comma-separated k values (default: 1,2,4,8,16)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX.png: score against length (needs matplotlib)")
-    add_family_options(parser, "STS data folder holding STSBenchmark/ (default: $MINIDECODER_STS_DATA or ../shared/data/sts)",
+    add_family_options(parser, "sts-long",
+                       "STS data folder holding STSBenchmark/ (default: $MINIDECODER_STS_DATA or ../shared/data/sts)",
                        "build from the first N STS-B test pairs only (a quick look, stamped as such)")
-    parser.set_defaults(run=run, tasks=None)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_family(args, FAMILY)
 
 
 def parse_lengths(text: str | None) -> list[int]:
@@ -39,25 +44,55 @@ def parse_lengths(text: str | None) -> list[int]:
         raise InputError(f"--lengths {text!r} is not a comma-separated list of integers", "e.g. --lengths 1,2,4,8,16") from None
 
 
-def run(args: argparse.Namespace) -> int:
+def read(args: argparse.Namespace):
+    from minidecoder.evaluation.sts_long import load_long_sts
+
+    return load_long_sts(args.data, args.limit, parse_lengths(args.lengths))  # read and built before the model loads
+
+
+def texts(loaded, args: argparse.Namespace) -> list[str]:
+    _, sets = loaded
+    return [text for pairs in sets for text in pairs.first + pairs.second]
+
+
+def evaluate(encode, loaded, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+    from minidecoder.evaluation.sts_long import evaluate_sts_long
+
+    return evaluate_sts_long(encode, loaded=loaded, progress=False, chunk_size=1 << 62)
+
+
+def stamp(loaded, args: argparse.Namespace) -> dict:
+    return {"lengths": [pairs.k for pairs in loaded[1]], "construction": "see results.construction",
+            **({"lengths_option": args.lengths} if args.lengths else {})}
+
+
+def figures(prefix: Path, args: argparse.Namespace) -> list[Path]:
+    if not args.plot:
+        return []
     from minidecoder.evaluation.report import report_paths
-    from minidecoder.evaluation.sts_long import evaluate_sts_long, load_long_sts, plot_sts_long, sts_long_markdown, sts_long_table
+    from minidecoder.running.figures import check_figure_path
 
-    lengths = parse_lengths(args.lengths)
-    prefix = output_prefix(args, "sts-long")
-    loaded = load_long_sts(args.data, args.limit, lengths)  # read and built before the model loads
-    figures = [report_paths(prefix)[0].with_suffix(".png")] if args.plot else []
-    if figures:
-        from minidecoder.running.figures import check_figure_path
-        check_figure_path(figures[0])  # matplotlib installed: found out now, not after the run
-    stamp = {"lengths": lengths, "construction": "see results.construction",
-             **({"lengths_option": args.lengths} if args.lengths else {})}
+    figure = report_paths(prefix)[0].with_suffix(".png")
+    check_figure_path(figure)  # matplotlib installed: found out now, not after the run
+    return [figure]
 
-    def score(encode, kept: Path, identity: str) -> dict:  # the embedding job's chunks are its kept work
-        return evaluate_sts_long(encode, loaded=loaded, progress=False, chunk_size=1 << 62)
 
-    def draw(results: dict) -> None:
-        plot_sts_long({args.method: results["lengths"]}, figures[0], args.model or "default model", args.overwrite)
+def draw(results: dict, paths: list[Path], args: argparse.Namespace) -> None:
+    from minidecoder.evaluation.sts_long import plot_sts_long
 
-    return run_family(args, "sts-long", prefix, stamp, score, sts_long_table, sts_long_markdown,
-                      figures=figures, draw=draw if figures else None)
+    plot_sts_long({args.method: results["lengths"]}, paths[0], args.model or "default model", args.overwrite)
+
+
+def table(results: dict) -> str:
+    from minidecoder.evaluation.sts_long import sts_long_table
+
+    return sts_long_table(results)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    from minidecoder.evaluation.sts_long import sts_long_markdown
+
+    return sts_long_markdown(results, stamp)
+
+
+FAMILY = Family("sts-long", read, texts, evaluate, table, markdown, ("--limit", "--lengths"), stamp, figures, draw)

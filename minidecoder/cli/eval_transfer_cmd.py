@@ -12,36 +12,58 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import add_family_options, output_prefix, parse_task_list, run_family
+from minidecoder.cli.eval_family import Family, Kept, add_family_options, parse_names, run_family
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser = benchmarks.add_parser("transfer", help="SentEval's seven transfer tasks (TP / CP)", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: MR,CR,SUBJ,MPQA,SST2,TREC,MRPC)")
-    add_family_options(parser, "SentEval transfer folder (default: $MINIDECODER_SENTEVAL_DATA or ../shared/data/senteval)",
+    add_family_options(parser, "transfer",
+                       "SentEval transfer folder (default: $MINIDECODER_SENTEVAL_DATA or ../shared/data/senteval)",
                        "use only the first N rows of each data file (a quick look, stamped as such)")
     parser.set_defaults(run=run)
 
 
-def parse_tasks(text: str | None) -> list[str]:
-    from minidecoder.evaluation.transfer_data import TRANSFER_TASKS
-
-    return parse_task_list(text, TRANSFER_TASKS)
-
-
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.evaluation.transfer import PROTOCOL, evaluate_transfer, transfer_markdown, transfer_table
-    from minidecoder.evaluation.transfer_data import load_transfer_tasks
+    return run_family(args, FAMILY)
 
-    tasks = parse_tasks(args.tasks)
-    prefix = output_prefix(args, "transfer")
-    loaded = load_transfer_tasks(tasks, args.data, args.limit)  # every file read and checked before the model loads
-    skipped = {file: lines for task in loaded for file, lines in task.skipped_blank.items()}
-    stamp = {"tasks": tasks, "protocol": PROTOCOL, "skipped_blank_lines": skipped}
 
-    def score(encode, kept, identity):
-        return evaluate_transfer(encode, loaded, progress=not args.no_progress, chunk_size=1 << 62, kept=kept,
-                                 kept_identity=identity)
+def read(args: argparse.Namespace) -> list:
+    from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks
 
-    return run_family(args, "transfer", prefix, stamp, score, transfer_table, transfer_markdown)
+    return load_transfer_tasks(parse_names(args.tasks, TRANSFER_TASKS), args.data, args.limit)
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list[str]:
+    return [text for task in loaded for text in task.texts()]
+
+
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:
+    from minidecoder.evaluation.transfer import evaluate_transfer
+
+    # the embeddings and each trained probe are kept beside the job: a Ctrl-C in the probes loses neither
+    return evaluate_transfer(encode, loaded, progress=not args.no_progress, chunk_size=1 << 62, kept=kept.folder,
+                             kept_identity=kept.identity)
+
+
+def stamp(loaded: list, args: argparse.Namespace) -> dict:
+    from minidecoder.evaluation.transfer import PROTOCOL
+
+    return {"tasks": [task.name for task in loaded], "protocol": PROTOCOL,
+            "skipped_blank_lines": {file: lines for task in loaded for file, lines in task.skipped_blank.items()}}
+
+
+def table(results: dict) -> str:
+    from minidecoder.evaluation.transfer import transfer_table
+
+    return transfer_table(results)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    from minidecoder.evaluation.transfer import transfer_markdown
+
+    return transfer_markdown(results, stamp)
+
+
+FAMILY = Family("transfer", read, texts, evaluate, table, markdown, ("--tasks", "--limit"), stamp)

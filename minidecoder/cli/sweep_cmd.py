@@ -28,7 +28,7 @@ from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
                                     check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options)
-from minidecoder.cli.eval_cmd import default_prefix
+from minidecoder.cli.eval_family import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     check_sizes(args, limit_example=200)
     method = build_cli_method(args.method, args.opt)
     check_axes(args)  # before the model loads
-    prefix = Path(args.output) if args.output else Path(str(default_prefix(args.model, args.method)).replace("sts-", "sweep-", 1))
+    prefix = Path(args.output) if args.output else default_prefix("sweep", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     check_work_owner(work_folder(prefix), OWNER, {"--limit": args.limit})  # never taken over; named by flag
     resolve_data_dir(args.data)

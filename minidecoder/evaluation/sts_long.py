@@ -80,7 +80,8 @@ def load_long_sts(data_dir: str | Path | None = None, limit: int | None = None,
 
 
 def score_long_pairs(sets: Sequence[LongPairs], vectors, index: dict[str, int]) -> dict:
-    """{str(k): {"score", "pairs", "ci95", "mean_words"}} from embeddings `vectors` (N, E), row index[text]."""
+    """{str(k): {"score", "pairs", "ci95", "mean_words", "cosines"}} from embeddings `vectors` (N, E), row
+    index[text]; "cosines" (the long pairs' cosines, gold order) let two rows' paired interval be computed."""
     cosines = {}
     for pairs in sets:
         a, b = vectors[[index[t] for t in pairs.first]], vectors[[index[t] for t in pairs.second]]
@@ -91,7 +92,8 @@ def score_long_pairs(sets: Sequence[LongPairs], vectors, index: dict[str, int]) 
     intervals = boot.interval(boot.replicates({"row": cosines})["row"])
     return {str(p.k): {"score": 100.0 * spearman(cosines[str(p.k)], p.gold), "pairs": len(p),
                        "ci95": list(intervals[str(p.k)]),
-                       "mean_words": float(np.mean([len(t.split()) for t in p.first + p.second]))}
+                       "mean_words": float(np.mean([len(t.split()) for t in p.first + p.second])),
+                       "cosines": [float(c) for c in cosines[str(p.k)]]}
             for p in sets}
 
 

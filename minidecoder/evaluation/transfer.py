@@ -129,7 +129,8 @@ class KeptWork:
 
     def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         key = hashlib.sha256(json.dumps([self.identity, texts]).encode()).hexdigest()
-        path, key_path = self.folder / "embeddings.npy", self.folder / "embeddings.texts.sha256"
+        # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
+        path, key_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.sha256"
         if path.is_file() and key_path.is_file() and key_path.read_text() == key:
             return torch.from_numpy(np.load(path))
         vectors = compute()
@@ -139,7 +140,7 @@ class KeptWork:
 
     def task(self, name: str, key: str, compute: Callable[[], dict]) -> dict:
         key = hashlib.sha256((self.identity + key).encode()).hexdigest()
-        path = self.folder / f"task-{name}.json"
+        path = self.folder / f"task-{name}.kept.json"
         if path.is_file():
             kept = json.loads(path.read_text())
             if kept.get("key") == key:

@@ -99,6 +99,9 @@ class TP(Method):
     resume_at: int | None = option(None, "paper Table 16: copy again before every block from this 0-based block up to "
                                          "the output layer (None = off); must be >= end")
     senteval_text: bool = option(True, SENTEVAL_HELP)
+    pooling: str = option("last", "what is read at `layer`: last (the last token, TP's own) or mean (the mean over "
+                                  "the text's tokens, <PST> and the template excluded, as HTP's mean: HTP Table 1's "
+                                  "'TP w. Mean')")
 
     def passes(self, model, texts: list[str]) -> list[Pass]:
         """One forward per template (MetaEOL's eight are averaged): TP's step, the last token at `layer`."""
@@ -110,8 +113,11 @@ class TP(Method):
         for template in tp_templates(self.prompt, self.num_pst):
             batch, pst_id, pst = encode_tp(model.tokenizer, template, texts)
             step = TPStep.of(batch, pst, blocks, self.mask_pst_first_layer)
-            passes.append(Pass(batch, step, layer=index, extra_rows={pst_id: row}, reads="the last token",
-                               pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))  # e = h_layer[last]
+            if self.pooling == "mean":  # HTP Table 1's "TP w. Mean"
+                reads, pool = MEAN_READS, lambda run, b=batch, p=pst_id: mean_over_text(run.hidden(index), b, p)
+            else:  # e = h_layer[last]
+                reads, pool = "the last token", lambda run, b=batch: last_token(run.hidden(index), b)
+            passes.append(Pass(batch, step, layer=index, extra_rows={pst_id: row}, reads=reads, pool=pool))
         return passes
 
     def copy_blocks(self, model) -> set[int]:
@@ -139,6 +145,8 @@ class TP(Method):
         check_bool(self.mask_pst_first_layer, "mask_pst_first_layer")
         check_bool(self.senteval_text, "senteval_text")
         check_placeholder_init(self.pst_init)
+        if self.pooling not in ("last", "mean"):
+            raise InputError(f"pooling={self.pooling!r} is not 'last' or 'mean'", "pass pooling=last or pooling=mean")
         if self.prompt != "metaeol":
             tp_templates(self.prompt, self.num_pst)  # validates custom templates early
 
@@ -161,6 +169,21 @@ class TP(Method):
             raise InputError(f"TP range [{self.start}, {self.end}) reaches past the output layer "
                              f"{self.output_layer(model)} (blocks 0..{output_index - 1} run)",
                              "lower `end` or raise `layer`")
+
+
+MEAN_READS = "the mean over the text tokens, <PST> and the template excluded"
+
+
+def mean_over_text(h: torch.Tensor, batch: PromptBatch, pst_id: int) -> torch.Tensor:
+    """(B, T, E) -> (B, E): mean of hidden_states[layer] over each row's {text} tokens, <PST> excluded
+    (pooling=mean; HTP's pool, spec 5.4, on TP's tokens), summed in float32 as HTP does."""
+    pool = torch.zeros(batch.input_ids.shape, dtype=torch.bool)  # (B, T)
+    for b, spans in enumerate(batch.text_spans):
+        for start, end in spans:
+            pool[b, start:end] = True
+    pool &= batch.input_ids.cpu() != pst_id
+    pool = pool.to(h.device).unsqueeze(-1).float()  # (B, T, 1)
+    return (h.float() * pool).sum(dim=1) / pool.sum(dim=1)
 
 
 # ---- TP's inputs: the templates with <PST>, tokenized with the placeholder as an added token -----------

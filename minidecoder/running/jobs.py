@@ -367,9 +367,14 @@ class KeptChunks:
 OWNER_FILE = "owner.json"  # in every kept-work folder: the command that keeps its work there
 
 
+# what a removal would lose: a job's finished chunks, and the finished results a command keeps beside them
+# (named `*.kept.npy` / `*.kept.json`: eval transfer's embeddings and trained probes)
+KEPT_WORK = ("chunk-*.npy", "*.kept.npy", "*.kept.json")
+
+
 def holds_kept_work(work: str | Path) -> bool:
-    """True when `work` (or a job folder inside it) holds a finished chunk: work that a removal would lose."""
-    return any(Path(work).rglob("chunk-*.npy"))
+    """True when `work` (or a job folder inside it) holds a finished chunk or result (`KEPT_WORK`)."""
+    return any(any(Path(work).rglob(pattern)) for pattern in KEPT_WORK)
 
 
 def work_owner(work: str | Path) -> dict[str, Any] | None:

@@ -26,22 +26,25 @@ def load_tool():
 def test_retrieval_rows_are_kept_and_the_comparison_is_paired(tiny_llama: Path, tmp_path: Path, capsys) -> None:
     tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
     tool.ROWS["retrieval"][-1] = ("htp", "HTP", "htp", {"start": 1, "end": 3})  # the tiny model has 4 blocks
+    tool.ROWS["retrieval"][-2] = ("mean+tp", "TP w. Mean", "tp", {**tool.TP_WITH_MEAN, "end": 3})
     argv = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data), "--out", str(out),
-            "--rows", "vanilla-mean,htp,tp-mean"]
+            "--rows", "mean,htp,mean+tp", "--results", str(tmp_path / "results")]
     assert tool.main(argv) == 0
-    mean, htp = (json.loads((out / f"{key}.json").read_text()) for key in ("vanilla-mean", "htp"))
+    mean, htp, tp_mean = (json.loads((out / f"{key}.json").read_text()) for key in ("mean", "htp", "mean+tp"))
     table = (out / "table.md").read_text()
     assert f"| Vanilla Mean | {mean['results']['sets']['toy']['metrics']['nDCG@10']['score']:.2f} [" in table
-    assert "| TP w. Mean | not built: minidecoder's tp reads the last token only" in table
+    assert f"| TP w. Mean | {tp_mean['results']['sets']['toy']['metrics']['nDCG@10']['score']:.2f} [" in table
+    assert tp_mean["stamp"]["method"]["pooling"] == "mean"
     per_query = {row: 100 * np.array([q["ndcg_cut_10"] for _, q in sorted(r["results"]["sets"]["toy"]["per_query"].items())])
                  for row, r in (("htp", htp), ("mean", mean))}
     lo, hi = mean_interval(per_query["htp"] - per_query["mean"])
     assert f"[{lo:+.2f}, {hi:+.2f}]" in table and "HTP vs Vanilla Mean, toy" in table
+    assert "HTP vs TP w. Mean, toy" in table
     stamp_date = mean["stamp"]["date"]
     capsys.readouterr()
     assert tool.main(argv) == 0  # a rerun keeps every written row
-    assert "vanilla-mean: kept" in capsys.readouterr().out
-    assert json.loads((out / "vanilla-mean.json").read_text())["stamp"]["date"] == stamp_date
+    assert "mean: kept" in capsys.readouterr().out
+    assert json.loads((out / "mean.json").read_text())["stamp"]["date"] == stamp_date
 
 
 def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> None:
@@ -50,8 +53,8 @@ def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> Non
 
     tool, data, out = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table"
     assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
-                      "--out", str(out), "--rows", "classical-mean,reba"]) == 0
-    mean, reba = (json.loads((out / f"{key}.json").read_text())["results"]["sets"]["ATEC"] for key in ("classical-mean", "reba"))
+                      "--out", str(out), "--rows", "mean,reba-2", "--results", str(tmp_path / "results")]) == 0
+    mean, reba = (json.loads((out / f"{key}.json").read_text())["results"]["sets"]["ATEC"] for key in ("mean", "reba-2"))
     boot = pair_bootstrap(load_pair_set("ATEC", data))
     reps = boot.replicates({"a": {"ATEC": np.asarray(reba["cosines"])}, "b": {"ATEC": np.asarray(mean["cosines"])}})
     lo, hi = boot.interval(reps["a"] - reps["b"])["ATEC"]

@@ -38,6 +38,7 @@ class FakeTokenizer:
 class FakeModel:
     tokenizer = FakeTokenizer()
     source = "/fake/folder"
+    config = {"fake": True}  # what the families' stamp hashes (model_identity) where the folder has no config.json
 
 
 class FakeMethod:
@@ -71,8 +72,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
         return FakeMethod(name, **options)
 
     def embed_resumably(model, method, sentences, work, batch_size=32, progress=False):  # eval's resumable job
-        # the job's folder is the CLI's: it holds only its owner record with the fake (and goes at the end)
-        assert sorted(path.name for path in work.iterdir()) == ["owner.json"]
+        # the job's folder is the CLI's owned folder (eval sts) or its `job/` (the families, whose slower
+        # results are kept beside it): it holds only its owner record with the fake (and goes at the end)
+        owned = work.parent if work.name == "job" else work
+        assert sorted(path.name for path in owned.iterdir()) == ["owner.json"]
+        assert json.loads((owned / "owner.json").read_text())["command"].startswith("minidecoder eval ")
         return fake_embed(model, sentences, method), {"chunks_reused": 0}
 
     monkeypatch.setattr(minidecoder, "load", load)

@@ -41,8 +41,9 @@ def gaussian_row(hidden: int, seed: int = 0) -> torch.Tensor:
 
 
 def hf_tp_last_token(hf, folder: Path, prompts: list[str], layer: int, copy_blocks: set[int], row: torch.Tensor,
-                     mask_pst_first_layer: bool = False) -> torch.Tensor:
-    """(B, E): TP written with transformers + hooks, as the reference code does it."""
+                     mask_pst_first_layer: bool = False, every_token: bool = False) -> torch.Tensor:
+    """(B, E): TP written with transformers + hooks, as the reference code does it ((B, T, E) with
+    `every_token`: the whole layer, left-padded)."""
     tokenizer = hf_tokenizer(folder)
     tokenizer.add_tokens(["<PST>"])
     pst = tokenizer.convert_tokens_to_ids("<PST>")
@@ -82,7 +83,7 @@ def hf_tp_last_token(hf, folder: Path, prompts: list[str], layer: int, copy_bloc
         with torch.no_grad():
             out = hf(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True,
                      use_cache=False)
-        return out.hidden_states[layer][:, -1, :]
+        return out.hidden_states[layer] if every_token else out.hidden_states[layer][:, -1, :]
     finally:
         for handle in handles:
             handle.remove()
@@ -110,6 +111,29 @@ def test_tp_matches_transformers_hooks(name: str) -> None:
     assert_close(ours, theirs, atol=ATOL, rtol=RTOL)
     plain = md_embed(folder, texts, prompt=SHORT_TP, layer=-2, start=1, end=1)
     assert (plain - ours).abs().max() > 1e-2
+
+
+def test_tp_mean_pooling_is_the_mean_over_the_text_tokens_of_the_hook_forward() -> None:
+    """pooling=mean ("TP w. Mean", HTP Table 1): the same forward, read as the mean over the tokens that overlap
+    the sentence's characters (transformers' offsets), <PST> and the template excluded."""
+    hf, folder = checkpoint("llama")
+    prompts = [PROMPTEOL_TP.format(s) for s in SENTENCES]
+    hidden = hf_tp_last_token(hf, folder, prompts, -2, {1, 2}, gaussian_row(hf.config.hidden_size), every_token=True)
+    tokenizer = hf_tokenizer(folder)
+    tokenizer.add_tokens(["<PST>"])
+    enc = tokenizer(prompts, padding=True, padding_side="left", return_offsets_mapping=True)
+    expected = []
+    for b, (prompt, sentence) in enumerate(zip(prompts, SENTENCES)):
+        first = prompt.index('"') + 1  # the sentence's characters: [first, first + len)
+        rows = [t for t, (start, end) in enumerate(enc["offset_mapping"][b]) if enc["attention_mask"][b][t]
+                and end > start and start < first + len(sentence) and end > first]
+        assert rows and tokenizer.convert_tokens_to_ids("<PST>") not in [enc["input_ids"][b][t] for t in rows]
+        expected.append(hidden[b, rows].mean(dim=0))
+    ours = md_embed(folder, SENTENCES, layer=-2, start=1, end=3, pooling="mean")
+    assert_close(ours, torch.stack(expected), atol=ATOL, rtol=RTOL)
+    assert (ours - md_embed(folder, SENTENCES, layer=-2, start=1, end=3)).abs().max() > 1e-2  # not the last token
+    with pytest.raises(InputError, match="pooling='max'"):
+        build_method("tp", pooling="max")
 
 
 @pytest.mark.parametrize("name,options,blocks,layer", [

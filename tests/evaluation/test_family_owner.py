@@ -1,0 +1,99 @@
+"""Every eval family's kept work is owned (issue 35 class 1, for the families of issue 32): an interrupted
+`eval sts` and an `eval sts-long` / `eval transfer` on one --output refuse each other's kept work before the
+model loads, never remove it, and each resumes its own; the same family with another input flag is refused
+by that flag."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import minidecoder.running.embedding as embedding
+from cli_runner import cli
+from test_transfer import write_folder
+
+NO_MODEL = "no-such-model-folder"  # a run that names this and fails on something else never loaded a model
+
+
+def stsb(folder: Path, pairs: int) -> Path:
+    """STSBenchmark/sts-test.csv (SentEval's layout) of `pairs` distinct pairs: what eval sts and sts-long read."""
+    (folder / "STSBenchmark").mkdir(parents=True)
+    rows = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{(i * 7) % 11 / 2:.3f}\tpair {i} says one {i % 5}"
+            f"\tthe {i}th {'other' if i % 3 else 'same'} text\n" for i in range(pairs)]
+    (folder / "STSBenchmark" / "sts-test.csv").write_text("".join(rows), encoding="utf-8")
+    return folder
+
+
+def interrupted(capsys, monkeypatch: pytest.MonkeyPatch, argv: list[str], at_call: int) -> None:
+    """Run `argv` with Ctrl-C in the `at_call`-th call of `embed` (one a chunk: the earlier chunks are kept)."""
+    real, calls = embedding.embed, []
+
+    def embed_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at_call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "embed", embed_then_ctrl_c)
+    code, err = cli(capsys, *argv)
+    monkeypatch.setattr(embedding, "embed", real)
+    assert code == 130 and "kept in" in err, err
+
+
+def test_eval_sts_and_sts_long_refuse_each_others_kept_work(tiny_llama, tmp_path: Path, capsys,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    data = stsb(tmp_path / "sts", pairs=1100)  # sts: 2,200 sentences; sts-long 1,2: 3,300 texts (1,024 a chunk)
+    out, work = tmp_path / "x", tmp_path / ".x.json.partial"
+    common = ["--method", "mean", "--data", str(data), "--no-progress", "--output", str(out)]
+    sts = ["eval", "sts", "--tasks", "STSBenchmark", *common]
+    long = ["eval", "sts-long", "--lengths", "1,2", *common]
+    model = ["--model", str(tiny_llama)]
+
+    interrupted(capsys, monkeypatch, [*sts, *model], at_call=2)  # embed runs once a chunk: one chunk kept
+    kept = sorted(work.rglob("chunk-*.npy"))
+    assert len(kept) == 1
+    code, err = cli(capsys, *long, "--model", NO_MODEL)
+    assert code == 2 and str(work) in err and "`minidecoder eval sts`" in err and f"delete {work}" in err, err
+    assert NO_MODEL not in err and sorted(work.rglob("chunk-*.npy")) == kept  # refused before loading; kept
+    assert cli(capsys, *sts, *model)[0] == 0  # eval sts resumes its own chunk
+    assert json.loads((tmp_path / "x.json").read_text())["results"]["resumed_chunks"] == 1
+    (tmp_path / "x.json").unlink(), (tmp_path / "x.md").unlink()
+
+    interrupted(capsys, monkeypatch, [*long, *model], at_call=2)
+    kept = sorted(work.rglob("chunk-*.npy"))
+    assert len(kept) == 1 and json.loads((work / "owner.json").read_text())["command"] == "minidecoder eval sts-long"
+    code, err = cli(capsys, *sts, "--model", NO_MODEL)
+    assert code == 2 and "`minidecoder eval sts-long`" in err and NO_MODEL not in err, err
+    assert sorted(work.rglob("chunk-*.npy")) == kept
+    code, err = cli(capsys, *long, "--limit", "1000", "--model", NO_MODEL)  # its own, with another input flag
+    assert code == 2 and "--limit was None, now 1000" in err and NO_MODEL not in err, err
+    assert cli(capsys, *long, *model)[0] == 0
+    assert json.loads((tmp_path / "x.json").read_text())["results"]["embedding"]["chunks_reused"] == 1
+    assert not work.exists()  # the kept work goes once the report is written
+
+
+def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tmp_path: Path, capsys,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import minidecoder.evaluation.transfer as transfer
+
+    out, work = tmp_path / "x", tmp_path / ".x.json.partial"
+    argv = ["eval", "transfer", "--method", "mean", "--data", str(write_folder(tmp_path / "senteval")), "--tasks",
+            "SST2,TREC", "--no-progress", "--output", str(out), "--model", str(tiny_llama)]
+    real = transfer.probe_task
+
+    def stop_at_trec(task, *args, **kwargs):  # Ctrl-C in the second task's probe: SST2's result is kept
+        if task.name == "TREC":
+            raise KeyboardInterrupt
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(transfer, "probe_task", stop_at_trec)
+    assert cli(capsys, *argv)[0] == 130
+    monkeypatch.setattr(transfer, "probe_task", real)
+    kept = sorted(path.name for path in work.iterdir())
+    assert "task-SST2.kept.json" in kept and "embeddings.kept.npy" in kept  # no chunk, yet kept: not removed
+    code, err = cli(capsys, "eval", "sts", "--method", "mean", "--data", str(stsb(tmp_path / "sts", 20)), "--tasks",
+                    "STSBenchmark", "--output", str(out), "--model", NO_MODEL)
+    assert code == 2 and "`minidecoder eval transfer`" in err and NO_MODEL not in err, err
+    assert sorted(path.name for path in work.iterdir()) == kept
+    assert cli(capsys, *argv)[0] == 0 and not work.exists()

@@ -1,0 +1,94 @@
+"""tools/reproduce_tasks.py (transfer, sts-long) and tools/reproduce_retrieval.py (retrieval) write the claims
+file tools/claims_table.py reads: a small table of each, on a tiny model (--limit or toy data, the limit then
+cleared by the test, as a full run would have none), is rendered in its paper's own section, each cell copied
+from the record `claims.judge` made."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from minidecoder.evaluation.claims import BENCHMARKS, PAPERS
+from repo_paths import REPO
+from test_retrieval import write_beir
+from test_sts_data import DATA, needs_data
+from test_transfer import write_folder
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rendered_row(results: Path, file: str, paper: str, benchmark: str, claim: str) -> tuple[str, dict]:
+    """The claims file `file` made full (limit cleared), claims_table's rendering, and the line of `claim` in the
+    section of `paper` on `benchmark`; with the claim's record."""
+    path = results / file
+    data = json.loads(path.read_text())
+    assert data["settings"]["benchmark"] == benchmark and data["settings"]["limit"] is not None  # stamped limited
+    data["settings"]["limit"] = None
+    path.write_text(json.dumps(data))
+    claims_table = load("claims_table")
+    text = claims_table.render(*claims_table.load_tables(results))
+    owner = next(p for p in PAPERS if p.key == paper)
+    where = dict(owner.benchmarks)[benchmark]
+    start = text.index(f"### {BENCHMARKS[benchmark]} ({owner.short}'s {where})", text.index(f"## {owner.title}"))
+    end = text.find("\n##", start + 4)
+    line = next(line for line in text[start:end].splitlines() if line.startswith(f"| {claim} |"))
+    record = next(c for c in data["claims"] if c["claim"] == claim)
+    return line, record
+
+
+def test_reproduce_retrieval_claims_enter_htp_table_1(tiny_llama: Path, tmp_path: Path) -> None:
+    tool, results = load("reproduce_retrieval"), tmp_path / "results"
+    tool.ROWS["retrieval"][-1] = ("htp", "HTP", "htp", {"start": 1, "end": 3})  # the tiny model has 4 blocks
+    assert tool.main(["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data",
+                      str(write_beir(tmp_path / "data")), "--out", str(tmp_path / "rows"), "--rows", "mean,htp",
+                      "--results", str(results)]) == 0
+    line, record = rendered_row(results, "tiny-llama-retrieval.json", "htp", "retrieval", "HTP improves on Vanilla Mean")
+    avg = record["scores"]["avg"]
+    assert record["method"] == "htp" and record["base"] == "mean" and set(record["scores"]) == {"toy", "avg"}
+    assert avg["diff"] == pytest.approx(record["scores"]["toy"]["diff"])  # one set: Avg. is that set
+    assert f"{avg['diff']:+.2f} [{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
+
+
+def chosen(monkeypatch: pytest.MonkeyPatch, tool) -> None:
+    """The rows' dev-chosen configurations a results/<model>.json would give, for the tiny model's 4 blocks."""
+    monkeypatch.setattr(tool, "chosen_methods", lambda model: {
+        "mean": {"method": "mean"}, "prompteol": {"method": "prompteol"},
+        "prompteol+tp": {"method": "tp", "prompt": "prompteol", "start": 1, "end": 3}})
+
+
+def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    assert tool.main(["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
+                      str(write_folder(tmp_path / "senteval")), "--limit", "1000", "--rows",
+                      "prompteol,prompteol+tp", "--out", str(tmp_path)]) == 0
+    line, record = rendered_row(tmp_path, "tiny-llama-transfer.json", "tp", "transfer", "TP improves PromptEOL")
+    avg = record["scores"]["avg"]
+    assert set(record["scores"]) == {"SST2", "TREC", "avg"} and f"[{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
+    saved = json.loads((tmp_path / "tiny-llama-transfer.json").read_text())
+    assert saved["rows_done"] == ["prompteol", "prompteol+tp"] and "knowledge+tp" in saved["rows_planned"]
+
+
+@needs_data
+def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    monkeypatch.setattr(tool, "TP_WITH_MEAN", {**tool.TP_WITH_MEAN, "end": 3})
+    assert tool.main(["--model", str(tiny_llama), "--family", "sts-long", "--data", str(DATA), "--limit", "96",
+                      "--rows", "last,mean,mean+tp", "--out", str(tmp_path)]) == 0
+    line, record = rendered_row(tmp_path, "tiny-llama-sts-long.json", "htp", "sts-long",
+                                "Mean pooling beats last-token readout at 16 sentences")
+    decisive = record["scores"]["16"]
+    assert record["score"] == "16" and f"{decisive['diff']:+.2f} [{decisive['lo']:+.2f}" in line
+    saved = json.loads((tmp_path / "tiny-llama-sts-long.json").read_text())
+    assert saved["rows"]["mean+tp"]["method"]["pooling"] == "mean"
+    assert "TP w. Mean" in (tmp_path / "tiny-llama-sts-long.md").read_text()

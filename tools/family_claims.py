@@ -1,0 +1,98 @@
+"""What tools/reproduce_tasks.py (transfer, sts-long) and tools/reproduce_retrieval.py (retrieval,
+classification, cmteb) share: the claims file of one (model, benchmark) that tools/claims_table.py reads.
+
+    results/<model>-<benchmark>.json = {"settings": {"benchmark", "model", "limit", "bootstrap", ...},
+                                        "rows_planned": [...], "rows_done": [...], "claims": [judge(...), ...]}
+
+Each claim of `claims.BENCHMARK_CLAIMS` on the benchmark whose two rows are done is judged by `claims.judge`
+from a paired interval of (method - base): the same resamples for both rows, per set or task and for "avg"
+(the mean over them of the per-resample differences). The row keys are claims.py's (see BENCHMARK_CLAIMS).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED  # noqa: E402
+from minidecoder.evaluation.claims import BENCHMARK_CLAIMS, BENCHMARKS, judge  # noqa: E402
+
+# HTP Table 1 / Figure 1's "TP w. Mean": TP on the bare text (`<PST> {text}`), the paper's start 1 / end 7,
+# the mean over the text's tokens (<PST> excluded) at the final layer, as Vanilla Mean reads it
+TP_WITH_MEAN = {"prompt": "<PST> {text}", "start": 1, "end": 7, "layer": -1, "pooling": "mean"}
+BOOTSTRAP = {"resamples": RESAMPLES, "seed": SEED, "level": LEVEL, "interval": "percentile"}
+# point and interval of (method - base) per score name ("avg", a set, a length), or None when not comparable
+Differences = Callable[[str, str], tuple[dict[str, float], dict[str, tuple[float, float]]] | None]
+
+
+def percentile(replicates: np.ndarray) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - LEVEL) / 2.0
+    finite = replicates[np.isfinite(replicates)]
+    if not finite.size:
+        return (float("nan"), float("nan"))
+    lo, hi = np.percentile(finite, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def mean_replicates(values: np.ndarray) -> np.ndarray:
+    """(B,) the mean of per-item values (a query's nDCG@10 x100, a test item's accuracy x100) on each resample of
+    the items: bootstrap.mean_interval's draws, which depend on the number of items alone, so every row of a set
+    gets the same ones (paired) and a set's interval is mean_interval's."""
+    values = np.asarray(values, dtype=np.float64)
+    draws = np.random.default_rng(SEED).integers(0, values.size, size=(RESAMPLES, values.size))
+    return values[draws].mean(axis=1)
+
+
+def paired_means(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]):
+    """(point, intervals) of mean(a) - mean(b) per set and for "avg" (mean over the sets), from per-item values."""
+    point, reps = {}, {}
+    for name in a:
+        point[name] = float(np.mean(a[name]) - np.mean(b[name]))
+        reps[name] = mean_replicates(a[name]) - mean_replicates(b[name])
+    return with_avg(point, reps)
+
+
+def with_avg(point: dict[str, float], reps: dict[str, np.ndarray]):
+    """Add "avg" (mean over the sets of the point and of the per-resample differences), then the intervals."""
+    point["avg"] = float(np.mean(list(point.values())))
+    reps["avg"] = np.mean(list(reps.values()), axis=0)
+    return point, {name: percentile(values) for name, values in reps.items()}
+
+
+def claims_report(benchmark: str, settings: dict, planned: list[str], done: list[str],
+                  differences: Differences) -> dict:
+    """The claims file of one (model, benchmark): `settings` must hold "model" and "limit" (None: full data)."""
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {benchmark!r}")
+    records = []
+    for claim in BENCHMARK_CLAIMS:
+        if claim.benchmark != benchmark or claim.method not in done or claim.base not in done:
+            continue
+        compared = differences(claim.method, claim.base)
+        if compared is None:
+            continue
+        point, intervals = compared  # a score with no interval (a set too small to resample) is left out
+        intervals = {name: iv for name, iv in intervals.items() if np.all(np.isfinite(iv)) and name in point}
+        if claim.score in intervals:
+            records.append(judge(claim, point, intervals))
+    return {"format": "minidecoder-claims/1", "settings": {**settings, "benchmark": benchmark, "bootstrap": BOOTSTRAP},
+            "rows_planned": planned, "rows_done": [key for key in planned if key in done], "claims": records}
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def write_claims(path: Path, report: dict, markdown: str) -> None:
+    """PATH.json (claims_table's input) and PATH.md (the table it links to)."""
+    write_atomically(path, json.dumps(report, indent=1, allow_nan=False, default=float) + "\n")
+    write_atomically(path.with_suffix(".md"), markdown)
