@@ -169,6 +169,11 @@ def kept_step(model) -> DecodeStep | None:
     return _STEPS.get(model)
 
 
+def drop_step(model) -> None:
+    """Forget `model`'s kept step (its graph and buffers are freed with it; the next call makes a new one)."""
+    _STEPS.pop(model, None)
+
+
 def static_decoding_applies(model) -> bool:
     """Dynamic-NTK RoPE recomputes its frequencies from the sequence length: it keeps the plain path."""
     return not any(spec.rope_type == "dynamic" for spec in model.config.rope.values())

@@ -95,7 +95,8 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
     vocab = model.config.vocab_size
     outside = ids[(ids < 0) | (ids >= vocab)]
     if outside.numel():
-        raise InputError(f"token id {int(outside[0])} is outside the model's vocabulary of {vocab} ids (0..{vocab - 1})",
+        raise InputError(f"token id {int(outside[0])} is outside the model's vocabulary of {vocab} ids "
+                         f"(0..{vocab - 1})",
                          "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
     return ids.to(device=model.device, dtype=torch.long)
 
