@@ -453,6 +453,8 @@ def main(argv: list[str] | None = None) -> None:
             runs[name].append(run_config(name, args.model, limit, args.threads))
             print(f"  run {r + 1}/{args.repeat} {name}: {runs[name][-1].get('seconds', runs[name][-1].get('error'))}",
                   file=sys.stderr, flush=True)
+            if args.json:  # every finished run kept, so a run cut off at a time limit leaves what it measured
+                args.json.write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     peaks_after = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
     results = {n: median_of(runs[n]) for n in names}
     header = dict(date=datetime.datetime.now().isoformat(timespec="minutes"), machine=platform.processor() or

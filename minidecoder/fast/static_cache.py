@@ -19,7 +19,8 @@ by concatenation every step. So:
                addresses the graph reads) and replays. The step is made again when the model's device,
                dtype or parameter tensors change (a graph would read the old ones' memory), or when a call
                needs more positions than it holds (sizes are rounded up to a multiple of SIZE_STEP, so
-               calls of similar length share one step).
+               calls of similar length share one step). The buffers are the model's: two threads must not
+               decode on one model at once.
 
 The prompt itself runs through the ordinary forward with the dynamic cache, which is then copied into the
 static one. Dynamic-NTK RoPE (its frequencies depend on the sequence length) takes the plain path.
