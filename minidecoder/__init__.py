@@ -49,7 +49,8 @@ def explain(model: Decoder, text: str, method: "str | object" = "tp", truncate: 
 
 def generate(model: Decoder, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
              stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
-    """Greedy continuation with a KV cache: the ids of up to `max_new_tokens` new tokens
-    (minidecoder.running.generation). static: a static cache and a captured decode step (None: on a GPU)."""
+    """Greedy continuation of one prompt with a KV cache: the ids of up to `max_new_tokens` new tokens
+    (minidecoder.running.generation; a batch of prompts is refused: one call per prompt). static: a static
+    cache and a captured decode step, kept across calls (None: where the model's graphs are on)."""
     from minidecoder.running.generation import greedy
     return greedy(model, input_ids, max_new_tokens, stop_at_eos, static)

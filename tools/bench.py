@@ -2,6 +2,7 @@
 
     python tools/bench.py --limit 256 --repeat 2                       # the table in docs/benchmarks.md
     python tools/bench.py --limit 64 --methods prompteol,tp --dtype float32
+    python tools/bench.py --case docs --docs 1000 --repeat 1           # long documents (SciFact's corpus)
     python tools/bench.py --device cuda                                # the GPU benchmark: tools/bench_gpu.py
 
 Each configuration runs in a fresh subprocess (so peak memory is its own) on STS-B test sentences in
@@ -20,6 +21,17 @@ dataset order (s1, s2 of the first limit/2 pairs), batch 32, after a one-batch w
     mem:*             peak memory at T = 512 (ReBA-2 of ~256-token texts, 4 rows): a plain forward of
                       the repeated input, ReBA (eager fusion), ReBA blocked, the reference approach
                       (transformers eager with every attention matrix returned, fused afterwards)
+
+The long-document case (`--case docs`) embeds the first --docs SciFact documents (corpus order, a
+document's title and text joined by a space, as BEIR does), each cut to its first 512 tokens as HTP did,
+with every method at its default settings and the default batching (the token budget):
+
+    docs:ref          the reference approach above (PromptEOL, batches of 32 in corpus order), on the same
+                      512-token cuts (made with transformers' tokenizer)
+    docs:<method>     minidecoder.embed(..., truncate=512): prompteol, mean (Vanilla Mean), htp, echo
+    docmem:*          peak memory of ReBA-2 (the whole method, its defaults; `!fold` its fused-attention pass
+                      alone) on four documents of 512 tokens, repeated (T ~ 2 x 512), against a plain
+                      forward of the same repeated input
 
 Reported per configuration (median of --repeat runs, configurations interleaved): sentences/s,
 seconds, Spearman x100 on the pairs embedded (a check that methods agree, and the bfloat16 change),
@@ -51,8 +63,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-STS_TEST = Path(os.environ.get("MINIDECODER_STS_DIR", "/work/shared/data/sts")) / "STSBenchmark" / "sts-test.csv"
-PROMPTEOL = 'This sentence : "{text}" means in one word:"'
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import (DOCUMENT_TOKENS, PROMPTEOL, block_params, cut_to_tokens, long_texts,  # noqa: E402
+                          matmul_peak, reference_model, scifact_documents, sts_sentences, useful_flops)
+
 BATCH = 32
 
 # name -> (kind, dtype, method, options). Options put TP/HTP/CP at PromptEOL's depth (-1) so that the
@@ -94,8 +109,16 @@ CONFIGS: dict[str, tuple[str, str, str, dict]] = {
     "mem:reba512": ("mem", "float32", "reba", {}),
     "mem:reba512!blocked": ("mem", "float32", "reba", {}),
     "mem:ref512": ("mem", "float32", "ref", {}),
+    # the long-document case (--case docs)
+    "docs:ref": ("ref", "float32", "prompteol", {}),
+    **{f"docs:{m}": ("md", "float32", m, {}) for m in ("prompteol", "mean", "htp", "echo")},
+    "docmem:plain": ("mem", "float32", "plain", {}),
+    "docmem:reba": ("mem", "float32", "reba", {}),
+    "docmem:reba!fold": ("mem", "float32", "reba", {}),  # the fused-attention pass alone (no pooling)
 }
-DEFAULT = [name for name in CONFIGS]
+CASES = {"sts": [n for n in CONFIGS if not n.startswith("doc")],
+         # the memory rows first: they are the shortest, so a run cut off at a time limit still has them
+         "docs": sorted((n for n in CONFIGS if n.startswith("doc")), key=lambda n: not n.startswith("docmem:"))}
 
 
 # ---- measurements shared by the workers ------------------------------------------------------------
@@ -128,40 +151,6 @@ class PeakRss:
     @property
     def delta_mb(self) -> float:
         return (self.peak - self.start) / 2**20
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 2.0) -> float:
-    """GFLOP/s of an n x n matmul on this machine now (best of repeated timings)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
-
-
-def sts_sentences(limit: int | None, path: Path = STS_TEST) -> tuple[list[str], list[float]]:
-    """s1, s2 of the first limit // 2 STS-B test pairs of `path` (dataset order; None: every pair) and
-    their gold scores."""
-    sentences, gold = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        cols = line.split("\t")
-        if len(cols) < 7:
-            continue
-        sentences += [cols[5], cols[6]]
-        gold.append(float(cols[4]))
-        if limit is not None and len(sentences) >= limit:
-            break
-    return sentences, gold
-
-
-def spearman_x100(vectors: torch.Tensor, gold: list[float]) -> float:
-    from minidecoder.evaluation.spearman import spearman
-    v = torch.nn.functional.normalize(vectors.float(), dim=-1)
-    cos = (v[0::2] * v[1::2]).sum(-1).tolist()
-    return 100 * spearman(cos, gold[:len(cos)])
 
 
 class FlopCounter:
@@ -203,17 +192,6 @@ class FlopCounter:
         return useful_flops(self.model, self.tokens, self.pairs)
 
 
-def block_params(model) -> int:
-    """Parameters of one block of a minidecoder model."""
-    return sum(p.numel() for p in model.layers[0].parameters())
-
-
-def useful_flops(model, token_blocks: int, pair_blocks: int) -> float:
-    """2 x block params per (real token, block) + 4 H D per (causal query-key pair, block)."""
-    cfg = model.config
-    return 2 * block_params(model) * token_blocks + 4 * cfg.num_heads * cfg.head_dim * pair_blocks
-
-
 def runs_of(calls: list[int]) -> str:
     """[2,2,1,1,0] -> '0-1x2 2-3x1 4x0': which blocks ran how often."""
     out, start = [], 0
@@ -247,7 +225,10 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
     from minidecoder.fast.options import fast_paths_overridden
 
     kind, dtype, method, options = CONFIGS[name]
-    sentences, gold = sts_sentences(limit)
+    sentences, gold = texts_of(name, limit)
+    documents = name.startswith("docs:")
+    if documents:  # cut as HTP cut them; the default batching (the token budget), as a user runs it
+        options = {**options, "truncate": DOCUMENT_TOKENS}
     model = minidecoder.load(folder, dtype=dtype, progress=False, compile="+compile" in name,
                              pack_weights="+pack" in name)
     rss_loaded = maxrss_mb()
@@ -255,43 +236,49 @@ def worker_md(name: str, folder: str, limit: int) -> dict:
     switches = fast_path_switches(name)
     with fast_paths_overridden(model, **switches):
         start = time.perf_counter()
-        minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up (and compile)
-        minidecoder.embed(model, sentences[8:24], method, batch_size=16, **options)  # a second shape
+        if documents:  # two documents of hundreds of tokens already run every kernel the timing runs
+            minidecoder.embed(model, sentences[:2], method, batch_size=2, **options)
+        else:
+            minidecoder.embed(model, sentences[:8], method, batch_size=8, **options)  # warm-up (and compile)
+            minidecoder.embed(model, sentences[8:24], method, batch_size=16, **options)  # a second shape
         warmup = time.perf_counter() - start
         counter = FlopCounter(model)
+        batching = {} if documents else {"batch_size": BATCH}
         with PeakRss() as rss:
             start = time.perf_counter()
-            vectors = minidecoder.embed(model, sentences, method, batch_size=BATCH, **options)
+            vectors = minidecoder.embed(model, sentences, method, **batching, **options)
             seconds = time.perf_counter() - start
     return dict(seconds=seconds, warmup_seconds=warmup, n=len(sentences), spearman=spearman_x100(vectors, gold),
-                flops=counter.flops(),
-                effective_flops=effective_flops(model, method, options, sentences),
+                flops=counter.flops(), tokens=counter.tokens // max(sum(c > 0 for c in counter.calls), 1),
+                effective_flops=float("nan") if documents else effective_flops(model, method, options, sentences),
                 blocks=runs_of(counter.calls), peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)
 
 
+def texts_of(name: str, limit: int) -> tuple[list[str], list[float] | None]:
+    """A configuration's inputs: STS-B test sentences and their gold scores, or `limit` SciFact documents
+    (docs:*, no scores)."""
+    return (scifact_documents(limit), None) if name.startswith("docs:") else sts_sentences(limit)
+
+
+def spearman_x100(vectors: torch.Tensor, gold: list[float] | None) -> float:
+    from minidecoder.evaluation.spearman import spearman
+    if gold is None:
+        return float("nan")
+    v = torch.nn.functional.normalize(vectors.float(), dim=-1)
+    cos = (v[0::2] * v[1::2]).sum(-1).tolist()
+    return 100 * spearman(cos, gold[:len(cos)])
+
+
 def fast_path_switches(name: str) -> dict:
-    """The FastPaths changes a configuration's name asks for (`!nocache`, `!blocked`, ReBA's eager)."""
+    """The FastPaths changes a configuration's name asks for (`!nocache`, `!blocked`, ReBA's eager); the
+    long-document case keeps every default."""
     switches = {}
     if "!nocache" in name:
         switches["prefix_cache"] = False
-    if "reba" in name:
+    if "reba" in name and not name.startswith("doc"):
         switches["blocked_fusion_from"] = 0 if "!blocked" in name else None
     return switches
-
-
-def _hf(folder: str, dtype: str, attn: str = "sdpa", device_map: str | None = None):
-    """(tokenizer, model) of the reference approach: left padding, pad = eos where unset. device_map:
-    load straight onto that device (tools/bench_gpu.py); None: the CPU."""
-    import transformers
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    placed = {} if device_map is None else {"device_map": device_map}
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
-                                                              attn_implementation=attn, **placed).eval()
-    return tok, model
 
 
 def worker_ref(name: str, folder: str, limit: int) -> dict:
@@ -299,8 +286,10 @@ def worker_ref(name: str, folder: str, limit: int) -> dict:
     from minidecoder.methods.text import senteval_sentence
 
     kind, dtype, method, options = CONFIGS[name]
-    sentences, gold = sts_sentences(limit)
-    tok, model = _hf(folder, dtype)
+    sentences, gold = texts_of(name, limit)
+    tok, model = reference_model(folder, dtype)
+    if name.startswith("docs:"):
+        sentences = cut_to_tokens(tok, sentences)  # the cut minidecoder's truncate=512 makes, by this tokenizer
     rss_loaded = maxrss_mb()
     L, E = model.config.num_hidden_layers, model.config.hidden_size
     template = PROMPTEOL
@@ -335,7 +324,7 @@ def worker_ref(name: str, folder: str, limit: int) -> dict:
             out = model(**inputs, output_hidden_states=True, return_dict=True)
         return out.hidden_states[-1][:, -1, :].float()
 
-    run(sentences[:8])  # warm-up
+    run(sentences[:2] if name.startswith("docs:") else sentences[:8])  # warm-up
     real_tokens = 0
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -344,24 +333,8 @@ def worker_ref(name: str, folder: str, limit: int) -> dict:
     per_block = sum(p.numel() for p in model.model.layers[0].parameters())
     flops = L * 2 * per_block * real_tokens  # attention term left out here (small at these lengths)
     return dict(seconds=seconds, n=len(sentences), spearman=spearman_x100(vectors, gold), flops=flops,
-                effective_flops=flops, blocks=f"0-{L - 1}x{-(-len(sentences) // BATCH)} +logits",
+                effective_flops=flops, tokens=real_tokens, blocks=f"0-{L - 1}x{-(-len(sentences) // BATCH)} +logits",
                 peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(), loaded_mb=rss_loaded, dtype=dtype)
-
-
-def long_texts(tokenizer, rows: int = 4, tokens: int = 255, path: Path = STS_TEST) -> list[str]:
-    """`rows` texts of about `tokens` tokens each, made of consecutive STS-B sentences of `path`."""
-    sentences, _ = sts_sentences(2000, path)
-    out, current = [], ""
-    for s in sentences:
-        candidate = (current + " " + s).strip()
-        if len(tokenizer.encode(candidate, add_special_tokens=False)) > tokens:
-            out.append(current)
-            current = s
-            if len(out) == rows:
-                break
-        else:
-            current = candidate
-    return out
 
 
 def worker_mem(name: str, folder: str, limit: int) -> dict:
@@ -373,7 +346,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
 
     kind, dtype, what, _ = CONFIGS[name]
     if what == "ref":
-        tok, model = _hf(folder, dtype, attn="eager")
+        tok, model = reference_model(folder, dtype, attn="eager")
         texts = long_texts(tok)
         inputs = tok([t + t for t in texts], return_tensors="pt", padding=True)
         with torch.no_grad():
@@ -389,7 +362,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
         T = inputs["input_ids"].shape[1]
     else:
         model = minidecoder.load(folder, dtype=dtype, progress=False)
-        texts = long_texts(model.tokenizer)
+        texts = long_documents(model.tokenizer) if name.startswith("docmem:") else long_texts(model.tokenizer)
         batch = encode_repeated(model.tokenizer, texts, 2)
         T = batch.input_ids.shape[1]
         with torch.inference_mode():  # warm-up: weights are memory-mapped, page them in before measuring
@@ -399,11 +372,20 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
             start = time.perf_counter()
             if what == "plain":
                 hidden_at(model, batch, -1)
+            elif name == "docmem:reba":  # the whole method at its defaults, as a user runs it
+                minidecoder.embed(model, texts, "reba", batch_size=len(texts))
             else:
                 fused_attention(model, batch, model.num_layers)
             seconds = time.perf_counter() - start
     return dict(seconds=seconds, n=len(texts), T=T, peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)
+
+
+def long_documents(tokenizer, rows: int = 4) -> list[str]:
+    """The first `rows` SciFact documents of at least DOCUMENT_TOKENS tokens, cut to that many."""
+    from minidecoder.running.embedding import truncate_texts
+    docs = [d for d in scifact_documents(400) if len(tokenizer.encode(d)) >= DOCUMENT_TOKENS][:rows]
+    return truncate_texts(tokenizer, docs, DOCUMENT_TOKENS, None)
 
 
 # ---- driver -------------------------------------------------------------------------------------------
@@ -439,10 +421,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu"], help="cpu: this benchmark (default); cuda: "
                         "tools/bench_gpu.py's GPU benchmark, which takes its own options (--device cuda --help)")
+    parser.add_argument("--case", default="sts", choices=sorted(CASES), help="sts: STS-B sentences, every "
+                        "method and fast path (default); docs: long documents (SciFact's corpus, 512 tokens)")
     parser.add_argument("--limit", type=int, default=256, help="STS-B test sentences (s1, s2 of limit/2 pairs)")
+    parser.add_argument("--docs", type=int, default=1000, help="--case docs: the first N SciFact documents")
     parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the median is kept")
     parser.add_argument("--methods", default=None, help="comma-separated configuration names or method names "
-                        f"(default: all of {', '.join(DEFAULT)})")
+                        "(default: every configuration of --case)")
     parser.add_argument("--dtype", default=None, help="keep only configurations of this dtype (float32, bfloat16)")
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the registry's smollm2-135m-instruct)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -459,10 +444,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(worker(args.worker, args.model, args.limit)))
         return
 
-    names = DEFAULT
+    names = CASES[args.case]
     if args.methods:
         wanted = args.methods.split(",")
-        names = [n for n in CONFIGS if n in wanted or CONFIGS[n][2] in wanted or n.split(":")[1].split("@")[0].split("!")[0] in wanted]
+        names = [n for n in names if n in wanted or CONFIGS[n][2] in wanted or n.split(":")[1].split("@")[0].split("!")[0] in wanted]
     if args.dtype:
         names = [n for n in names if CONFIGS[n][1] == args.dtype or n.startswith("mem:")]
     peaks = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
@@ -470,27 +455,75 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.repeat):  # interleaved, so that a burst of load hits every configuration alike
         for name in names:
-            runs[name].append(run_config(name, args.model, args.limit, args.threads))
+            limit = args.docs if name.startswith("doc") else args.limit
+            runs[name].append(run_config(name, args.model, limit, args.threads))
             print(f"  run {r + 1}/{args.repeat} {name}: {runs[name][-1].get('seconds', runs[name][-1].get('error'))}",
                   file=sys.stderr, flush=True)
+            if args.json:  # every finished run kept, so a run cut off at a time limit leaves what it measured
+                args.json.write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
     peaks_after = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
     results = {n: median_of(runs[n]) for n in names}
     header = dict(date=datetime.datetime.now().isoformat(timespec="minutes"), machine=platform.processor() or
                   platform.machine(), cpus=os.cpu_count(), threads=args.threads, torch=torch.__version__,
-                  model=args.model, limit=args.limit, repeat=args.repeat, loadavg_before=load_before,
+                  model=args.model, case=args.case, limit=args.docs if args.case == "docs" else args.limit,
+                  repeat=args.repeat, loadavg_before=load_before,
                   loadavg_after=os.getloadavg(),
                   matmul_gflops={k: [round(peaks[k], 1), round(peaks_after[k], 1)] for k in peaks},
                   command="python tools/bench.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    report = report_docs if args.case == "docs" else report_sts
     print(report(header, results, {k: max(peaks[k], peaks_after[k]) for k in peaks}))
     if args.json:
         args.json.write_text(json.dumps({"header": header, "results": results, "runs": runs}, indent=1))
 
 
-def report(header: dict, results: dict, peaks: dict) -> str:
-    lines = [f"# {header['command']}", f"# {header['date']}  {header['cpus']} CPUs ({header['machine']}), "
-             f"{header['threads']} threads, torch {header['torch']}, load avg before {header['loadavg_before'][0]:.1f} "
-             f"after {header['loadavg_after'][0]:.1f}",
-             f"# matmul 2048^2 GFLOP/s (start, end of run): {header['matmul_gflops']}", ""]
+def report_header(header: dict) -> list[str]:
+    return [f"# {header['command']}", f"# {header['date']}  {header['cpus']} CPUs ({header['machine']}), "
+            f"{header['threads']} threads, torch {header['torch']}, load avg before {header['loadavg_before'][0]:.1f} "
+            f"after {header['loadavg_after'][0]:.1f}",
+            f"# matmul 2048^2 GFLOP/s (start, end of run): {header['matmul_gflops']}", ""]
+
+
+def report_docs(header: dict, results: dict, peaks: dict) -> str:
+    """The long-document table: documents/s, peak memory, and each method's time against the reference
+    approach and Vanilla Mean; then ReBA-2's peak memory against a plain forward's, with the targets."""
+    lines = report_header(header)
+    lines.append("| configuration | docs/s | s (runs) | tokens / doc | useful GFLOP/s | % matmul peak | peak RSS +MB | "
+                 "maxrss MB | time / docs:ref | time / docs:mean |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    good = {n: r for n, r in results.items() if "error" not in r}
+    for name, r in results.items():
+        if "error" in r:
+            lines.append(f"| {name} | error: {r['error']} |||||||||")
+        elif name.startswith("docmem:"):
+            lines.append(f"| {name} (B={r['n']}, T={r['T']}) | | {r['seconds']:.2f} {r['runs_seconds']} | | | | "
+                         f"{r['peak_delta_mb']:.0f} | {r['maxrss_mb']:.0f} | | |")
+        else:
+            rate = r["flops"] / r["seconds"] / 1e9
+            over = [f"{r['seconds'] / good[b]['seconds']:.2f}" if b in good else "" for b in ("docs:ref", "docs:mean")]
+            lines.append(f"| {name} | {r['n'] / r['seconds']:.2f} | {r['seconds']:.1f} {r['runs_seconds']} | "
+                         f"{r['tokens'] / r['n']:.0f} | {rate:.1f} | {100 * rate / peaks[r['dtype']]:.0f}% | "
+                         f"{r['peak_delta_mb']:.0f} | {r['maxrss_mb']:.0f} | {over[0]} | {over[1]} |")
+    lines += ["", "Targets (time of A / time of B):"]
+
+    def target(a: str, b: str, key: str, limit: float, what: str) -> None:
+        if a in good and b in good:
+            value = good[a][key] / max(good[b][key], 1e-9)
+            met = "met" if value <= limit else "NOT met"
+            lines.append(f"- {a} / {b} {what}: {value:.2f} (target <= {limit}: {met})")
+
+    target("docs:prompteol", "docs:ref", "seconds", 0.67, "time (>= 1.5x the reference's speed)")
+    target("docs:mean", "docs:ref", "seconds", 0.67, "time (>= 1.5x the reference's speed)")
+    target("docs:htp", "docs:mean", "seconds", 1.2, "time (the paper's 1.08-1.20x)")
+    target("docs:echo", "docs:mean", "seconds", 3.5, "time (the paper's 2.85-3.45x)")
+    target("docmem:reba", "docmem:plain", "peak_delta_mb", 1.5, "peak RSS above load (ReBA-2 at 2 x 512 tokens)")
+    if "docmem:reba!fold" in good and "docmem:plain" in good:
+        fold = good["docmem:reba!fold"]["peak_delta_mb"] / max(good["docmem:plain"]["peak_delta_mb"], 1e-9)
+        lines.append(f"- docmem:reba!fold / docmem:plain peak RSS above load (the fused-attention pass alone): {fold:.2f}")
+    return "\n".join(lines)
+
+
+def report_sts(header: dict, results: dict, peaks: dict) -> str:
+    lines = report_header(header)
     lines.append("| configuration | sent/s | s (runs) | STS-B x100 | useful GFLOP/s | % matmul peak | "
                  "% effective | peak RSS +MB | maxrss MB | blocks run |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")

@@ -6,7 +6,10 @@ matrix-work floor and the GPU targets, set up and measured in one run.
     python tools/bench_gpu.py --device cpu --shape tiny --limit 32 --repeat 1   # smoke run (CI, under a minute)
 
 One run, in order (each section prints its table as soon as it is done, and --json is rewritten after
-every section, so a run cut off at a time limit still leaves what it measured):
+every section, so a run cut off at a time limit still leaves what it measured). Every configuration of a
+section runs as on a fresh model: the captures of the one before (CUDA graphs, the kept decode step) are
+dropped and their memory freed, then one warm-up call on the very inputs it is timed on, then --repeat timed
+runs (median kept), so no capture falls in a timed run and none piles up across configurations:
 
   checkpoint   a random bfloat16 checkpoint of the chosen shape written once by transformers'
                `LlamaForCausalLM(config).save_pretrained` (initialised on the device), with the default
@@ -15,21 +18,25 @@ every section, so a run cut off at a time limit still leaves what it measured):
                the default batching's token budget
   rates        bf16 matmul rate (n^3, CUDA events on a GPU) and copy bandwidth, measured now
   throughput   PromptEOL on the STS-B test sentences (s1, s2 of every pair, dataset order), median of
-               --repeat interleaved runs: minidecoder at its default settings and at batch 32/128/512;
+               --repeat runs: minidecoder at its default settings, with graphs on (buckets and captured
+               block calls, opt-in) and at batch 32/128/512;
                the reference approach (tools/bench.py's `worker_ref`: AutoModelForCausalLM, sdpa, dataset
                order, left padding, output_hidden_states, hidden_states[-1][:, -1], `.cpu()` per batch);
                transformers length-sorted without hidden states (the base model's last_hidden_state);
                peak GPU memory per configuration
   floor        useful FLOPs = sum over PromptEOL's passes of real tokens x blocks run x 2 x block params
                + 4 H D x causal pairs (as tools/bench.py counts them); floor s = FLOPs / matmul rate
-  gpu_busy     torch.profiler over one default-settings call on 512 sentences after a warm-up: the
-               union of CUDA kernel intervals over wall time (and the same for the reference at batch 128)
+  gpu_busy     torch.profiler over one default-settings call on every sentence (several batches at the
+               token budget; the batch count is printed) after a warm-up on them: the union of CUDA kernel
+               intervals over wall time (and the same for the reference at batch 128)
   sync         one batch under torch.cuda.set_sync_debug_mode("error"): the block loop alone
                (method.embed_batch) and minidecoder.embed; pass or fail with the error's text
   methods      every method at its default settings against its work ratio to PromptEOL (useful FLOPs of
                its passes over PromptEOL's, on the same sentences)
   reba_batch   ReBA's time per text at batch 2 and batch 8 on eight ~320-token texts
-  generation   greedy decoding at batch 1, 128 new tokens: minidecoder.generate against transformers'
+  generation   greedy decoding at batch 1, 128 new tokens: minidecoder.generate at its defaults and with
+               static=True (the captured decode step, kept across calls: captured in the warm-up, replayed in
+               the timed runs, which the row's `decode steps made` shows) against transformers'
                generate(do_sample=False), and the memory-bandwidth limit (weight bytes / copy bandwidth)
   targets      the GPU targets (the TARGET_* constants below), met or not met, from the numbers above
 
@@ -65,8 +72,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# the CPU bench's PromptEOL template, reference loader, sentence reading, matmul timing and FLOP count
-from bench import PROMPTEOL, _hf, block_params, long_texts, matmul_peak, sts_sentences, useful_flops  # noqa: E402
+# what the CPU benchmark uses too: the PromptEOL template, the reference loader, the inputs, the matmul timing,
+# the FLOP count, and dropping a model's captures between configurations
+from bench_common import (PROMPTEOL, block_params, drop_captures, long_texts, matmul_peak,  # noqa: E402
+                          reference_model, sts_sentences, useful_flops)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # its tokenizer (49,152 ids) is the one the issue measured with
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
@@ -203,36 +212,41 @@ def measure(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, di
     return out, seconds, memory
 
 
-def interleaved(configs: dict[str, Callable[[], Any]], warmups: dict[str, Callable[[], Any]], repeat: int,
-                device: torch.device, record: Record, label: str) -> dict[str, dict]:
-    """Each configuration warmed up once, then timed `repeat` times in turn (a burst of load or a clock
-    change hits them all alike); the median is kept. A failing configuration is recorded and left out."""
+def each_fresh(configs: dict[str, Callable[[], Any]], repeat: int, device: torch.device, record: Record,
+               label: str, fresh: Callable[[], None]) -> dict[str, dict]:
+    """Each configuration in turn, as on a fresh model: `fresh()` drops what the one before captured (CUDA
+    graphs, static buffers) and frees its memory, so neither its pinned memory nor its captures count against
+    this one; then one warm-up call on the very inputs the configuration is timed on (every capture and
+    first-call cost falls there, not in a timed run), then `repeat` timed runs, the median kept. A failing
+    configuration is recorded and left out."""
     out: dict[str, dict] = {name: {"runs_s": []} for name in configs}
-    for name, fn in warmups.items():
+    for name, fn in configs.items():
+        result = out[name]
+        if record.out_of_time():
+            result["error"] = f"not run: time budget of {record.budget_s:.0f} s spent"
+            continue
+        fresh()
         try:
-            measure(fn, device)
+            measure(fn, device)  # the warm-up, on the timed inputs
         except Exception as error:
-            out[name]["error"] = f"warm-up: {error_text(error)}"
+            result["error"] = f"warm-up: {error_text(error)}"
             free_device_memory()
-    for r in range(repeat):
-        if r > 0 and record.out_of_time():
-            print(f"  {label}: time budget spent, {r} of {repeat} runs kept", file=sys.stderr, flush=True)
-            break
-        for name, fn in configs.items():
-            if "error" in out[name]:
-                continue
+            continue
+        for r in range(repeat):
+            if r > 0 and record.out_of_time():
+                print(f"  {label} {name}: time budget spent, {r} of {repeat} runs kept", file=sys.stderr, flush=True)
+                break
             try:
                 value, seconds, memory = measure(fn, device)
             except Exception as error:
-                out[name]["error"] = error_text(error)
+                result["error"] = error_text(error)
                 free_device_memory()
-                continue
-            out[name]["runs_s"].append(seconds)
-            out[name]["value"] = value
+                break
+            result["runs_s"].append(seconds)
+            result["value"] = value
             for key, v in memory.items():
-                out[name][key] = max(out[name].get(key, 0.0), v)
+                result[key] = max(result.get(key, 0.0), v)
             print(f"  {label} run {r + 1}/{repeat} {name}: {seconds:.3f} s", file=sys.stderr, flush=True)
-    for result in out.values():
         if result["runs_s"]:
             result["seconds"] = statistics.median(result["runs_s"])
     return out
@@ -240,7 +254,7 @@ def interleaved(configs: dict[str, Callable[[], Any]], warmups: dict[str, Callab
 
 def matmul_rate(device: torch.device, n: int, dtype: torch.dtype = torch.bfloat16) -> dict:
     """FLOP/s of an n x n x n matmul on random data: CUDA events around 10 back-to-back products (best of 3)
-    on a GPU; on a CPU tools/bench.py's `matmul_peak` (the best single product within a second)."""
+    on a GPU; on a CPU bench_common's `matmul_peak` (the best single product within a second)."""
     out = {"n": n, "dtype": str(dtype).replace("torch.", "")}
     if device.type != "cuda":
         return {**out, "flops_per_s": matmul_peak(dtype, n, seconds=1.0) * 1e9,
@@ -381,13 +395,13 @@ def resolve_sts(given: str | None) -> Path:
 
 # ---- the transformers side -----------------------------------------------------------------------------
 def load_transformers(folder: Path, device: torch.device):
-    """(model, tokenizer): tools/bench.py's `_hf` (sdpa, left padding, pad = eos if unset) in bfloat16."""
+    """(model, tokenizer): bench_common's `reference_model` (sdpa, left padding, pad = eos if unset) in bfloat16."""
     import transformers
     transformers.logging.set_verbosity_error()
     try:  # straight onto the device where this transformers can; else through host memory
-        tok, model = _hf(str(folder), "bfloat16", device_map=str(device))
+        tok, model = reference_model(str(folder), "bfloat16", device_map=str(device))
     except Exception:
-        tok, model = _hf(str(folder), "bfloat16")
+        tok, model = reference_model(str(folder), "bfloat16")
         model = model.to(device)
     return model, tok
 
@@ -470,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                         "$MINIDECODER_STS_DATA or ../shared/data/sts)")
     parser.add_argument("--limit", type=int, default=None, help="first N sentences (default all 2,758)")
     parser.add_argument("--method-limit", type=int, default=1024, help="sentences for the methods table (default 1024)")
-    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per configuration; median kept")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per configuration, after its warm-up; "
+                        "median kept")
     parser.add_argument("--budget-s", type=float, default=0, help="stop starting new sections and repeats after this "
                         "many seconds (0: no limit); leave room under a device call's limit")
     parser.add_argument("--skip", default="", help=f"comma-separated sections to leave out ({', '.join(SECTIONS)})")
@@ -506,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args, device: torch.device, record: Record, folder: Path) -> None:
     import minidecoder
     import transformers
+    from minidecoder.fast.options import fast_paths_overridden
     from minidecoder.methods import build_method
 
     cuda = device.type == "cuda"
@@ -519,7 +535,7 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
         commit=git_commit(), cpus=os.cpu_count(), threads=torch.get_num_threads(), command=args.command)
     print(f"# {header['command']}\n# {header['date']}  {header['card']} ({device}), torch {header['torch']} "
           f"(CUDA {header['cuda']}), transformers {header['transformers']}, commit {header['commit']}, "
-          f"shape {args.shape}, bfloat16, median of {args.repeat} interleaved runs", flush=True)
+          f"shape {args.shape}, bfloat16, median of {args.repeat} runs per configuration", flush=True)
     if not cuda:
         print("# on a CPU: no CUDA events (time.perf_counter instead), no GPU memory, and the profiler's kernel "
               "time and sync debug mode are skipped", flush=True)
@@ -558,6 +574,10 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
           f"{per_block / 1e6:.1f}M parameters; {len(sentences)} sentences from {sts_path}", flush=True)
     need_hf = "transformers did not load: " + (hf_error or "")
 
+    def fresh() -> None:  # before each configuration: minidecoder's model as if just loaded
+        drop_captures(model)
+        free_device_memory()
+
     # ---- fast paths and per-device choices -----------------------------------------------------------
     with record.section("fast_paths") as out:
         if out is not None:
@@ -584,10 +604,13 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
     # ---- throughput --------------------------------------------------------------------------------------
     with record.section("throughput") as out:
         if out is not None:
+            def with_graphs() -> torch.Tensor:  # buckets and CUDA graphs, opt-in (load(graphs=True))
+                with fast_paths_overridden(model, graphs=True):
+                    return minidecoder.embed(model, sentences, "prompteol")
+
             configs: dict[str, Callable] = {
-                "minidecoder default": lambda: minidecoder.embed(model, sentences, "prompteol")}
-            warmups: dict[str, Callable] = {
-                "minidecoder default": lambda: minidecoder.embed(model, sentences[:512], "prompteol")}
+                "minidecoder default": lambda: minidecoder.embed(model, sentences, "prompteol"),
+                "minidecoder graphs=True": with_graphs}
             at_batch: dict[str, Callable[[list[str], int], torch.Tensor]] = {
                 "minidecoder": lambda texts, b: minidecoder.embed(model, texts, "prompteol", batch_size=b)}
             if hf is not None:
@@ -596,8 +619,7 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
             for who, embed_at in at_batch.items():
                 for b in BATCHES:
                     configs[f"{who} batch {b}"] = lambda e=embed_at, b=b: e(sentences, b)
-                    warmups[f"{who} batch {b}"] = lambda e=embed_at, b=b: e(sentences[:b], b)
-            results = interleaved(configs, warmups, args.repeat, device, record, "throughput")
+            results = each_fresh(configs, args.repeat, device, record, "throughput", fresh)
             anchor = results["minidecoder default"].get("value")
             n = len(sentences)
             rows = []
@@ -646,16 +668,18 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
     # ---- GPU busy ----------------------------------------------------------------------------------------
     with record.section("gpu_busy", skip=None if cuda else no_cuda) as out:
         if out is not None:
-            texts = sentences[:512]
+            texts = sentences  # every sentence: several batches at the default token budget, not one
+            fresh()
             out["minidecoder default"] = gpu_busy(lambda: minidecoder.embed(model, texts, "prompteol"), device)
             if hf is not None:
                 out["reference batch 128"] = gpu_busy(lambda: reference_embed(hf, tok, texts, 128), device)
-            rows = [[name, len(texts), r["kernel_busy_s"], r["wall_s"], f"{100 * r['busy_fraction']:.0f}%",
+            rows = [[name, len(texts), r["batches"], r["kernel_busy_s"], r["wall_s"],
+                     f"{100 * r['busy_fraction']:.0f}%",
                      r["plain_wall_s"], f"{100 * r['busy_fraction_plain_wall']:.0f}%", r["aten_ops"],
                      r["kernel_launches"], r["graph_launches"], r["kernels"]]
                     for name, r in out.items() if isinstance(r, dict)]
-            table(f"GPU busy (torch.profiler, {len(texts)} sentences, after a warm-up)",
-                  ["configuration", "sentences", "kernel busy s", "profiled wall s", "busy", "plain wall s",
+            table(f"GPU busy (torch.profiler, {len(texts)} sentences, after a warm-up on them)",
+                  ["configuration", "sentences", "batches", "kernel busy s", "profiled wall s", "busy", "plain wall s",
                    "busy (plain wall)", "aten ops", "kernel launches", "graph launches", "kernels"], rows,
                   "busy: the union of CUDA kernel intervals over the profiled wall time (the target's measure); "
                   "'plain wall' is the same call timed without the profiler.")
@@ -687,16 +711,14 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
     with record.section("methods") as out:
         if out is not None:
             texts = sentences[:args.method_limit]
-            configs, warmups, works = {}, {}, {}
+            configs, works = {}, {}
             for label, name, options in METHODS:
                 configs[label] = lambda name=name, options=options: minidecoder.embed(model, texts, name, **options)
-                warmups[label] = lambda name=name, options=options: minidecoder.embed(model, texts[:64], name,
-                                                                                      **options)
                 try:
                     works[label] = method_work(model, build_method(name, **options), texts)
                 except Exception as error:
                     works[label] = {"error": error_text(error)}
-            results = interleaved(configs, warmups, args.repeat, device, record, "methods")
+            results = each_fresh(configs, args.repeat, device, record, "methods", fresh)
             base_s = results["prompteol"].get("seconds")
             base_w = works["prompteol"].get("flops")
             rows = []
@@ -737,7 +759,7 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
             lengths = [len(model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
             configs = {f"batch {b}": lambda b=b: minidecoder.embed(model, texts, "reba", batch_size=b) for b in (2, 8)}
             configs["default"] = lambda: minidecoder.embed(model, texts, "reba")
-            results = interleaved(configs, dict(configs), args.repeat, device, record, "reba")
+            results = each_fresh(configs, args.repeat, device, record, "reba", fresh)
             for r in results.values():
                 r.pop("value", None)
                 if "seconds" in r:
@@ -756,11 +778,11 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
     with record.section("generation") as out:
         if out is not None:
             out.update(generation(model, hf, tok, sentences, device, args.repeat, record,
-                                  record.data.get("rates", {}).get("copy", {}).get("bytes_per_s")))
+                                  record.data.get("rates", {}).get("copy", {}).get("bytes_per_s"), fresh))
             table("Greedy generation, batch 1, 128 new tokens",
-                  ["configuration", "tokens/s", "s", "new tokens", "error"],
-                  [[name, r.get("tokens_per_s"), r.get("seconds"), r.get("new_tokens"), r.get("error", "")]
-                   for name, r in out["configs"].items()],
+                  ["configuration", "tokens/s", "s", "new tokens", "decode steps made", "captures", "error"],
+                  [[name, r.get("tokens_per_s"), r.get("seconds"), r.get("new_tokens"), r.get("decode_steps_made"),
+                    r.get("captures"), r.get("error", "")] for name, r in out["configs"].items()],
                   f"weights read per token {out['weight_bytes'] / 1e9:.3g} GB; memory-bandwidth limit "
                   f"{fmt(out.get('bandwidth_limit_tokens_per_s'))} tokens/s (weight bytes / measured copy bandwidth); "
                   f"minidecoder and transformers agree on the first {out.get('same_prefix')} tokens")
@@ -792,18 +814,31 @@ def fast_paths_report(model) -> dict:
 
 
 def gpu_busy(fn: Callable[[], Any], device: torch.device) -> dict:
-    """Kernel time over wall time for one call, from torch.profiler (after one warm-up call)."""
+    """Kernel time over wall time for one call over several batches, from torch.profiler (after one warm-up
+    call on the same inputs); `batches`: the batches minidecoder ran in the profiled call (0: not minidecoder)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+
+    from minidecoder.running import embedding
 
     fn()
     _, plain_wall, _ = measure(fn, device)
     sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        wall = time.perf_counter() - start
+    run_batch, batches = embedding._run_batch, []
+
+    def counted(*args, **kwargs):
+        batches.append(1)
+        return run_batch(*args, **kwargs)
+
+    embedding._run_batch = counted
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            wall = time.perf_counter() - start
+    finally:
+        embedding._run_batch = run_batch
     events = prof.events()
     intervals, kernels, copies = [], 0, 0.0
     for e in events:
@@ -831,7 +866,8 @@ def gpu_busy(fn: Callable[[], Any], device: torch.device) -> dict:
         top = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     except Exception as error:
         top = f"(no table: {error_text(error)})"
-    return {"kernel_busy_s": busy, "wall_s": wall, "busy_fraction": busy / wall, "plain_wall_s": plain_wall,
+    return {"kernel_busy_s": busy, "wall_s": wall, "batches": len(batches), "busy_fraction": busy / wall,
+            "plain_wall_s": plain_wall,
             "busy_fraction_plain_wall": busy / plain_wall, "memcpy_s": copies, "kernels": kernels,
             "measured_by": measured_by,
             "aten_ops": sum(n.startswith("aten::") for n in cpu_names),
@@ -856,17 +892,22 @@ def sync_check(fn: Callable[[], Any], device: torch.device) -> dict:
 
 
 def generation(model, hf, tok, sentences: list[str], device: torch.device, repeat: int, record: Record,
-               bandwidth: float | None) -> dict:
+               bandwidth: float | None, fresh: Callable[[], None]) -> dict:
     import minidecoder
+    from minidecoder.fast.static_cache import kept_step
     ids = model.tokenizer.encode(prompts_of(sentences[:1])[0])
-    # the default settings (what the target is read from), and the dynamic cache against the static cache
-    # and captured decode step the default takes on a GPU
-    variants = {"minidecoder.generate": {}, "minidecoder.generate static=False": {"static": False}}
-    configs: dict[str, Callable] = {}
-    warmups: dict[str, Callable] = {}
-    for name, extra in variants.items():
-        configs[name] = lambda extra=extra: minidecoder.generate(model, ids, 128, stop_at_eos=False, **extra)
-        warmups[name] = lambda extra=extra: minidecoder.generate(model, ids, 8, stop_at_eos=False, **extra)
+    steps: set[int] = set()  # the decode steps the static configuration used: 1 = captured once, in its warm-up
+
+    def static_generate() -> list[int]:
+        new = minidecoder.generate(model, ids, 128, stop_at_eos=False, static=True)
+        steps.add(id(kept_step(model)))
+        return new
+
+    # the default settings (what the target is read from: the dynamic cache unless graphs are on) and the static
+    # cache with its captured decode step, kept across calls, so the timed runs replay the warm-up's capture
+    configs: dict[str, Callable] = {
+        "minidecoder.generate": lambda: minidecoder.generate(model, ids, 128, stop_at_eos=False),
+        "minidecoder.generate static=True": static_generate}
     if hf is not None:
         prompt = torch.tensor([ids], device=hf.device)
 
@@ -877,8 +918,10 @@ def generation(model, hf, tok, sentences: list[str], device: torch.device, repea
             return out[0, prompt.shape[1]:].tolist()
 
         configs["transformers generate(do_sample=False)"] = lambda: hf_generate(128)
-        warmups["transformers generate(do_sample=False)"] = lambda: hf_generate(8)
-    results = interleaved(configs, warmups, repeat, device, record, "generation")
+    results = each_fresh(configs, repeat, device, record, "generation", fresh)
+    step = kept_step(model)
+    results["minidecoder.generate static=True"].update(
+        decode_steps_made=len(steps), captures=step.captures if step is not None else 0)
     outputs = {}
     for r_name, r in results.items():
         tokens = r.pop("value", None)

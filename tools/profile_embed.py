@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minidecoder  # noqa: E402
-from bench import sts_sentences  # noqa: E402
+from bench_common import sts_sentences  # noqa: E402
 
 
 def main() -> None:

@@ -12,8 +12,15 @@ by concatenation every step. So:
     step       `DecodeStep`: embed -> every Block.forward -> final norm -> unembed, for one token at a
                position held in a device tensor: the RoPE tables and the mask are computed from it on the
                device, so nothing in the step depends on a host value
-    capture    on a GPU the step is captured once per generation (static token and position inputs) and
-               replayed per token; on a CPU it runs as it is (no graphs there)
+    capture    on a GPU the step is captured once (static token and position inputs) and replayed per token;
+               on a CPU it runs as it is (no graphs there)
+    reuse      `decode_step(model, ...)` keeps one step per model across `generate` calls, so a capture is
+               paid once, not per call: the next call copies its prompt's cache into the same buffers (the
+               addresses the graph reads) and replays. The step is made again when the model's device,
+               dtype or parameter tensors change (a graph would read the old ones' memory), or when a call
+               needs more positions than it holds (sizes are rounded up to a multiple of SIZE_STEP, so
+               calls of similar length share one step). The buffers are the model's: two threads must not
+               decode on one model at once.
 
 The prompt itself runs through the ordinary forward with the dynamic cache, which is then copied into the
 static one. Dynamic-NTK RoPE (its frequencies depend on the sequence length) takes the plain path.
@@ -21,6 +28,7 @@ Tested against the plain greedy loop (tests/core/test_generation.py).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -39,13 +47,23 @@ class StaticKVCache:
 
     @classmethod
     def from_prefill(cls, cache: KVCache, length: int) -> "StaticKVCache":
-        """The dynamic cache of a prompt, copied into buffers of `length` positions."""
-        def grown(t: torch.Tensor) -> torch.Tensor:
-            out = t.new_zeros(*t.shape[:2], length, t.shape[3])
-            out[:, :, :t.shape[2]] = t
-            return out
-        position = torch.zeros(1, dtype=torch.long, device=cache.keys[0].device)
-        return cls([grown(k) for k in cache.keys], [grown(v) for v in cache.values], position)
+        """The dynamic cache of a prompt, copied into new buffers of `length` positions."""
+        with torch.inference_mode(False):  # plain tensors: written in place under inference_mode or no_grad alike
+            empty = lambda t: t.new_zeros(*t.shape[:2], length, t.shape[3])  # noqa: E731
+            position = torch.zeros(1, dtype=torch.long, device=cache.keys[0].device)
+            static = cls([empty(k) for k in cache.keys], [empty(v) for v in cache.values], position)
+        static.load(cache)
+        return static
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[2]
+
+    def load(self, cache: KVCache) -> None:
+        """A prompt's dynamic cache copied into the first positions, in place. What is left of an earlier call
+        beyond them is never read: the step's mask hides every key past the query's position."""
+        for static, dynamic in zip(self.keys + self.values, cache.keys + cache.values):
+            static[:, :, :dynamic.shape[2]].copy_(dynamic)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this call's k, v (1, Hkv, T, D) at `position`; return every position's (1, Hkv, S_max, D)."""
@@ -58,19 +76,28 @@ class DecodeStep:
     """One token through the model at a position held on the device: (1, 1) id -> (1, V) logits."""
 
     def __init__(self, model, cache: StaticKVCache) -> None:
-        self.model, self.cache = model, cache
-        self.token = torch.zeros(1, 1, dtype=torch.long, device=model.device)  # static inputs
+        # a weak reference: the step is kept per model (`decode_step`) and must not keep the model alive
+        self._model, self.cache = weakref.ref(model), cache
+        self.identity = identity(model)  # what the captured graph reads; `decode_step` compares it
+        with torch.inference_mode(False):
+            self.token = torch.zeros(1, 1, dtype=torch.long, device=model.device)  # static inputs
         self.position = cache.position  # (1,): the step writes and reads here
         self.graph, self.logits = None, None
+        self.captures = 0  # graphs captured (0 or 1: the benchmark and tests read it)
+
+    @property
+    def model(self):
+        return self._model()
 
     def __call__(self, token: int, position: int) -> torch.Tensor:
         self.token.fill_(token)
         self.position.fill_(position)
         if self.model.device.type != "cuda":
             return self._step()
-        if self.graph is None:
-            self._capture()
-        self.graph.replay()
+        with torch.cuda.device(self.model.device):  # the model's device, whichever is current
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
         return self.logits
 
     def _step(self) -> torch.Tensor:
@@ -110,6 +137,42 @@ class DecodeStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.logits = self._step()
+        self.captures += 1
+
+
+SIZE_STEP = 256  # a step's positions are rounded up to a multiple of this, so calls of similar length share it
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its DecodeStep
+
+
+def identity(model) -> tuple:
+    """What a captured step depends on: the device, the dtype and the address of every parameter and buffer
+    (a replaced tensor, or a model moved or cast, leaves a graph reading memory that is no longer the model's)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return model.device, model.dtype, tuple(t.data_ptr() for t in tensors)
+
+
+def decode_step(model, cache: KVCache, length: int) -> DecodeStep:
+    """The model's decode step, with the prompt's dynamic `cache` loaded, holding at least `length` positions:
+    the one kept from an earlier call where it still fits this model, else a new one (kept for the next)."""
+    step = _STEPS.get(model)
+    if step is not None and step.identity == identity(model) and step.cache.length >= length:
+        step.cache.load(cache)
+        return step
+    size = -(-length // SIZE_STEP) * SIZE_STEP
+    if getattr(model, "max_context", None) is not None:
+        size = max(min(size, model.max_context), length)
+    step = _STEPS[model] = DecodeStep(model, StaticKVCache.from_prefill(cache, size))
+    return step
+
+
+def kept_step(model) -> DecodeStep | None:
+    """The decode step `decode_step` keeps for `model` (None before the first static call)."""
+    return _STEPS.get(model)
+
+
+def drop_step(model) -> None:
+    """Forget `model`'s kept step (its graph and buffers are freed with it; the next call makes a new one)."""
+    _STEPS.pop(model, None)
 
 
 def static_decoding_applies(model) -> bool:

@@ -2,29 +2,35 @@
 
 The prompt runs once and fills the cache; each new token then runs alone against the cache
 (one query row, all earlier keys), so the cost per token is one row, not the whole sequence.
-On a GPU each token runs as one replay of a captured decode step over a static cache
-(minidecoder.fast.static_cache), where the host's kernel launches would otherwise set the pace.
+With graphs on (`load(graphs=True)`, the model's `fast_paths.graphs`) each token runs as one replay of
+a captured decode step over a static cache (minidecoder.fast.static_cache), kept across calls, where on a
+GPU the host's kernel launches would otherwise set the pace; with graphs off, the dynamic cache.
+
+One sequence a call: a batch of prompts (a (B, T) tensor or a list of lists with B > 1) is refused rather
+than run as one concatenated text; call `generate` once per prompt.
 """
 from __future__ import annotations
+
+import numbers
 
 import torch
 
 from minidecoder.core.model import KVCache
-from minidecoder.fast.static_cache import DecodeStep, StaticKVCache, static_decoding_applies
+from minidecoder.fast.options import fast_paths_of
+from minidecoder.fast.static_cache import decode_step, static_decoding_applies
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
 
 
 @torch.inference_mode()
 def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
-    """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence).
-    static: decode over a static cache, one captured step a token (None: on a GPU)."""
+    """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
+    a list of ids or a list holding one list of ids).
+    static: decode over a static cache, one captured step a token (None: where the model's graphs are on)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
-    ids = torch.as_tensor(input_ids, dtype=torch.long, device=model.device).reshape(1, -1)  # (1, T)
-    if ids.shape[1] == 0:
-        raise InputError("the prompt has no tokens", "give a prompt that encodes to at least one token")
+    ids = prompt_ids(model, input_ids)  # (1, T)
     limit = getattr(model, "max_context", None)
     if limit is not None and ids.shape[1] + max_new_tokens > limit:  # refused up front, not after a long run
         room = limit - ids.shape[1]
@@ -36,10 +42,10 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     eos = _eos_ids(model)
     cache = KVCache.empty(model.num_layers)
     logits = model(ids, cache=cache).logits[:, -1]  # (1, V)
-    if static is None:
-        static = model.device.type == "cuda"
+    if static is None:  # graphs opt-in: off (None included) keeps the dynamic cache
+        static = bool(fast_paths_of(model).for_device(model.device).graphs)
     if static and static_decoding_applies(model) and max_new_tokens > 1:
-        step = DecodeStep(model, StaticKVCache.from_prefill(cache, ids.shape[1] + max_new_tokens))
+        step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once
         advance = lambda token, position: step(token, position)  # noqa: E731
     else:
         advance = lambda token, position: model(torch.tensor([[token]], device=model.device),  # noqa: E731
@@ -52,6 +58,54 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
             break
         logits = advance(next_id, ids.shape[1] + k)  # the new token sits at position T + k
     return new
+
+
+def prompt_ids(model, input_ids) -> torch.Tensor:
+    """One prompt's ids as a (1, T) long tensor on the model's device; a batch, a ragged or mixed list, a
+    non-integer, an id outside the vocabulary or an empty prompt is an error saying what to pass instead."""
+    one_call = "generate continues one prompt a call: call it once per prompt, e.g. " \
+               "[minidecoder.generate(model, row) for row in prompts]"
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dim() > 2 or (input_ids.dim() == 2 and input_ids.shape[0] != 1):
+            raise InputError(f"input_ids has shape {tuple(input_ids.shape)}: a batch of "
+                             f"{input_ids.shape[0]} prompts, not one", one_call)
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise ArgumentTypeError(f"input_ids has dtype {input_ids.dtype}; token ids are integers",
+                                    "pass a long tensor, e.g. torch.tensor(model.tokenizer.encode(text))")
+        ids = input_ids.reshape(1, -1)
+    else:
+        if isinstance(input_ids, (str, bytes)) or not isinstance(input_ids, (list, tuple)):
+            raise ArgumentTypeError(f"input_ids is a {type(input_ids).__name__}; generate takes token ids",
+                                    "pass model.tokenizer.encode(text) (a list of ints) or a tensor of ids")
+        rows = [x for x in input_ids if isinstance(x, (list, tuple)) or isinstance(x, torch.Tensor) and x.dim() > 0]
+        if rows and len(rows) == len(input_ids) == 1:  # [[ids]]: one prompt as a batch of one
+            return prompt_ids(model, torch.as_tensor(rows[0]) if isinstance(rows[0], torch.Tensor) else rows[0])
+        if rows and len(rows) == len(input_ids):
+            lengths = sorted({len(row) for row in rows})
+            raise InputError(f"input_ids is a list of {len(rows)} lists (lengths {', '.join(map(str, lengths))}): "
+                             "a batch of prompts, not one", one_call)
+        wrong = next((i for i, x in enumerate(input_ids) if not _is_id(x)), None)
+        if wrong is not None:
+            raise ArgumentTypeError(f"input_ids[{wrong}] is {input_ids[wrong]!r} ({type(input_ids[wrong]).__name__}); "
+                                    "every entry must be an integer token id",
+                                    "pass model.tokenizer.encode(text): a flat list of ints")
+        ids = torch.tensor([[int(x) for x in input_ids]], dtype=torch.long)
+    if ids.shape[1] == 0:
+        raise InputError("the prompt has no tokens", "give a prompt that encodes to at least one token")
+    vocab = model.config.vocab_size
+    outside = ids[(ids < 0) | (ids >= vocab)]
+    if outside.numel():
+        raise InputError(f"token id {int(outside[0])} is outside the model's vocabulary of {vocab} ids "
+                         f"(0..{vocab - 1})",
+                         "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
+    return ids.to(device=model.device, dtype=torch.long)
+
+
+def _is_id(x) -> bool:
+    """An integer (a Python or NumPy one, or a 0-d integer tensor), never a bool."""
+    if isinstance(x, torch.Tensor):
+        return x.dim() == 0 and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _eos_ids(model) -> set[int]:

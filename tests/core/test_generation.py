@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import minidecoder
+from minidecoder.errors import ArgumentTypeError, InputError
 from tiny_models import checkpoint
 from tiny_models import random_ids
 
@@ -47,14 +48,20 @@ def test_cached_step_logits_equal_full_forward() -> None:
 @pytest.mark.parametrize("name", ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"])
 def test_static_cache_decoding_equals_the_dynamic_cache(name: str) -> None:
     """The static cache and its one-token step (what a GPU captures and replays): the same tokens as the
-    dynamic cache, past every sliding window, and the same logits to float tolerance."""
-    from minidecoder.fast.static_cache import DecodeStep, StaticKVCache
+    dynamic cache, past every sliding window, and the same logits to float tolerance; a second, shorter call
+    reuses the step, whose buffers still hold the first call's later keys (masked, never read)."""
+    from minidecoder.fast.static_cache import DecodeStep, StaticKVCache, kept_step
 
     _, folder = checkpoint(name)
     model = minidecoder.load(folder)
+    longer = random_ids(1, 11, seed=7)[0].tolist()
+    first = minidecoder.generate(model, longer, max_new_tokens=20, stop_at_eos=False, static=True)
+    assert first == minidecoder.generate(model, longer, max_new_tokens=20, stop_at_eos=False, static=False)
+    step = kept_step(model)
     prompt = random_ids(1, 6, seed=5)[0].tolist()
     plain = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=False)
     static = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=True)
+    assert kept_step(model) is step
     assert static == plain
     with torch.inference_mode():
         cache = minidecoder.KVCache.empty(model.num_layers)
@@ -71,3 +78,85 @@ def test_captured_decode_step_on_a_gpu_equals_the_dynamic_cache() -> None:
     prompt = random_ids(1, 6, seed=5)[0].tolist()
     assert (minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=True)
             == minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False, static=False))
+
+
+def _tokens_and_step(model, prompt: list[int], **options) -> tuple[list[int], object]:
+    from minidecoder.fast.static_cache import kept_step
+    return minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, **options), kept_step(model)
+
+
+def test_decode_step_is_made_once_across_calls_and_again_when_the_model_changes() -> None:
+    """The captured decode step is the model's, not the call's: two calls share one (one capture on a GPU);
+    a call needing more positions, a cast, or a replaced parameter gets a new one, with the same tokens as
+    the dynamic cache each time."""
+    from minidecoder.fast.static_cache import SIZE_STEP
+
+    model = minidecoder.load(checkpoint("llama")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    want = minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, static=False)
+    got, step = _tokens_and_step(model, prompt, static=True)
+    again, same = _tokens_and_step(model, prompt[1:], static=True)
+    assert got == want and same is step and step.captures == 0  # the CPU captures nothing
+    assert again == minidecoder.generate(model, prompt[1:], max_new_tokens=12, stop_at_eos=False, static=False)
+
+    long_prompt = random_ids(1, SIZE_STEP, seed=9)[0].tolist()  # SIZE_STEP + 12 positions: past the kept step
+    _, bigger = _tokens_and_step(model, long_prompt, static=True)
+    assert bigger is not step and bigger.cache.length >= SIZE_STEP + 12
+
+    with torch.no_grad():  # a replaced parameter: a captured graph would read the old tensor's memory
+        head = model.layers[1].mlp.down_proj
+        head.weight = torch.nn.Parameter(head.weight * 2)
+    got, replaced = _tokens_and_step(model, prompt, static=True)
+    assert replaced is not bigger
+    assert got == minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, static=False) != want
+
+    model.to(torch.float64)  # another dtype: new buffers of that dtype
+    got, cast = _tokens_and_step(model, prompt, static=True)
+    assert cast is not replaced and cast.cache.keys[0].dtype == torch.float64
+    assert got == minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, static=False)
+
+
+def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where_off() -> None:
+    from minidecoder.fast.options import fast_paths_overridden
+
+    model = minidecoder.load(checkpoint("gemma3")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    for graphs in (None, False):  # the CPU's default and graphs off: the dynamic cache, no step made
+        with fast_paths_overridden(model, graphs=graphs):
+            assert _tokens_and_step(model, prompt)[1] is None
+    with fast_paths_overridden(model, graphs=True):  # graphs forced on: the static step, kept
+        got, step = _tokens_and_step(model, prompt)
+    assert step is not None and got == _tokens_and_step(model, prompt, static=False)[0]
+
+
+@pytest.mark.parametrize("given, problem", [
+    (random_ids(2, 6), "a batch of 2 prompts"),  # (2, T): ran as one concatenated text
+    (random_ids(2, 6).tolist(), "a list of 2 lists"),
+    ([[5, 6, 7], [8, 9]], "a list of 2 lists"),  # ragged: torch's raw ValueError
+    ([5, 6, 10_000], "token id 10000 is outside the model's vocabulary"),  # a raw IndexError
+    (torch.tensor([[5, -1]]), "token id -1 is outside"),
+    ([], "the prompt has no tokens"),
+])
+def test_generate_refuses_a_batch_a_ragged_list_and_ids_outside_the_vocabulary(given, problem: str) -> None:
+    model = minidecoder.load(checkpoint("llama")[1])
+    with pytest.raises(InputError, match=problem) as raised:
+        minidecoder.generate(model, given, max_new_tokens=3)
+    if "prompts" in raised.value.fix:  # the way out of a batch: one call per prompt
+        assert "once per prompt" in raised.value.fix
+
+
+@pytest.mark.parametrize("given", [torch.tensor([5.0, 6.0]), [5, 6.5], [5, "6"], "a text", [5, [6, 7]]])
+def test_generate_refuses_ids_that_are_not_integers(given) -> None:
+    model = minidecoder.load(checkpoint("llama")[1])
+    with pytest.raises(ArgumentTypeError, match="input_ids"):
+        minidecoder.generate(model, given, max_new_tokens=3)
+
+
+def test_one_prompt_in_any_of_its_shapes_gives_the_same_tokens() -> None:
+    import numpy as np
+
+    model = minidecoder.load(checkpoint("llama")[1])
+    ids = random_ids(1, 6, seed=5)
+    want = minidecoder.generate(model, ids[0].tolist(), max_new_tokens=5, stop_at_eos=False)
+    for given in (ids, ids[0], [ids[0].tolist()], tuple(ids[0].tolist()), list(np.array(ids[0].tolist()))):
+        assert minidecoder.generate(model, given, max_new_tokens=5, stop_at_eos=False) == want

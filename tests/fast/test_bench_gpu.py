@@ -1,7 +1,8 @@
 """tools/bench_gpu.py (the GPU benchmark) runs end to end on a CPU: the tiny shape, 32 sentences, one
 run. CI has no GPU, so this is what keeps the tool working between the sessions that are lent one: every
 section of its JSON is there, the CUDA-only ones say they were skipped and why, every configuration ran,
-and `tools/bench.py --device cuda` hands over to it. No timing is checked."""
+and `tools/bench.py --device cuda` hands over to it; tools/bench.py's long-document case runs too, and the two
+tools share tools/bench_common.py instead of importing each other. No timing is checked."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from minidecoder.running.memory import CPU_TOKENS
 from repo_paths import REPO
@@ -41,7 +44,7 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     assert fast["describe"]["device"] == "cpu" and fast["describe"]["buckets"] == fast["describe"]["graphs"] == "off"
     assert fast["token_budget"] == CPU_TOKENS
     configs = data["throughput"]["configs"]
-    assert set(configs) == {"minidecoder default"} | {f"{who} batch {b}" for who in
+    assert set(configs) == {"minidecoder default", "minidecoder graphs=True"} | {f"{who} batch {b}" for who in
                                                       ("minidecoder", "reference", "transformers sorted")
                                                       for b in (32, 128, 512)}
     for name, r in configs.items():
@@ -64,11 +67,47 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     assert data["reba_batch"]["texts"] == 8 and data["reba_batch"]["batch2_over_batch8"] > 0
     gen = data["generation"]["configs"]
     assert {r["new_tokens"] for r in gen.values()} == {128} and "transformers generate(do_sample=False)" in gen
+    # the captured decode step is made in the warm-up and reused by every timed run (not made per call)
+    assert gen["minidecoder.generate static=True"]["decode_steps_made"] == 1
 
     targets = data["targets"]
     assert targets["applies"] is False and len(targets["rows"]) == 7
     assert [r["met"] for r in targets["rows"][-2:]] == [None, None]  # GPU busy and sync need CUDA
     assert "## Targets" in result.stdout
+
+
+def test_the_benchmarks_do_not_import_each_other() -> None:
+    """What both need lives in tools/bench_common.py; bench_gpu never imports bench (which hands `--device cuda`
+    over to bench_gpu), and bench_common imports neither: no circle."""
+    import ast
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((REPO / "tools" / f"{name}.py").read_text(encoding="utf-8"))
+        return {node.module if isinstance(node, ast.ImportFrom) else alias.name
+                for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names} - {None}
+
+    assert "bench" not in imported("bench_gpu") and "bench_common" in imported("bench_gpu")
+    assert "bench_common" in imported("bench")
+    assert not {"bench", "bench_gpu"} & imported("bench_common")
+
+
+def test_long_document_case_runs_on_the_cpu(smollm2: Path, tmp_path: Path) -> None:
+    """tools/bench.py --case docs on two SciFact documents: the reference and Vanilla Mean each ran on the
+    same 512-token cuts, and the table gives each one's time against both (no timing is checked)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from bench_common import SCIFACT_CORPUS
+    if not SCIFACT_CORPUS.is_file():
+        pytest.skip(f"no SciFact corpus at {SCIFACT_CORPUS} (../shared/data/beir)")
+    out = tmp_path / "docs.json"
+    result = run(["tools/bench.py", "--case", "docs", "--docs", "2", "--repeat", "1", "--threads", "1",
+                  "--methods", "docs:ref,docs:mean", "--model", str(smollm2), "--json", str(out)])
+    assert result.returncode == 0, result.stderr[-4000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"docs:ref", "docs:mean"}
+    for r in results.values():
+        assert "error" not in r and r["n"] == 2 and 0 < r["tokens"] / r["n"] <= 512 + 16, r
+    assert "| docs:mean |" in result.stdout and "- docs:mean / docs:ref time" in result.stdout
 
 
 def test_bench_dispatches_cuda_to_bench_gpu() -> None:
