@@ -35,7 +35,7 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.methods.base import check_bool, option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import mean_over_spans, to_device
+from minidecoder.methods.loop import mean_over_spans
 from minidecoder.methods.reading import ReadsOneLayer
 from minidecoder.methods.text import SENTEVAL_HELP, check_template
 
@@ -67,5 +67,5 @@ class Echo(ReadsOneLayer):
         if self.pooling == "mean":
             # EchoPooling 'mean': sum(h * embed_mask) / sum(embed_mask), embed_mask = the second copy
             return mean_over_spans(h, batch.text_spans, occurrence=-1)
-        ends = to_device(torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans]), h.device)  # last of copy 2
+        ends = torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans]).to(h.device, non_blocking=True)  # last of copy 2
         return h[torch.arange(h.shape[0], device=h.device), ends]  # (B, E)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.loop import Step, column_field
+from minidecoder.fast.prefix_cache import column_field
+from minidecoder.methods.loop import Step
 
 PLACEHOLDER_INITS = ("zeros", "ones", "uniform", "gaussian", "mean", "token:<text>")
 

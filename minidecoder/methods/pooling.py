@@ -24,7 +24,7 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.methods.base import check_bool, option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import last_token, mean_over_spans, to_device
+from minidecoder.methods.loop import last_token, mean_over_spans
 from minidecoder.methods.reading import ReadsOneLayer
 from minidecoder.methods.text import SENTEVAL_HELP, check_template, template_fields
 
@@ -34,7 +34,7 @@ _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' 
 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's real tokens (padding excluded, BOS included)."""
-    mask = to_device(batch.attention_mask, h.device).to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+    mask = batch.attention_mask.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
     return (h * mask).sum(dim=1) / mask.sum(dim=1)
 
 
