@@ -33,18 +33,18 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import check_bool, option, register
+from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
 from minidecoder.methods.loop import mean_over_spans
-from minidecoder.methods.reading import ReadsOneLayer
-from minidecoder.methods.text import SENTEVAL_HELP, check_template
+from minidecoder.methods.reading import OwnTemplate
+from minidecoder.methods.text import SENTEVAL_HELP
 
 ECHO_TEMPLATE = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
 
 
 @register
 @dataclasses.dataclass
-class Echo(ReadsOneLayer):
+class Echo(OwnTemplate):
     name = "echo"
     summary = ("Echo embeddings (Springer et al. 2024): the text twice in a rewrite prompt, mean over the "
                "second copy's tokens at the final layer")
@@ -54,14 +54,12 @@ class Echo(ReadsOneLayer):
                                   "token (EchoPooling 'last')")
     senteval_text: bool = option(False, SENTEVAL_HELP)  # off: the Echo reference prepares nothing
 
+    min_occurrences = 2  # the text twice
+
     def __post_init__(self) -> None:
-        check_template(self.template, min_occurrences=2)
-        check_bool(self.senteval_text, "senteval_text")
+        super().__post_init__()
         if self.pooling not in ("mean", "last"):
             raise InputError(f"pooling={self.pooling!r} is not 'mean' or 'last'", "pass pooling=mean or pooling=last")
-
-    def templates(self) -> list[str]:
-        return [self.template]
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.pooling == "mean":

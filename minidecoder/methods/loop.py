@@ -8,14 +8,9 @@
         keep h if i + 1 is an output asked for       hidden_states[i + 1]
     hidden_states[L] = norm(h)                       only the last entry is normed (transformers)
 
-A method describes each forward it runs as a `Pass` (its batch, its `Step`, the layer it reads, its
-pooling), listed by `Method.passes(model, texts)`; `run_passes` runs them in order and averages what
-they pool. A step is a frozen dataclass: what it does is fixed when it is built.
-
-This file is the whole loop. The fast paths (a shared prompt prefix run once, bucket padding and CUDA
-graphs, compiled blocks, the explicit attention kernel, ReBA's fold a few heads at a time) live beneath
-it in `minidecoder.fast`, whose executor overrides `block`, `hidden` and `recorded` and is tested equal to
-this plain `Forward` for every method. Layer numbers follow `minidecoder.methods.layers`.
+A method's forwards are `Pass`es (batch, `Step`, layer read, pooling); `run_passes` runs them and averages
+what they pool. The fast paths live beneath this loop (`fast.forward.FastForward` overrides `block`,
+`hidden`, `recorded`; tested equal to this `Forward` for every method). Layers: methods.layers.
 """
 from __future__ import annotations
 
@@ -28,8 +23,6 @@ import torch
 
 from minidecoder.core.model import Context, Sites
 from minidecoder.methods.layers import resolve_output_layer
-
-__all__ = ["Step", "Pass", "Forward", "run_passes", "last_token", "mean_over_spans", "hidden_at"]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -52,18 +45,17 @@ class Step:
         return {}
 
     def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:
-        """The running fold of post-softmax attention patterns (B, heads, T, S); A starts None. It may be
-        given a block's heads a few at a time, so it must not depend on the grouping."""
+        """The running fold of post-softmax patterns (B, heads, T, S), A starting None; independent of how
+        a block's heads are grouped (the executor may hand them over a few at a time)."""
         raise NotImplementedError
 
     def to(self, device: torch.device) -> "Step":
-        """This step with its tensor fields on `device` (steps are built on the host; moved once, and
-        without blocking the host)."""
+        """This step with its tensor fields on `device` (built on the host; moved once, not blocking it)."""
         moved = {f.name: value.to(device, non_blocking=True) for f in dataclasses.fields(self)
                  if isinstance(value := getattr(self, f.name), torch.Tensor) and value.device != device}
         return dataclasses.replace(self, **moved) if moved else self
 
-    # ---- for the audit view (minidecoder.running.explain): declared here, so it restates nothing ------
+    # ---- for the audit view (minidecoder.running.explain) ----
     def acts_on(self, row: int) -> list[dict]:
         """The positions this step acts on in batch row `row`, in batch columns."""
         return []
@@ -75,17 +67,16 @@ class Step:
 
 
 class Forward:
-    """One forward pass of a batch, advanced block by block (`run_to`), read at the hidden-state indices
-    in `keep` (`hidden`) and at the sites in `record` (`recorded`). A subclass changes how a block is
-    called (`block`) and how states are read back (`hidden`, `recorded`), never the order below."""
+    """One forward of a batch, advanced block by block (`run_to`), read at the hidden states in `keep`
+    (`hidden`) and the sites in `record` (`recorded`). A subclass changes how a block is called and how
+    states are read back, never the order in `run_to`."""
 
     def __init__(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  step: Step | None = None, keep: Iterable[int] = (), extra_rows: Mapping | None = None,
                  record: Mapping[int, Iterable[str]] | None = None, context: Context | None = None) -> None:
-        """keep: hidden_states indices to keep (0..L); the forward runs no deeper than max(keep).
-        extra_rows: input-embedding rows of placeholder ids (`Decoder.embed`).
-        record: block -> the sites whose values `recorded` gives (CP's auxiliary read, the NaN tracer).
-        context: masks and RoPE tables made by the caller (the executor's); by default the model's."""
+        """keep: hidden_states indices kept (0..L; none deeper runs); extra_rows: input rows of placeholder
+        ids (`Decoder.embed`); record: block -> sites `recorded` gives; context: masks and RoPE tables made
+        by the caller (the executor's), by default the model's."""
         self.model, self.step = model, (step if step is not None else Step()).to(model.device)
         self.keep, self.deepest = frozenset(keep), max(keep, default=0)
         self.record = {i: frozenset(names) for i, names in (record or {}).items()}
@@ -105,8 +96,7 @@ class Forward:
         self.records: dict[tuple[int, str], torch.Tensor] = {}
         self.folded: torch.Tensor | None = None  # the step's fold of every pattern so far (ReBA's A)
 
-    def run_to(self, index: int) -> "Forward":
-        """Run blocks until hidden_states[index] exists (index <= max(keep))."""
+    def run_to(self, index: int) -> "Forward":  # until hidden_states[index] exists
         if index > self.deepest:
             raise ValueError(f"this forward keeps hidden states up to {self.deepest}, not {index}")
         while self.next_block < index:
@@ -135,16 +125,13 @@ class Forward:
         return self.model.norm(state) if index == self.model.num_layers else state
 
     def recorded(self, block: int, site: str) -> torch.Tensor:
-        """The value of `site` in block `block` (asked for with `record`): (B, T, H, D) for z, (B, T, E) for
-        the residual sites."""
+        """`site` of block `block` (asked for in `record`): (B, T, H, D) for z, (B, T, E) residual sites."""
         return self.run_to(block + 1).records[(block, site)]
 
 
 @dataclass(frozen=True, eq=False)
 class Pass:
-    """One forward of a method: what `run_passes`, the sweeps and the audit view all read.
-
-    layer: the hidden_states index read (None: the pass only records, as CP's auxiliary pass);
+    """One forward of a method: what `run_passes`, the sweeps and the audit view all read. layer: the hidden_states index read (None: the pass only records, as CP's auxiliary pass);
     depth: blocks to run (default: up to `layer`; ReBA folds every block whatever it reads);
     pool: the finished forward -> (B, E) (None: nothing pooled); record: block -> sites kept;
     made: the step, made from the earlier passes' finished forwards (CP's b), instead of `step`."""
@@ -162,8 +149,7 @@ class Pass:
     details: Callable[[Forward], dict] | None = None  # the audit view's extra tensors (ReBA: A and w)
 
     @property
-    def blocks(self) -> int:
-        """The blocks this pass runs."""
+    def blocks(self) -> int:  # the blocks this pass runs
         return self.depth if self.depth is not None else (self.layer or 0)
 
     def resolved(self, finished: Sequence[Forward]) -> "Pass":
@@ -178,9 +164,8 @@ class Pass:
 
 
 def run_passes(model, passes: Iterable[Pass], forward: Callable[..., Forward] | None = None) -> torch.Tensor:
-    """(B, E) float32: each pass run to its depth in order (its step made first where it takes what earlier
-    passes recorded), and the mean of what the passes pool (MetaEOL's eight prompts, CP's prompts...).
-    forward: what runs each pass (default: this plain loop; `Method.embed_batch` gives the executor)."""
+    """(B, E) float32: each pass run in order (its step made first where it takes what earlier ones recorded),
+    the mean of what they pool. forward: runs each pass (default: this loop; embed_batch gives the executor)."""
     pooled, finished = [], []
     for p in passes:
         p = p.resolved(finished)
@@ -197,12 +182,11 @@ def last_token(h: torch.Tensor, batch) -> torch.Tensor:
 
 
 def mean_over_spans(h: torch.Tensor, spans: list[list[tuple[int, int]]], occurrence: int = 0) -> torch.Tensor:
-    """(B, T, E) -> (B, E): mean over each row's token span number `occurrence` (e.g. the {text} tokens),
-    in one masked sum (a weight per token, built on the host) rather than a launch per row."""
+    """(B, T, E) -> (B, E): mean over each row's token span number `occurrence` (e.g. the {text} tokens), one
+    masked sum for the batch (the mask built on the host), not a launch per row."""
     bounds = torch.tensor([row[occurrence] for row in spans], dtype=torch.long)  # (B, 2) [start, end)
-    if (bounds[:, 1] <= bounds[:, 0]).any():
-        row = int(torch.nonzero(bounds[:, 1] <= bounds[:, 0])[0])
-        raise ValueError(f"row {row} has an empty span to average")  # callers reject empty text first
+    for row in torch.nonzero(bounds[:, 1] <= bounds[:, 0])[:1].tolist():
+        raise ValueError(f"row {row[0]} has an empty span to average")  # callers reject empty text first
     columns = torch.arange(h.shape[1])[None, :]  # (1, T)
     inside = ((columns >= bounds[:, :1]) & (columns < bounds[:, 1:])).to(h.device, h.dtype, non_blocking=True)
     count = (bounds[:, 1:] - bounds[:, :1]).to(h.device, h.dtype, non_blocking=True)  # (B, 1)
@@ -210,7 +194,7 @@ def mean_over_spans(h: torch.Tensor, spans: list[list[tuple[int, int]]], occurre
 
 
 def hidden_at(model, batch, layer: int, step: Step | None = None, extra_rows: Mapping | None = None) -> torch.Tensor:
-    """hidden_states[layer] (B, T, E) of `batch` (negative layers count from the end), running only the
-    blocks it needs (early exit): the plain loop in one line, for tests and tools."""
+    """hidden_states[layer] (B, T, E) of `batch` (negatives count from the end), running only the blocks it
+    needs (early exit): the plain loop in one line, for tests and tools."""
     index = resolve_output_layer(layer, model.num_layers)
     return Forward(model, batch.input_ids, batch.attention_mask, step, keep={index}, extra_rows=extra_rows).hidden(index)
