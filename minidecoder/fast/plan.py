@@ -13,7 +13,8 @@
 
 `plan` reads only host tensors and settings, so it is unit-tested without a model (tests/fast/test_plan.py)
 and nothing it decides waits for a GPU. Buckets and graphs are on only where they are asked for
-(`FastPaths.buckets` / `graphs` True): the default on every device is the eager, unpadded batch.
+(`FastPaths.graphs` True, buckets following it unless set): the default on every device is the eager,
+unpadded batch.
 """
 from __future__ import annotations
 
@@ -75,14 +76,16 @@ def plan(config, device, dtype: torch.dtype, paths: FastPaths, ids: torch.Tensor
     record = record or {}
     B, T = ids.shape
     p = 0 if cached else shared_prefix(config, device, paths, ids, mask, steps, record)
+    graphs = paths.graphs is True  # opt-in on every device (issue 33): never turned on by the device alone
+    buckets = graphs if paths.buckets is None else paths.buckets  # a graph needs a bounded set of shapes
     padded = None
-    if not cached and not p and paths.buckets is True and columns_may_move(steps, record):
+    if not cached and not p and buckets and columns_may_move(steps, record):
         padded = bucket(B, T)
     columns = padded[1] if padded else T - p
     real = T if mask is None else int(mask.sum(dim=1).max())  # real tokens of the longest row
     if cached:
         call = "plain"
-    elif paths.graphs is True and padded and padded[0] * padded[1] <= GRAPH_MAX_TOKENS:
+    elif graphs and padded and padded[0] * padded[1] <= GRAPH_MAX_TOKENS:
         call = "graph"
     else:
         call = "compiled" if paths.compiled else "plain"

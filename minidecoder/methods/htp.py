@@ -68,8 +68,9 @@ from minidecoder.methods.base import Method, check_bool, check_choice, check_int
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass
-from minidecoder.methods.placeholders import CopyRows, check_placeholder_init, placeholder_row
+from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
 from minidecoder.methods.text import SPLITTER, check_template, require_text, split_sentences
+from minidecoder.methods.tp import CopyRows
 
 SOURCES = ("last_text_token", "after_text")
 PST, BPST = "<PST>", "<B-PST>"

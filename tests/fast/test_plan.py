@@ -11,8 +11,8 @@ from minidecoder.fast.graphs import bucket
 from minidecoder.fast.options import FastPaths
 from minidecoder.fast.plan import plan
 from minidecoder.fast.prefix_cache import MIN_PREFIX
-from minidecoder.methods.placeholders import CopyRows
 from minidecoder.methods.reba import FoldAttention
+from minidecoder.methods.tp import CopyRows
 
 CONFIG = SimpleNamespace(rope={"default": SimpleNamespace(rope_type="default")}, sliding_window=None,
                          layer_types=["full_attention"] * 4)
@@ -73,8 +73,10 @@ def test_graphs_only_on_a_bucket_and_only_for_small_block_calls() -> None:
     wide_ids = torch.ones(rows, plan_module.GRAPH_MAX_TOKENS // rows + 1, dtype=torch.long)
     wide = plan(CONFIG, "cuda", torch.float32, graphs, wide_ids, None)
     assert wide.bucket[0] * wide.bucket[1] > plan_module.GRAPH_MAX_TOKENS and wide.block_call == "plain"
-    assert plan(CONFIG, "cuda", torch.float32, FastPaths(prefix_cache=False, graphs=True), IDS, MASK).block_call \
-        == "plain"  # graphs without buckets: no bounded set of shapes, so no captures
+    follows = plan(CONFIG, "cuda", torch.float32, FastPaths(prefix_cache=False, graphs=True), IDS, MASK)
+    assert follows.bucket == small.bucket and follows.block_call == "graph"  # buckets follow graphs unless set
+    unbounded = FastPaths(prefix_cache=False, graphs=True, buckets=False)
+    assert plan(CONFIG, "cuda", torch.float32, unbounded, IDS, MASK).block_call == "plain"  # no bounded shapes
     compiled = FastPaths(prefix_cache=False, buckets=True, graphs=True, compiled=True)
     assert plan(CONFIG, "cuda", torch.float32, compiled, wide_ids, None).block_call == "compiled"
 

@@ -8,7 +8,7 @@ import pytest
 
 import minidecoder
 from minidecoder.fast import forward as executor, prefix_cache
-from minidecoder.methods import cp, loop, placeholders, reading, reba, tp
+from minidecoder.methods import cp, loop, reading, reba, tp
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat.", "dogs run."]
 
@@ -36,7 +36,7 @@ def test_every_method_runs_the_shared_loop(model, monkeypatch) -> None:
 
 
 def test_tp_runs_its_step_with_the_prefix_cache_on(model, monkeypatch) -> None:
-    copies = count(monkeypatch, placeholders.CopyRows, "before")
+    copies = count(monkeypatch, tp.CopyRows, "before")
     runs = count(monkeypatch, loop.Pass, "start")
     prefixes = count(monkeypatch, prefix_cache, "split")
     minidecoder.embed(model, TEXTS, "tp", layer=-1, start=1, end=3)
@@ -46,7 +46,7 @@ def test_tp_runs_its_step_with_the_prefix_cache_on(model, monkeypatch) -> None:
 
 
 def test_htp_runs_its_step(model, monkeypatch) -> None:
-    copies = count(monkeypatch, placeholders.CopyRows, "before")
+    copies = count(monkeypatch, tp.CopyRows, "before")
     minidecoder.embed(model, ["A cat sat. It purred.", "Dogs bark."], "htp", layer=-1, start=1, end=2)
     assert {call[1] for call in copies if call[1] in call[0].blocks} == {1}
 

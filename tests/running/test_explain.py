@@ -181,7 +181,7 @@ def test_tour_check_catches_a_change() -> None:
 def test_explain_runs_the_methods_own_passes(model, monkeypatch) -> None:
     """explain restates no method: it runs the method's own passes through the loop's runner, so a change in
     the method's step changes the record as it changes `embed`; nothing is left on the model."""
-    from minidecoder.methods.placeholders import CopyRows
+    from minidecoder.methods.tp import CopyRows
 
     plain = minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0]
     original = CopyRows.before
