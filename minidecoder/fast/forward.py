@@ -98,7 +98,8 @@ class FastForward(Forward):
     def block(self, i: int, h: torch.Tensor) -> tuple[torch.Tensor, Iterable[torch.Tensor]]:
         folding = self.step.folds and i in self.step.blocks
         layer, ctx = self.model.layers[i], self.first_ctx if i == 0 else self.ctx
-        if not folding and not self.record.get(i) and ctx.cache is None and not self.step.edits(i):
+        site_free = not folding and not self.record.get(i) and ctx.cache is None  # (a cached call runs plain)
+        if self.plan.block_call != "plain" and site_free and not self.step.edits(i):
             if self.plan.block_call == "graph":  # a bounded set of shapes, so a bounded set of captures
                 return graph_bank(self.model).forward(layer, h, ctx), []
             if self.plan.block_call == "compiled":
