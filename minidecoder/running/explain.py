@@ -28,7 +28,7 @@ import torch
 
 from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods import Method, build_method
-from minidecoder.fast.forward import FastForward
+from minidecoder.fast.forward import FastForward, executor
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods.loop import Forward, Pass, Step, run_passes
 from minidecoder.methods.text import senteval_sentence
@@ -171,10 +171,14 @@ class Watcher:
         self.details: dict[str, torch.Tensor] = {}
 
     def forward(self, model, input_ids, attention_mask, step: Step, keep, extra_rows, record) -> Forward:
+        """The pass's forward with its step watched: the plain loop where every fast path is off, else the
+        executor `embed` takes (for one text: the attention kernel it picks), so the embedding is `embed`'s."""
         log = WatchLog(step)
-        forward = FastForward(model, input_ids, attention_mask, Watched(inner=step, log=log), keep, extra_rows,
-                              record, paths=self.paths)
-        log.shift = forward.prefix_length
+        run = executor(self.paths)
+        options = {"paths": self.paths} if run is FastForward else {}
+        forward = run(model, input_ids, attention_mask, Watched(inner=step, log=log), keep, extra_rows, record,
+                      **options)
+        log.shift = getattr(forward, "prefix_length", 0)
         self.runs.append((forward, log))
         return forward
 
