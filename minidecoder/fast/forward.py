@@ -51,7 +51,7 @@ class FastForward(Forward):
         self.plan: Plan = plan(model.config, device, model.dtype, paths, ids, mask, (step, *touched_by), record,
                                cached=cache is not None)
         self.rows, self.first = ids.shape[0], None if mask is None else prefix_cache.first_real_positions(mask)
-        self.batch_mask = to_device(mask, device)  # (B, T): the batch's layout, where states are assembled
+        self.batch_mask = to_device(mask, device) if self.plan.prefix else None  # (B, T): where states assemble
         self.prefix: FastForward | None = None
         self.offset = 0  # stream column j is batch column j + offset
         stream_ids, stream_mask = ids, mask
@@ -91,11 +91,13 @@ class FastForward(Forward):
         """Masks and RoPE tables of this stream; with a shared prefix, a fresh broadcast of its cache (each
         branch of a sweep appends its own keys)."""
         B, T = self.stream_shape
-        cache = self.prefix.cache.expand(B) if self.prefix is not None else self.cache
+        cache = self.prefix.ctx.cache.expand(B) if self.prefix is not None else self.cache
         return self.model.context(self.stream_mask, T, B, cache, explicit_attention=self.plan.explicit,
                                   longest=self.plan.longest)
 
     def block(self, i: int, h: torch.Tensor) -> tuple[torch.Tensor, Iterable[torch.Tensor]]:
+        """Block i as the plan says: a site-free call compiled or replayed from a graph, a folding block's
+        patterns a few heads at a time, any other call the plain loop's own."""
         folding = self.step.folds and i in self.step.blocks
         layer, ctx = self.model.layers[i], self.first_ctx if i == 0 else self.ctx
         site_free = not folding and not self.record.get(i) and ctx.cache is None  # (a cached call runs plain)
