@@ -156,11 +156,11 @@ class Pass:
         """This pass with its step made from the finished forwards of the passes before it, in order."""
         return self if self.made is None else dataclasses.replace(self, step=self.made(finished), made=None)
 
-    def start(self, model, forward: Callable[..., Forward] = Forward, **options: Any) -> Forward:
+    def start(self, model, forward: Callable[..., Forward] = Forward) -> Forward:
         """This pass's forward, built (nothing run yet) by `forward` (the plain loop, or an executor)."""
         keep = {self.blocks} | ({self.layer} if self.layer is not None else set())
         return forward(model, self.batch.input_ids, self.batch.attention_mask, self.step, keep, self.extra_rows,
-                       self.record, **options)
+                       self.record)
 
 
 def run_passes(model, passes: Iterable[Pass], forward: Callable[..., Forward] | None = None) -> torch.Tensor:
