@@ -28,7 +28,6 @@ from minidecoder.methods.layers import resolve_output_layer
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Step:
     """What a method does inside the loop; this base step does nothing (PromptEOL, pooling, Echo).
-
     `blocks`: the 0-based blocks it acts at (before them, at their sites, or on their patterns);
     a subclass declares it as a field. `hidden_keys`: (B, T) bool, keys block 0 must not attend to."""
 
@@ -45,8 +44,8 @@ class Step:
         return {}
 
     def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:
-        """The running fold of post-softmax patterns (B, heads, T, S), A starting None; independent of how
-        a block's heads are grouped (the executor may hand them over a few at a time)."""
+        """The running fold of post-softmax patterns (B, heads, T, S), A starting None; independent of how a
+        block's heads are grouped (the executor may hand them over a few at a time)."""
         raise NotImplementedError
 
     def to(self, device: torch.device) -> "Step":
@@ -78,7 +77,8 @@ class Forward:
         ids (`Decoder.embed`); record: block -> sites `recorded` gives; context: masks and RoPE tables made
         by the caller (the executor's), by default the model's."""
         self.model, self.step = model, (step if step is not None else Step()).to(model.device)
-        self.keep, self.deepest = frozenset(keep), max(keep, default=0)
+        self.keep = frozenset(keep)
+        self.deepest = max(self.keep, default=0)
         self.record = {i: frozenset(names) for i, names in (record or {}).items()}
         B, T = input_ids.shape
         longest = T if attention_mask is None else int(attention_mask.sum(dim=1).max())  # host-known: no read-back
@@ -90,8 +90,8 @@ class Forward:
             real = mask if mask is not None else torch.ones(B, T, dtype=torch.bool, device=ids.device)
             self.first_ctx = model.context(real & ~self.step.hidden_keys, T, B, position_ids=self.ctx.positions,
                                            explicit_attention=self.ctx.explicit_attention, longest=longest)
-        self.h = model.embed(ids, extra_rows)  # (B, T, E): hidden_states[0]
-        self.next_block = 0
+        rows = {i: row.to(model.device, non_blocking=True) for i, row in (extra_rows or {}).items()}
+        self.h, self.next_block = model.embed(ids, rows), 0  # (B, T, E): hidden_states[0]
         self.states: dict[int, torch.Tensor] = {0: self.h} if 0 in self.keep else {}
         self.records: dict[tuple[int, str], torch.Tensor] = {}
         self.folded: torch.Tensor | None = None  # the step's fold of every pattern so far (ReBA's A)
