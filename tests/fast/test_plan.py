@@ -6,11 +6,10 @@ from types import SimpleNamespace
 
 import torch
 
-from minidecoder.fast import plan as plan_module
+from minidecoder.fast import plan as plan_module, prefix_cache
 from minidecoder.fast.graphs import bucket
 from minidecoder.fast.options import FastPaths
 from minidecoder.fast.plan import plan
-from minidecoder.fast.prefix_cache import MIN_PREFIX
 from minidecoder.methods.reba import FoldAttention
 from minidecoder.methods.tp import CopyRows
 
@@ -40,9 +39,9 @@ def test_the_shared_prefix_is_read_from_the_ids_and_cut_before_a_steps_first_col
     T = IDS.shape[1]
     copy = CopyRows.of_pairs({1}, [(0, T - 10 + 5, T - 1), (1, T - 8 + 7, T - 1)])
     assert plan(CONFIG, "cpu", torch.float32, paths, IDS, MASK, (copy,)).prefix == 5
-    early = CopyRows.of_pairs({1}, [(0, T - 10 + 2, T - 1)])
-    assert plan(CONFIG, "cpu", torch.float32, paths, IDS, MASK, (early,)).prefix == 0  # 2 < MIN_PREFIX
-    assert MIN_PREFIX > 2
+    early = CopyRows.of_pairs({1}, [(0, T - 10 + 2, T - 1)])  # cut to 2 tokens: whether they pay is `pays`'
+    want = 2 if prefix_cache.pays(torch.device("cpu"), 2, 3, None) else 0
+    assert plan(CONFIG, "cpu", torch.float32, paths, IDS, MASK, (early,)).prefix == want
 
 
 def test_a_fold_keeps_every_column_and_gets_heads_a_few_at_a_time_from_the_threshold() -> None:
