@@ -192,7 +192,7 @@ def cp_contrast(model, options: dict, texts: list[str] = SENTENCES) -> list[tupl
     normal = dataclasses.replace(method, steer=False).passes(model, texts)[0]  # the same forward, unsteered
     with torch.no_grad():
         b = last_token(aux.start(model).run_to(aux.blocks).recorded(l, site), aux.batch)
-        a = last_token(normal.start(model, record={l: {site}}).recorded(l, site), normal.batch)
+        a = last_token(dataclasses.replace(normal, record={l: {site}}).start(model).recorded(l, site), normal.batch)
     a, b = a.double().flatten(1), b.double().flatten(1)
     return [(float(x), float(y)) for x, y in zip(a.norm(dim=-1), (a - b).norm(dim=-1))]
 

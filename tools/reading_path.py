@@ -5,9 +5,11 @@ through, in order.
 
 Follows the model argument, as a reader would: every function of the package that receives the model
 object (as an argument or as `self`), in the order of its first call; properties are attribute reads,
-not places to go, and `fast/` sits beneath the loop (a reader of a method never needs it). Consecutive
-calls in one module are one stop; a stop in a module already left is a return. The loop
-(`methods/loop.py`) is where every method comes back to, so returns to it are counted apart.
+not places to go. Consecutive calls in one module are one stop; a stop in a module already left is a
+return. The loop (`methods/loop.py`) is where every method comes back to, so returns to it are counted
+apart. Each method is followed twice: with the model's default fast paths, and with every fast path
+off; for each, the stops in `fast/` (the executor beneath the loop) are counted as entries into that
+folder and returns from it (issue 34's targets: once each with the defaults, never with all off).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
             return None
         module = code.co_filename.split("/minidecoder/", 1)[1]
         key = (code.co_filename, code.co_name, code.co_firstlineno)
-        if module.startswith("fast/") or key in seen or _is_property(code):
+        if key in seen or _is_property(code):
             return None
         if any(frame.f_locals.get(v) is model for v in code.co_varnames[:code.co_argcount]):
             seen.add(key)
@@ -77,11 +79,27 @@ def summary(stops: list[tuple[str, list[str]]]) -> tuple[int, int, int]:
     return len(visited), len(stops), returns
 
 
+def fast_crossings(stops: list[tuple[str, list[str]]]) -> tuple[int, int]:
+    """(entries into fast/ from methods/, returns from fast/ to methods/). Calls into core/ (the model's own
+    context and blocks, made from either folder) go down and come back; they do not change which folder
+    the path is in."""
+    entries, back, where = 0, 0, None
+    for module, _ in stops:
+        folder = module.split("/")[0]
+        if folder == "core":
+            continue
+        entries += folder == "fast" and where != "fast"
+        back += folder == "methods" and where == "fast"
+        where = folder
+    return entries, back
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("methods", nargs="*", default=["tp", "cp", "reba"])
     args = parser.parse_args()
     import minidecoder
+    from minidecoder.fast.options import fast_paths_overridden
     from tiny_models import tiny_checkpoint
 
     torch.set_num_threads(1)
@@ -89,12 +107,18 @@ def main() -> int:
         folder = Path(scratch) / "tiny"
         tiny_checkpoint("llama", folder)
         model = minidecoder.load(folder, progress=False)
+        off = dict(prefix_cache=False, explicit_attention=False, compiled=False, buckets=False, graphs=False,
+                   blocked_fusion_from=None)
         for name in args.methods:
-            stops = reading_path(model, name)
-            modules, count, returns = summary(stops)
-            print(f"{name}: {modules} modules, {count} stops, {returns} returns (not counting methods/loop.py)")
-            for module, functions in stops:
-                print(f"  {module}: {', '.join(functions)}")
+            for setting, changes in (("defaults", {}), ("every fast path off", off)):
+                with fast_paths_overridden(model, **changes):
+                    stops = reading_path(model, name)
+                modules, count, returns = summary(stops)
+                entries, back = fast_crossings(stops)
+                print(f"{name} ({setting}): {modules} modules, {count} stops, {returns} returns (not counting "
+                      f"methods/loop.py); fast/ entered {entries}x, left for methods/ {back}x")
+                for module, functions in stops:
+                    print(f"  {module}: {', '.join(functions)}")
     return 0
 
 

@@ -6,8 +6,9 @@ A grid is the product of a few option axes of one method (`layer`, TP's `end`, C
 
 No rule here knows a method. Each point is the method with the point's options, and its forwards are
 its own `passes` (minidecoder.methods.loop.Pass). Per batch, the sweep advances every point's passes
-together; passes of the same tokens share one forward, which forks (`Forward.fork`) where their steps
-stop agreeing (`Step.same_before`), so each block is computed once per distinct history:
+together; passes of the same tokens share one forward, which forks where their steps stop agreeing
+(minidecoder.evaluation.forking: `same_before`, `fork`), so each block is computed once per distinct
+history:
 
     output layers     one forward, read at every layer               (any method)
     TP's end layer    copies agree until the smaller end: one trunk, a branch at each end
@@ -50,7 +51,7 @@ from minidecoder.evaluation.sts_data import StsTask, load_tasks
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, Pass
+from minidecoder.evaluation.forking import embed_points
 from minidecoder.running.jobs import KeptChunks
 from minidecoder.sources.checksums import file_sha256, model_identity, sources_sha256
 
@@ -126,82 +127,6 @@ def method_at(method: Method, point: Point) -> Method:
 
 # ---- running many configurations' passes together -------------------------------------------------
 RULE = "shared forwards: one per distinct history of the points' steps, forked where they differ"
-
-
-def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[torch.Tensor], int]:
-    """Each configuration's (B, E) embeddings of `texts` (one batch), and the rows x blocks their separate
-    runs would compute. The configurations' passes advance together: the k-th pass of every one that has
-    one runs at once (`run_shared`), each given what its own earlier passes recorded, as `run_passes` does."""
-    lists = [list(method.passes(model, texts)) for method in methods]
-    pooled: list[list[torch.Tensor]] = [[] for _ in methods]
-    finished: list[dict[int, Forward]] = [{} for _ in methods]
-    naive = 0
-    for k in range(max(len(passes) for passes in lists)):
-        current = {m: passes[k].resolved(finished[m]) for m, passes in enumerate(lists) if k < len(passes)}
-        for group in _same_inputs(current):
-            for m, forward in zip(group, run_shared(model, [current[m] for m in group])):
-                p = lists[m][k]
-                # a separate run of this pass runs its rows, and its shared prompt prefix once (one row) where
-                # the prefix cache ran one here: counted on both sides, as BlockCounter counts it
-                naive += p.blocks * (p.batch.input_ids.shape[0] + (1 if forward.prefix_length else 0))
-                finished[m][id(p)] = forward
-                if p.pool is not None:
-                    pooled[m].append(p.pool(forward).float())
-    return [torch.stack(vectors).mean(dim=0) for vectors in pooled], naive
-
-
-def _same_inputs(passes: dict[int, Pass]) -> list[list[int]]:
-    """The keys of `passes` grouped by their tokens and placeholder rows (what a shared forward needs)."""
-    groups: list[list[int]] = []
-    for k, p in passes.items():
-        for group in groups:
-            if p.same_inputs(passes[group[0]]):
-                group.append(k)
-                break
-        else:
-            groups.append([k])
-    return groups
-
-
-def run_shared(model, passes: list[Pass]) -> list[Forward]:
-    """The finished forward of every pass (all of the same tokens), computing each block once per distinct
-    history of the passes' steps: a group of passes shares a forward while their steps agree, and a
-    cluster whose step does something else at block i gets a fork of it there."""
-    depth = [p.blocks for p in passes]
-    keep = set(depth) | {p.layer for p in passes if p.layer is not None}
-    record: dict[int, set[str]] = {}
-    for p in passes:
-        for block, names in p.record.items():
-            record.setdefault(block, set()).update(names)
-    trunk = passes[0].start(model, touched_by=[p.step for p in passes[1:]], also_keep=keep, record=record)
-    groups = [(trunk, passes[0].step, list(range(len(passes))))]  # (forward, its step in batch columns, members)
-    finished: list[Forward | None] = [None] * len(passes)
-    for i in range(max(depth) + 1):  # every forward of `groups` has run blocks 0..i-1
-        next_groups = []
-        for forward, step, members in groups:
-            for m in members:
-                if depth[m] == i:
-                    finished[m] = forward.fork(passes[m].step)  # a snapshot: later blocks stay the group's
-            clusters: list[list[int]] = []  # the members still running, by what their step does at block i
-            for m in (m for m in members if depth[m] > i):
-                for cluster in clusters:
-                    if passes[m].step.same_before(passes[cluster[0]].step, i + 1):
-                        cluster.append(m)
-                        break
-                else:
-                    clusters.append([m])
-            continued = False
-            for cluster in clusters:
-                lead = passes[cluster[0]].step
-                if not continued and step.same_before(lead, i + 1):
-                    next_groups.append((forward, step, cluster))
-                    continued = True
-                else:
-                    next_groups.append((forward.fork(lead), lead, cluster))
-        groups = next_groups
-        for forward, _, _ in groups:
-            forward.run_to(i + 1)
-    return finished
 
 
 def sweep_points(method: Method, model, texts: list[str], points: list[Point]) -> tuple[list[torch.Tensor], int]:

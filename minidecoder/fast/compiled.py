@@ -5,14 +5,14 @@ left is the elementwise work around them (RMSNorm's six passes, RoPE, SiLU * up,
 each a separate pass over memory. Inductor fuses those passes into a few loops; nothing else
 changes, the code it compiles is `Block.forward` itself.
 
-Only calls without `Sites` are compiled, and the method loop (minidecoder.methods.loop) is what
-decides: a call that records or edits a site (CP, ReBA, the NaN tracer) runs the plain Python code,
+Only calls without `Sites` are compiled, and the executor beneath the method loop (fast.plan,
+fast.forward) is what decides: a call that records or edits a site (CP, ReBA, the NaN tracer) runs the plain Python code,
 so what a reader audits is what runs there. `Decoder.forward` (logits, generation) stays plain. The
 compiled path is tested equal to the plain one (tests/fast/test_compiled.py). `dynamic=True`
 compiles once for every batch size and length, instead of once per shape.
 
 A call through the prefix cache (fast.prefix_cache: PromptEOL and the other prompt methods) runs the
-plain code too (the loop decides). Traced, the cache's bookkeeping (`KVCache.append(layer, ...)` indexes a Python list by
+plain code too (the plan decides). Traced, the cache's bookkeeping (`KVCache.append(layer, ...)` indexes a Python list by
 the block's layer) specialized the compiled block on every layer and cache state: 59 compiles for
 SmolLM2's 30 blocks, 310 s before the first embedding on a 2-core CPU, for a speed-up that
 docs/benchmarks.md measured at -6% (float32) to +5% (bfloat16) on that path.
@@ -42,7 +42,7 @@ def _shared_compiled_forward():
 
 
 def compiled_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Tensor:
-    """`block(x, ctx)` through the compiled `Block.forward` (same code, elementwise work fused). The loop
+    """`block(x, ctx)` through the compiled `Block.forward` (same code, elementwise work fused). The executor
     sends no call through a KV cache here (see the module docstring)."""
     # Calling Block.forward directly skips nn.Module.__call__, so a module's forward pre-hooks (the
     # sweep's block counter, a user's probe) are called here to keep seeing every block.

@@ -32,7 +32,7 @@ it off for a step that reads every column (ReBA's attention) or hides keys from 
 The contract with a method's step is written once, here: a step declares which of its fields hold
 batch columns (`column_field`); the loop cuts the prefix before the first column any of them names
 (`first_touched`) and hands the rest pass a copy of the step with those fields shifted (`shifted`).
-No step reasons about columns. The loop that runs the two passes is `minidecoder.methods.loop`.
+No step reasons about columns. What runs the two passes is the executor, `minidecoder.fast.forward`.
 Tested equal to the plain path in tests/fast/test_fast_paths.py.
 """
 from __future__ import annotations

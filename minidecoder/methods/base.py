@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from minidecoder.errors import InputError
+from minidecoder.fast.forward import executor
 from minidecoder.methods.loop import Pass, run_passes
 
 METHODS: dict[str, type["Method"]] = {}  # filled by `register` as minidecoder.methods imports each module
@@ -50,13 +51,14 @@ class Method:
 
     def passes(self, model, texts: list[str]) -> list[Pass]:
         """The forwards this configuration runs on `texts`, in order (a step may take what an earlier pass
-        recorded: `loop.Recorded`, CP's b)."""
+        recorded: `Pass.made`, CP's b)."""
         raise NotImplementedError
 
     def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
-        """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool."""
+        """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool. The passes run
+        through the executor the model's fast paths ask for (`fast.forward`; the plain loop when all are off)."""
         self.check(model)
-        return run_passes(model, self.passes(model, texts))
+        return run_passes(model, self.passes(model, texts), executor(getattr(model, "fast_paths", None)))
 
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""

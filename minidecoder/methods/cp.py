@@ -26,7 +26,9 @@ from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Pass, Recorded, Step, Steps, column_field, last_token
+from minidecoder.fast.prefix_cache import column_field
+from minidecoder.methods.composite import Steps
+from minidecoder.methods.loop import Forward, Pass, Step, last_token
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
 from minidecoder.methods.prompts import REFERENCE_LAYERS, resolve_aux_prompt, resolve_prompts
 from minidecoder.methods.text import SENTEVAL_HELP, prepare_texts
@@ -58,7 +60,7 @@ class SteerLastToken(Step):
     blocks: frozenset[int]  # {l}
     site: str  # a model.Sites name: z, mlp_out or resid_post
     last: torch.Tensor = column_field()  # (B,) each row's last real token
-    b: torch.Tensor | Recorded  # (B, ...) the auxiliary prompt's value there
+    b: torch.Tensor  # (B, ...) the auxiliary prompt's value there (recorded by its pass, `CP.passes`)
     mode: str = "ns"
     alpha: float = 0.5
 
@@ -132,7 +134,9 @@ class CP(Method):
 
     def passes(self, model, texts: list[str]) -> list[Pass]:
         """The auxiliary pass (blocks 0..l, recording the site at block l), then one forward per normal prompt
-        with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged."""
+        with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged.
+        A normal prompt's step is made once the auxiliary pass has finished (`Pass.made`): b is what that
+        pass recorded at block l, read at each row's last token."""
         sentences = prepare_texts(texts, self.senteval_text)
         site, l = SITE_NAMES[self.site], self.steer_layer
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
@@ -141,14 +145,17 @@ class CP(Method):
             aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux)
             passes.append(Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
                                reads=f"b = {site} of block {l} at the last token; blocks after {l} never run"))
-            b = Recorded(passes[0], l, site)  # (B, H, D) at z, (B, E) at the others: one pass serves every prompt
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
             batch, step, rows = self.encode(model, template, sentences, True)
-            if self.steer:
+
+            def steered(finished: list[Forward], batch=batch, step=step) -> Step:  # once the auxiliary pass ran
+                b = last_token(finished[0].recorded(l, site), aux)  # (B, H, D) at z, (B, E) at the others
                 steering = SteerLastToken(blocks=frozenset({l}), site=site, last=batch.last, b=b, mode=self.mode,
                                           alpha=self.alpha)
-                step = Steps(parts=(step, steering)) if self.tp else steering  # TP's copies, then CP's edit
+                return Steps(parts=(step, steering)) if self.tp else steering  # TP's copies, then CP's edit
+
             passes.append(Pass(batch, step, layer=index, extra_rows=rows, reads="the last token",
+                               made=steered if self.steer else None,
                                pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))
         return passes
 

@@ -33,18 +33,18 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import check_bool, option, register
+from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import mean_over_spans, to_device
-from minidecoder.methods.reading import ReadsOneLayer
-from minidecoder.methods.text import SENTEVAL_HELP, check_template
+from minidecoder.methods.loop import mean_over_spans
+from minidecoder.methods.reading import OwnTemplate
+from minidecoder.methods.text import SENTEVAL_HELP
 
 ECHO_TEMPLATE = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
 
 
 @register
 @dataclasses.dataclass
-class Echo(ReadsOneLayer):
+class Echo(OwnTemplate):
     name = "echo"
     summary = ("Echo embeddings (Springer et al. 2024): the text twice in a rewrite prompt, mean over the "
                "second copy's tokens at the final layer")
@@ -54,18 +54,16 @@ class Echo(ReadsOneLayer):
                                   "token (EchoPooling 'last')")
     senteval_text: bool = option(False, SENTEVAL_HELP)  # off: the Echo reference prepares nothing
 
+    min_occurrences = 2  # the text twice
+
     def __post_init__(self) -> None:
-        check_template(self.template, min_occurrences=2)
-        check_bool(self.senteval_text, "senteval_text")
+        super().__post_init__()
         if self.pooling not in ("mean", "last"):
             raise InputError(f"pooling={self.pooling!r} is not 'mean' or 'last'", "pass pooling=mean or pooling=last")
-
-    def templates(self) -> list[str]:
-        return [self.template]
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.pooling == "mean":
             # EchoPooling 'mean': sum(h * embed_mask) / sum(embed_mask), embed_mask = the second copy
             return mean_over_spans(h, batch.text_spans, occurrence=-1)
-        ends = to_device(torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans]), h.device)  # last of copy 2
+        ends = torch.tensor([spans[-1][1] - 1 for spans in batch.text_spans]).to(h.device, non_blocking=True)  # last of copy 2
         return h[torch.arange(h.shape[0], device=h.device), ends]  # (B, E)

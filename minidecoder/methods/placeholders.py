@@ -1,62 +1,18 @@
-"""Placeholder tokens and the row copies into them: the pieces TP, HTP and CP's TP extension share.
+"""Placeholder tokens: the input rows TP, HTP and CP's TP extension give them.
 
 A placeholder (`<PST>`, `<B-PST>`) is an added token whose input-embedding row the method chooses
 (`placeholder_row`); it is added to a copy of the tokenizer (`Tokenizer.with_placeholders`), never to
-the model's own. Between blocks, the residual-stream row at a placeholder is overwritten by the row of
-another position of the same sequence, before given blocks (`CopyRows`).
+the model's own. The copies into it between blocks are TP's step (`methods.tp.CopyRows`).
 """
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.loop import Step, column_field
 
 PLACEHOLDER_INITS = ("zeros", "ones", "uniform", "gaussian", "mean", "token:<text>")
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class CopyRows(Step):
-    """Before every block in `blocks`: h[rows[k], target[k]] <- h[rows[k], source[k]] for every k, all
-    sources read before any target is written (TP's and HTP's step). Index tensors are (K,) long."""
-
-    blocks: frozenset[int]
-    rows: torch.Tensor
-    target: torch.Tensor = column_field(rows="rows")
-    source: torch.Tensor = column_field(rows="rows")
-
-    @classmethod
-    def of_pairs(cls, blocks: set[int], pairs: list[tuple[int, int, int]], **fields) -> "CopyRows":
-        """From (row, target, source) triples."""
-        rows, target, source = (torch.tensor([p[k] for p in pairs], dtype=torch.long) for k in range(3))
-        return cls(blocks=frozenset(blocks), rows=rows, target=target, source=source, **fields)
-
-    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        if i not in self.blocks:
-            return h
-        out = h.clone()  # a copy: rows read later keep their values (the references wrote in place)
-        out[self.rows, self.target] = h[self.rows, self.source]  # the whole vector is replaced
-        return out
-
-    def acts_on(self, row: int) -> list[dict]:
-        return [{"position": t, "source": s, "blocks": sorted(self.blocks),
-                 "note": "h[position] <- h[source] before each of these blocks"}
-                for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()) if b == row]
-
-    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
-        """Each row written: its norm, the norm of the row it replaced, and their cosine."""
-        if where != "stream":
-            return []
-        events = []
-        for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()):
-            written, replaced = new[b, t].float(), old[b, t].float()
-            events.append({"block": i, "target": t + shift, "source": s + shift,
-                           "written_norm": float(written.norm()), "replaced_norm": float(replaced.norm()),
-                           "cosine": float(torch.nn.functional.cosine_similarity(written, replaced, dim=0))})
-        return events
 
 
 _ROWS: dict[int, tuple[weakref.ref, dict]] = {}  # id of an embedding table -> (the table, its rows by init)

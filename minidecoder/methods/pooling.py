@@ -22,11 +22,11 @@ import dataclasses
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import check_bool, option, register
+from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import last_token, mean_over_spans, to_device
-from minidecoder.methods.reading import ReadsOneLayer
-from minidecoder.methods.text import SENTEVAL_HELP, check_template, template_fields
+from minidecoder.methods.loop import last_token, mean_over_spans
+from minidecoder.methods.reading import OwnTemplate
+from minidecoder.methods.text import SENTEVAL_HELP, template_fields
 
 _LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
 _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' embeds the bare text"
@@ -34,7 +34,7 @@ _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' 
 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's real tokens (padding excluded, BOS included)."""
-    mask = to_device(batch.attention_mask, h.device).to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+    mask = batch.attention_mask.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
     return (h * mask).sum(dim=1) / mask.sum(dim=1)
 
 
@@ -46,9 +46,11 @@ def check_occurrence(template: str, occurrence: int) -> int:
     return occurrence
 
 
+# mean and last share a shape (name, summary, options, `pool`) and no logic: the checks and the template are
+# `OwnTemplate`'s (methods/reading.py); `duplicates` lists the registrations as one shape, left on purpose.
 @register
 @dataclasses.dataclass
-class MeanPooling(ReadsOneLayer):
+class MeanPooling(OwnTemplate):
     name = "mean"
     summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
@@ -60,14 +62,10 @@ class MeanPooling(ReadsOneLayer):
     senteval_text: bool = option(False, SENTEVAL_HELP)
 
     def __post_init__(self) -> None:
-        check_template(self.template)
+        super().__post_init__()
         check_occurrence(self.template, self.occurrence)
-        check_bool(self.senteval_text, "senteval_text")
         if self.over not in ("text", "all"):
             raise InputError(f"over={self.over!r} is not 'text' or 'all'", "pass over=text or over=all")
-
-    def templates(self) -> list[str]:
-        return [self.template]
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.over == "all":
@@ -77,19 +75,12 @@ class MeanPooling(ReadsOneLayer):
 
 @register
 @dataclasses.dataclass
-class LastTokenPooling(ReadsOneLayer):
+class LastTokenPooling(OwnTemplate):
     name = "last"
     summary = "last-token pooling: hidden state of the last real token at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
     template: str = option("{text}", _TEMPLATE_HELP)
     senteval_text: bool = option(False, SENTEVAL_HELP)
-
-    def __post_init__(self) -> None:
-        check_template(self.template)
-        check_bool(self.senteval_text, "senteval_text")
-
-    def templates(self) -> list[str]:
-        return [self.template]
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         return last_token(h, batch)

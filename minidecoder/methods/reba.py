@@ -33,10 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
+from minidecoder.fast.forward import executor
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, Pass, Step, to_device
+from minidecoder.methods.loop import Forward, Pass, Step
 
 WEIGHTS = ("pooled", "normalized", "raw", "uniform")
 ROWS = ("backward", "full")
@@ -69,7 +70,7 @@ class FoldAttention(Step):
 def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
     """A (B, T, T) fp32 of a finished forward with `FoldAttention`, padded rows and columns zeroed: queries
     on padding see a uniform pattern (core/model.py), which P^T would carry into real rows."""
-    mask = to_device(batch.attention_mask, forward.folded.device)
+    mask = batch.attention_mask.to(forward.folded.device, non_blocking=True)
     valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
     return forward.folded.masked_fill(~valid, 0.0)
 
@@ -97,9 +98,10 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
 
 def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
-    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs."""
+    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs, through the executor the
+    model's fast paths ask for (long inputs fold a head at a time: fast.blocked_fusion)."""
     L = model.num_layers
-    forward = Forward(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
+    forward = executor(getattr(model, "fast_paths", None))(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
                       keep={output_index, L})
     h = forward.hidden(output_index)
     forward.run_to(L)
@@ -187,12 +189,12 @@ class ReBA(Method):
 
         def weights(run: Forward) -> torch.Tensor:  # (B, T)
             A = fused(run, batch)
-            return weight_vector(A, to_device(rows, A.device), self.weights, backward)
+            return weight_vector(A, rows.to(A.device, non_blocking=True), self.weights, backward)
 
         return [Pass(batch, FoldAttention(blocks=frozenset(range(L))), layer=index, depth=L, role="the repeated text",
                      reads="sum_k w_k h_k, w from the fused attention's rows R (the first copy's tokens, or the last "
                            "token with pooling=last)",
-                     pool=lambda run: aggregate(fused(run, batch), run.hidden(index), to_device(rows, run.folded.device),
+                     pool=lambda run: aggregate(fused(run, batch), run.hidden(index), rows.to(run.folded.device, non_blocking=True),
                                                 self.weights, backward),  # e = sum_k w_k h_k
                      details=lambda run: {"fused_attention": fused(run, batch)[0], "weights": weights(run)[0]})]
 

@@ -39,11 +39,12 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
+from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.base import Method, check_bool, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Pass, last_token
-from minidecoder.methods.placeholders import CopyRows, check_placeholder_init, placeholder_row
+from minidecoder.methods.loop import Pass, Step, last_token
+from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
 from minidecoder.methods.prompts import METAEOL_TEMPLATES, TEMPLATES
 from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
 
@@ -51,6 +52,49 @@ PST = "<PST>"
 
 
 # ---- the paper's loop -----------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CopyRows(Step):
+    """Before every block in `blocks`: h[rows[k], target[k]] <- h[rows[k], source[k]] for every k, all
+    sources read before any target is written (TP's and HTP's step). Index tensors are (K,) long;
+    `column_field` declares the columns it touches, so a shared prompt prefix (run once, beneath the loop)
+    stops before them."""
+
+    blocks: frozenset[int]
+    rows: torch.Tensor
+    target: torch.Tensor = column_field(rows="rows")
+    source: torch.Tensor = column_field(rows="rows")
+
+    @classmethod
+    def of_pairs(cls, blocks: set[int], pairs: list[tuple[int, int, int]], **fields) -> "CopyRows":
+        """From (row, target, source) triples."""
+        rows, target, source = (torch.tensor([p[k] for p in pairs], dtype=torch.long) for k in range(3))
+        return cls(blocks=frozenset(blocks), rows=rows, target=target, source=source, **fields)
+
+    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        if i not in self.blocks:
+            return h
+        out = h.clone()  # a copy: rows read later keep their values (the references wrote in place)
+        out[self.rows, self.target] = h[self.rows, self.source]  # the whole vector is replaced
+        return out
+
+    def acts_on(self, row: int) -> list[dict]:
+        return [{"position": t, "source": s, "blocks": sorted(self.blocks),
+                 "note": "h[position] <- h[source] before each of these blocks"}
+                for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()) if b == row]
+
+    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
+        """Each row written: its norm, the norm of the row it replaced, and their cosine."""
+        if where != "stream":
+            return []
+        events = []
+        for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()):
+            written, replaced = new[b, t].float(), old[b, t].float()
+            events.append({"block": i, "target": t + shift, "source": s + shift,
+                           "written_norm": float(written.norm()), "replaced_norm": float(replaced.norm()),
+                           "cosine": float(torch.nn.functional.cosine_similarity(written, replaced, dim=0))})
+        return events
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class TPStep(CopyRows):
     """TP's intervention in the block loop (spec 4.2; reference `senllm/modeling_llama.py`,

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.core.model import SITES
-from minidecoder.fast.options import FastPaths
 from minidecoder.methods.loop import Forward
 
 
@@ -54,8 +53,7 @@ def first_nonfinite_layer(model, batch_or_ids, attention_mask: torch.Tensor | No
     L = model.num_layers
     with torch.inference_mode():
         every_site = {i: set(SITES) for i in range(L)}
-        forward = Forward(model, ids, mask, keep=range(L + 1), record=every_site, fast=FastPaths(prefix_cache=False),
-                          extra_rows=extra_rows)
+        forward = Forward(model, ids, mask, keep=range(L + 1), record=every_site, extra_rows=extra_rows)  # plain loop
         found = _check(forward.hidden(0), real, "embed", None, 0, model.dtype)
         if found:
             return found

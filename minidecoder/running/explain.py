@@ -5,11 +5,12 @@
     record.to_dict()                # stable keys, rounded floats: diff it between versions or models
 
 Nothing here knows a method. The method's own passes (`Method.passes`) run through the loop's own
-runner (`methods.loop.run_passes`) with a watcher that writes down, for each pass, its prompt and
-tokens, the positions its step acts on (`Step.acts_on`), the blocks that ran and what the step did in
-each (`Step.report`: TP / HTP each row written, CP a, b and the steering term per head, ReBA how much
-a block raised the running maximum). The embedding is therefore `embed`'s own (a test asserts they
-are equal). "Net effect" is the cosine with the method's declared `baseline`, a configuration that
+runner (`methods.loop.run_passes`, the same executor `embed` takes, with buckets and graphs off) with
+every step wrapped in a watcher (`Watched`, a step itself): it writes down, for each pass, its prompt
+and tokens, the positions its step acts on (`Step.acts_on`), the blocks that ran and what the step did
+in each (`Step.report`: TP / HTP each row written, CP a, b and the steering term per head, ReBA how
+much a block raised the running maximum). The loop never learns it is watched, and the embedding is
+`embed`'s own (a test asserts they are equal). "Net effect" is the cosine with the method's declared `baseline`, a configuration that
 differs only by its intervention; a pass's `details` adds tensors of its own (ReBA's fused attention
 and weights).
 
@@ -19,6 +20,7 @@ an intervention acts before or at are 0-based, and ranges are half-open.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +28,9 @@ import torch
 
 from minidecoder.errors import ContextLengthError, InputError
 from minidecoder.methods import Method, build_method
-from minidecoder.methods.loop import Forward, Pass, run_passes
+from minidecoder.fast.forward import FastForward, executor
+from minidecoder.fast.options import fast_paths_of
+from minidecoder.methods.loop import Forward, Pass, Step, run_passes
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import truncate_texts, truncate_that_fits, why_longer
 from minidecoder.running.explain_text import CONVENTION, format_explanation
@@ -93,37 +97,101 @@ def _rounded(value: Any, digits: int) -> Any:
     return value
 
 
-# ---- the watcher: the loop calls it, the steps describe themselves ------------------------------------------
+# ---- the watcher: a step around each pass's step; the steps describe themselves ------------------------------
+class WatchLog:
+    """What one watched forward did: the blocks it ran and the events its step reported."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step  # the pass's own step, in batch columns (what `acts_on` describes)
+        self.blocks: list[int] = []
+        self.events: list[dict] = []
+        self.shift = 0  # batch column of the stream's column 0 (a shared prefix ran once before it)
+        self.folding: tuple[int, Any, int] | None = None  # (block, A before it, index of its first fold event)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Watched(Step):
+    """`inner` as it is, writing down every block it is asked about and every change it makes (`report`)."""
+
+    inner: Step
+    log: WatchLog
+
+    @property
+    def blocks(self) -> frozenset[int]:
+        return self.inner.blocks
+
+    @property
+    def hidden_keys(self):
+        return self.inner.hidden_keys
+
+    @property
+    def folds(self) -> bool:
+        return self.inner.folds
+
+    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        self.log.blocks.append(i)  # the loop asks before every block it runs
+        out = self.inner.before(i, h)
+        if out is not h:
+            self.log.events += self.inner.report(i, "stream", h, out, self.log.shift)
+        return out
+
+    def edits(self, i: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        return {name: self._watched(i, name, edit) for name, edit in self.inner.edits(i).items()}
+
+    def _watched(self, i: int, name: str, edit: Callable) -> Callable:
+        def watched(value: torch.Tensor) -> torch.Tensor:
+            out = edit(value)
+            self.log.events += self.inner.report(i, name, value, out, self.log.shift)
+            return out
+        return watched
+
+    def fold(self, A, pattern: torch.Tensor) -> torch.Tensor:
+        """One event per block, from A before its first group of heads to A after its last."""
+        new, block = self.inner.fold(A, pattern), self.log.blocks[-1]
+        if self.log.folding is None or self.log.folding[0] != block:
+            self.log.folding = (block, A, len(self.log.events))
+        _, before, first = self.log.folding
+        del self.log.events[first:]
+        self.log.events += self.inner.report(block, "fold", before, new, self.log.shift)
+        return new
+
+    def to(self, device) -> "Watched":
+        return dataclasses.replace(self, inner=self.inner.to(device))
+
+
 class Watcher:
-    """Handed to `run_passes`: every forward it starts reports the blocks it runs (`ran`) and each change
-    its step makes (`saw`, described by `Step.report`); `finished` turns them into a `PassRecord`."""
+    """Builds each pass's forward with its step watched (`forward`, what `run_passes` calls), then turns
+    what each did into a `PassRecord` (`finish`)."""
 
     def __init__(self, model) -> None:
         self.model = model
+        self.paths = dataclasses.replace(fast_paths_of(model), buckets=False, graphs=False)  # the text's own shape
+        self.runs: list[tuple[Forward, WatchLog]] = []
         self.records: list[PassRecord] = []
         self.details: dict[str, torch.Tensor] = {}
-        self._blocks: dict[int, list[int]] = {}  # id(forward) -> blocks run
-        self._events: dict[int, list[dict]] = {}  # id(forward) -> what its step did
 
-    def started(self, forward: Forward) -> None:
-        self._blocks[id(forward)], self._events[id(forward)] = [], []
+    def forward(self, model, input_ids, attention_mask, step: Step, keep, extra_rows, record) -> Forward:
+        """The pass's forward with its step watched: the plain loop where every fast path is off, else the
+        executor `embed` takes (for one text: the attention kernel it picks), so the embedding is `embed`'s."""
+        log = WatchLog(step)
+        run = executor(self.paths)
+        options = {"paths": self.paths} if run is FastForward else {}
+        forward = run(model, input_ids, attention_mask, Watched(inner=step, log=log), keep, extra_rows, record,
+                      **options)
+        log.shift = getattr(forward, "prefix_length", 0)
+        self.runs.append((forward, log))
+        return forward
 
-    def ran(self, forward: Forward, i: int) -> None:
-        self._blocks[id(forward)].append(i)
-
-    def saw(self, forward: Forward, i: int, where: str, old: Any, new: Any) -> None:
-        self._events[id(forward)] += forward.step.report(i, where, old, new, forward.prefix_length)
-
-    def finished(self, p: Pass, forward: Forward) -> None:
-        tokens = _tokens(self.model.tokenizer, p.batch)
-        token = {q: t for q, _, t in tokens}
-        acts = [{**act, "what": act.get("what", token.get(act["position"], "?"))} for act in p.step.acts_on(0)]
-        prompt = _decoded(self.model.tokenizer, [i for _, i, _ in tokens], p.batch.placeholders)
-        kept = [f"{site} of block {block}" for block, sites in sorted(p.record.items()) for site in sorted(sites)]
-        self.records.append(PassRecord(p.role, prompt, tokens, p.layer, p.reads, acts, kept,
-                                       self._blocks.pop(id(forward)), self._events.pop(id(forward))))
-        if p.details is not None:
-            self.details.update({name: value.detach().float().cpu() for name, value in p.details(forward).items()})
+    def finish(self, passes: list[Pass]) -> None:
+        for p, (forward, log) in zip(passes, self.runs):
+            tokens = _tokens(self.model.tokenizer, p.batch)
+            token = {q: t for q, _, t in tokens}
+            acts = [{**act, "what": act.get("what", token.get(act["position"], "?"))} for act in log.step.acts_on(0)]
+            prompt = _decoded(self.model.tokenizer, [i for _, i, _ in tokens], p.batch.placeholders)
+            kept = [f"{site} of block {block}" for block, sites in sorted(p.record.items()) for site in sorted(sites)]
+            self.records.append(PassRecord(p.role, prompt, tokens, p.layer, p.reads, acts, kept, log.blocks, log.events))
+            if p.details is not None:
+                self.details.update({name: value.detach().float().cpu() for name, value in p.details(forward).items()})
 
 
 def _tokens(tokenizer, batch) -> list[tuple[int, int, str]]:
@@ -192,8 +260,9 @@ def explain(model, text: str, method: str | Method = "tp", truncate: int | None 
 
 def _record(model, text: str, method: Method) -> Explanation:
     with torch.inference_mode():
-        watcher = Watcher(model)
-        embedding = run_passes(model, method.passes(model, [text]), watch=watcher)[0].float()
+        watcher, passes = Watcher(model), method.passes(model, [text])
+        embedding = run_passes(model, passes, watcher.forward)[0].float()
+        watcher.finish(passes)
         _name_roles(watcher.records)
         record = Explanation(_model_info(model), method.describe(), _text_in(text, method), watcher.records,
                              embedding, details=watcher.details)
@@ -202,7 +271,7 @@ def _record(model, text: str, method: Method) -> Explanation:
             record.notes.append("this method only reads the plain loop: no intervention to show")
         else:
             baseline, record.baseline = declared
-            other = run_passes(model, baseline.passes(model, [text]))[0]
+            other = baseline.embed_batch(model, [text])[0]
             record.net_cosine = float(torch.nn.functional.cosine_similarity(embedding, other.float(), dim=0))
     return record
 

@@ -56,10 +56,10 @@ def test_sdpa_fast_path_equals_eager_path(name: str, monkeypatch: pytest.MonkeyP
 
 
 def test_attention_path_follows_the_key_count_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In the method loop on a CPU, at most EXPLICIT_ATTENTION_MAX_KEYS keys take the explicit path, more
+    """In the method loop's executor on a CPU, at most EXPLICIT_ATTENTION_MAX_KEYS keys take the explicit path, more
     take SDPA (minidecoder.fast.attention); `Decoder.forward` always takes SDPA."""
     from minidecoder.fast import attention
-    from minidecoder.methods.loop import Forward
+    from minidecoder.fast.forward import FastForward
 
     _, folder = checkpoint("llama")
     model = minidecoder.load(folder)
@@ -73,7 +73,7 @@ def test_attention_path_follows_the_key_count_rule(monkeypatch: pytest.MonkeyPat
         monkeypatch.setitem(attention.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, limit)
         calls.clear()
         with torch.no_grad():
-            outputs[limit] = Forward(model, ids, None, keep={L}).hidden(L)
+            outputs[limit] = FastForward(model, ids, None, keep={L}).hidden(L)
         assert len(calls) == want_calls, f"limit {limit}: {len(calls)} SDPA calls"
     assert_close(outputs[SEQ], outputs[SEQ - 1], atol=5e-5, rtol=1e-5)
     calls.clear()

@@ -194,7 +194,7 @@ def test_cli_writes_stamped_report_and_plots(tiny, data: Path, tmp_path: Path) -
 
 
 ALTERATIONS = [  # (method, options, axes, what to alter, how): each breaks the method's own step or pooling
-    ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.placeholders.CopyRows.before",
+    ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.tp.CopyRows.before",
      lambda original: lambda self, i, h: original(self, i, h) * 1.5 if i in self.blocks else h),
     ("cp", {}, {"layer": [4], "steer_layer": [1, 2], "alpha": [0.5]}, "minidecoder.methods.cp.steer",
      lambda original: lambda a, b, mode, alpha: original(a, b, mode, alpha) + 0.3 * a),

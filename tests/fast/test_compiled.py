@@ -16,7 +16,8 @@ from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.methods.loop import Forward, Step
+from minidecoder.fast.forward import FastForward
+from minidecoder.methods.loop import Step
 from tiny_models import checkpoint, random_ids
 
 ATOL = RTOL = 2e-5
@@ -45,8 +46,8 @@ def test_compiled_blocks_equal_plain_blocks(name: str) -> None:
     mask[1, :4] = 0  # left padding: the mask path, not only the all-real one
     L = plain.num_layers
     with torch.inference_mode():
-        want = Forward(plain, ids, mask, keep=range(L + 1))
-        got = Forward(compiled, ids, mask, keep=range(L + 1))
+        want = FastForward(plain, ids, mask, keep=range(L + 1))
+        got = FastForward(compiled, ids, mask, keep=range(L + 1))
         pairs = [(got.hidden(k), want.hidden(k)) for k in range(L + 1)]
     assert counters["frames"]["ok"] > frames_before, "torch.compile never ran: the test would compare plain to plain"
     if name == "gemma3":
@@ -75,7 +76,7 @@ def test_calls_with_sites_run_the_plain_code() -> None:
 
     L = compiled.num_layers
     with torch.inference_mode():
-        edited = Forward(compiled, ids, None, ZeroHeads(), keep={L}).hidden(L)
-        untouched = Forward(compiled, ids, None, keep={L}).hidden(L)
+        edited = FastForward(compiled, ids, None, ZeroHeads(), keep={L}).hidden(L)
+        untouched = FastForward(compiled, ids, None, keep={L}).hidden(L)
     assert seen == [(1, 5, compiled.config.num_heads, compiled.config.head_dim)], "the edit function never ran"
     assert not torch.equal(edited, untouched), "the edit did not change the output"

@@ -23,7 +23,8 @@ from minidecoder.fast.options import fast_paths_overridden
 from minidecoder.methods.base import Method
 from minidecoder.methods.inputs import encode_prompts, pad
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.methods.loop import Forward, last_token
+from minidecoder.fast.forward import FastForward
+from minidecoder.methods.loop import last_token
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import embed
 import tiny_models
@@ -37,7 +38,7 @@ def hidden_at_layers(model, batch, layers: list[int], reuse_prefix: bool = True)
     """hidden_states[layer] for each layer (negatives allowed) from one forward of the shared loop."""
     wanted = {layer: resolve_output_layer(layer, model.num_layers) for layer in layers}
     with fast_paths_overridden(model, prefix_cache=reuse_prefix):
-        forward = Forward(model, batch.input_ids, batch.attention_mask, keep=set(wanted.values()))
+        forward = FastForward(model, batch.input_ids, batch.attention_mask, keep=set(wanted.values()))
         return {layer: forward.hidden(index) for layer, index in wanted.items()}
 
 
@@ -202,7 +203,7 @@ def test_tp_prefix_stops_before_the_first_placeholder() -> None:
     method = build_method("tp", prompt="knowledge", layer=1, end=1)
     (tp_pass,) = method.passes(model, TEXTS[:4])
     batch = tp_pass.batch
-    forward = tp_pass.start(model)
+    forward = tp_pass.start(model, FastForward)
     first = batch.input_ids.shape[1] - batch.attention_mask.sum(dim=1)
     pst_offsets = [int(t) - int(first[b]) for b, t in zip(tp_pass.step.rows, tp_pass.step.target)]
     assert shared(batch) > min(pst_offsets)  # the shared run does pass the placeholder here ...

@@ -20,7 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import minidecoder
 from minidecoder.methods import METHODS, build_method
-from minidecoder.methods.loop import run_passes
+from minidecoder.fast.forward import FastForward
+from minidecoder.methods.loop import Forward, run_passes
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat. It purred.", "dogs run."]
 OPTIONS = {"tp": dict(layer=-1, end=3), "htp": dict(end=3, pst_init="gaussian"), "cp": dict(steer_layer=1)}
@@ -65,11 +66,12 @@ def meta_model(tiny_llama):
     return copy.deepcopy(model).to("meta")  # shapes without values: a device that cannot be read back
 
 
+@pytest.mark.parametrize("forward", [Forward, FastForward], ids=["plain-loop", "executor"])
 @pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in CASES])
-def test_every_method_runs_without_reading_the_device(meta_model, name: str, options: dict) -> None:
+def test_every_method_runs_without_reading_the_device(meta_model, name: str, options: dict, forward) -> None:
     method = build_method(name, **options)
     with torch.inference_mode(), ReadBacks() as reads:
-        out = run_passes(meta_model, method.passes(meta_model, TEXTS))
+        out = run_passes(meta_model, method.passes(meta_model, TEXTS), forward)
     assert out.device.type == "meta" and out.shape == (len(TEXTS), meta_model.config.hidden_size)
     assert reads.found == []
 

@@ -18,6 +18,7 @@ from torch.testing import assert_close
 import minidecoder
 from minidecoder.errors import MinidecoderError
 from minidecoder.fast.packed import pack_linear_weights
+from minidecoder.fast.forward import FastForward
 from minidecoder.methods.loop import Forward
 import tiny_models
 from tiny_models import random_ids
@@ -100,7 +101,7 @@ def test_packed_weights_combine_with_compile(tiny_llama: Path) -> None:
     mask[0, :3] = 0
     L = plain.num_layers
     with torch.inference_mode():  # compile applies in the method loop (Decoder.forward stays plain)
-        want, got = Forward(plain, ids, mask, keep=range(L + 1)), Forward(both, ids, mask, keep=range(L + 1))
+        want, got = Forward(plain, ids, mask, keep=range(L + 1)), FastForward(both, ids, mask, keep=range(L + 1))
         pairs = [(got.hidden(k), want.hidden(k)) for k in range(L + 1)]
     assert counters["frames"]["ok"] > frames_before, "torch.compile never ran"
     real = mask.bool()

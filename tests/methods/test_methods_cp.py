@@ -17,6 +17,7 @@ from torch.testing import assert_close
 
 import minidecoder
 from minidecoder.errors import InputError
+from minidecoder.fast.options import fast_paths_overridden
 from minidecoder.methods import build_method
 from minidecoder.methods import cp as cp_module
 from minidecoder.methods.inputs import encode_prompts
@@ -140,7 +141,8 @@ def test_alpha_one_and_zero_auxiliary_equals_plain_prompt(monkeypatch) -> None:
     _, _, model = checkpoint("qwen2_window")
     original = Forward.recorded
     monkeypatch.setattr(Forward, "recorded", lambda self, block, site: torch.zeros_like(original(self, block, site)))
-    steered = minidecoder.embed(model, TEXTS, "cp", prompt=PROMPT, layer=-1, steer_layer=1, alpha=1.0)  # b = 0
+    with fast_paths_overridden(model, prefix_cache=False, explicit_attention=False, blocked_fusion_from=None):
+        steered = minidecoder.embed(model, TEXTS, "cp", prompt=PROMPT, layer=-1, steer_layer=1, alpha=1.0)  # b = 0
     order = sorted(range(len(TEXTS)), key=lambda i: len(TEXTS[i]))  # embed's length-sorted batch
     batch = encode_prompts(model.tokenizer, PROMPT, [TEXTS[i] for i in order])
     with torch.inference_mode():

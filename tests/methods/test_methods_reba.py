@@ -186,11 +186,11 @@ def test_real_smollm2_matches_transformers(smollm2: Path, smollm2_transformers) 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2"])
 def test_blocked_fusion_equals_eager_fusion(name: str, tmp_path, monkeypatch) -> None:
-    """The loop's blocked fusion (patterns a head at a time, T^2 memory once) gives the eager fusion's
+    """The executor's blocked fusion (patterns a head at a time, T^2 memory once) gives the eager fusion's
     embeddings, and by default it takes over from FastPaths.blocked_fusion_from tokens on."""
     import minidecoder
     from minidecoder.fast.options import fast_paths_overridden
-    from minidecoder.methods import loop
+    from minidecoder.fast import forward as executor
     from tiny_models import tiny_checkpoint
 
     tiny_checkpoint(name, tmp_path)
@@ -202,8 +202,8 @@ def test_blocked_fusion_equals_eager_fusion(name: str, tmp_path, monkeypatch) ->
         blocked = minidecoder.embed(model, texts, "reba")
     torch.testing.assert_close(blocked, eager, atol=1e-5, rtol=1e-5)
     calls = []
-    original = loop.head_group_patterns
-    monkeypatch.setattr(loop, "head_group_patterns", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = executor.head_group_patterns
+    monkeypatch.setattr(executor, "head_group_patterns", lambda *a, **k: calls.append(1) or original(*a, **k))
     minidecoder.embed(model, texts, "reba")  # ~80 tokens: below the threshold, eager
     assert calls == []
     minidecoder.embed(model, ["word " * 140], "reba")  # 2 x 700 characters: blocked, once per block

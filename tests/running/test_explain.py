@@ -181,7 +181,7 @@ def test_tour_check_catches_a_change() -> None:
 def test_explain_runs_the_methods_own_passes(model, monkeypatch) -> None:
     """explain restates no method: it runs the method's own passes through the loop's runner, so a change in
     the method's step changes the record as it changes `embed`; nothing is left on the model."""
-    from minidecoder.methods.placeholders import CopyRows
+    from minidecoder.methods.tp import CopyRows
 
     plain = minidecoder.embed(model, [TEXT], "tp", **TINY["tp"])[0]
     original = CopyRows.before
@@ -191,3 +191,34 @@ def test_explain_runs_the_methods_own_passes(model, monkeypatch) -> None:
     torch.testing.assert_close(record.embedding, altered, rtol=0, atol=0)
     assert (altered - plain).abs().max() > 1e-3
     assert vars(model).keys() == vars(minidecoder.load(model.source, progress=False)).keys()
+
+
+def test_reba_reports_one_fold_event_a_block_however_its_heads_are_grouped(model) -> None:
+    """The watcher is a step: with ReBA's fold handed a head at a time (blocked fusion) it still reports each
+    block once, from A before the block's first head group to A after its last."""
+    from minidecoder.fast.options import fast_paths_overridden
+
+    with fast_paths_overridden(model, blocked_fusion_from=0):
+        grouped = minidecoder.explain(model, TEXT, "reba")
+        embedded = minidecoder.embed(model, [TEXT], "reba")[0]
+    with fast_paths_overridden(model, blocked_fusion_from=None):
+        whole = minidecoder.explain(model, TEXT, "reba")
+    events, expected = grouped.passes[0].interventions, whole.passes[0].interventions
+    assert [e["block"] for e in events] == list(range(model.num_layers))
+    assert [e["raised"] for e in events] == [e["raised"] for e in expected]
+    assert [e["total_increase"] for e in events] == pytest.approx([e["total_increase"] for e in expected], rel=1e-4)
+    torch.testing.assert_close(grouped.embedding, embedded, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("method", ["tp", "cp", "reba"])
+def test_with_every_fast_path_off_explain_runs_the_plain_loop(model, monkeypatch, method: str) -> None:
+    """No executor at all: the watched steps run in methods.loop.Forward, and the record is still embed's."""
+    from minidecoder.fast import forward as executor_module
+    from minidecoder.fast.options import fast_paths_overridden
+
+    monkeypatch.setattr(executor_module.FastForward, "__init__", lambda *a, **k: pytest.fail("the executor ran"))
+    with fast_paths_overridden(model, prefix_cache=False, explicit_attention=False, blocked_fusion_from=None):
+        record = minidecoder.explain(model, TEXT, method, **TINY[method])
+        expected = minidecoder.embed(model, [TEXT], method, **TINY[method])[0]
+    torch.testing.assert_close(record.embedding, expected, rtol=0, atol=0)
+    assert record.passes[-1].blocks_run and record.passes[-1].interventions  # the watcher saw the step act
