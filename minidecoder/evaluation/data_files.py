@@ -39,7 +39,7 @@ def require_file(path: Path, what: str) -> Path:
     """`path` if it is a readable file, else an InputError naming it and what it should hold."""
     if not path.is_file():
         raise InputError(f"{what} {path} {describe_unusable_file(path)}",
-                         f"point --data at a complete copy of the data (the folder's README lists its files)")
+                         "point --data at a complete copy of the data (the folder's README lists its files)")
     return path
 
 

@@ -21,7 +21,7 @@ from minidecoder.fast import prefix_cache
 from minidecoder.fast.graphs import GRAPH_BANK_MAX_BYTES, GRAPH_MAX_TOKENS, GraphBank, bucket, graph_bank
 from minidecoder.fast.options import FastPaths, describe, fast_paths_overridden
 from minidecoder.methods import build_method
-from minidecoder.methods.loop import run_passes
+from minidecoder.fast.forward import FastForward
 from repo_paths import SHARED
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat.", "dogs run.", "Rain.", "two kids play.", "a b c d"]
@@ -147,9 +147,9 @@ def test_same_shape_calls_under_inference_mode_then_no_grad(model) -> None:
     method = build_method("prompteol")
     with fast_paths_overridden(model, **GRAPHS):
         with torch.inference_mode():
-            first = run_passes(model, method.passes(model, TEXTS[:3]))
+            first = method.embed_batch(model, TEXTS[:3])
         with torch.no_grad():
-            second = run_passes(model, method.passes(model, TEXTS[:3]))
+            second = method.embed_batch(model, TEXTS[:3])
     assert graph_bank(model).captures > 0
     assert torch.equal(first, second)
 
@@ -209,7 +209,7 @@ def test_a_row_starting_with_a_quote_keeps_the_shared_prefix() -> None:
     quoted = build_method("prompteol").passes(model, [t for t in texts if not t.startswith('"')])[0].batch
     assert shared == prefix_cache.shared_prefix_length(quoted.input_ids, quoted.attention_mask) - 1  # the merge
     assert prefix_cache.cacheable_prefix(model.config, batch.input_ids, batch.attention_mask) == shared > 0
-    forward = build_method("prompteol").passes(model, texts)[0].start(model)
+    forward = build_method("prompteol").passes(model, texts)[0].start(model, FastForward)
     assert forward.prefix_length == shared
     with torch.inference_mode():
         cached = minidecoder.embed(model, texts, "prompteol")
@@ -287,7 +287,7 @@ def test_gpu_defaults_planned_over_sts_b_for_a_7b_shape() -> None:
         model.fast_paths = FastPaths(graphs=True, prefix_cache=False)
         with torch.inference_mode():
             for first in range(0, len(order), 8 * 40):  # every 40th call of 8 texts, across all lengths
-                run_passes(model, method.passes(model, [texts[i] for i in order[first:first + 8]]))
+                method.embed_batch(model, [texts[i] for i in order[first:first + 8]])
         bank = graph_bank(model)
         assert bank.captures > 0
         pinned[layers] = bank.bytes
