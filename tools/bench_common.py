@@ -15,8 +15,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"  # ../shared/data beside the checkout, as the library looks for it
+# SciFact: the same variable as `minidecoder eval retrieval` (sources/paths.py)
 STS_TEST = Path(os.environ.get("MINIDECODER_STS_DIR", SHARED_DATA / "sts")) / "STSBenchmark" / "sts-test.csv"
-SCIFACT_CORPUS = Path(os.environ.get("MINIDECODER_BEIR_DIR", SHARED_DATA / "beir")) / "scifact" / "corpus.jsonl"
+SCIFACT_CORPUS = Path(os.environ.get("MINIDECODER_BEIR_DATA", SHARED_DATA / "beir")) / "scifact" / "corpus.jsonl"
 PROMPTEOL = 'This sentence : "{text}" means in one word:"'
 DOCUMENT_TOKENS = 512  # HTP's cut of a retrieval document (its Appendix B), and the long-document case's
 
@@ -56,7 +57,7 @@ def scifact_documents(limit: int | None, path: Path = SCIFACT_CORPUS) -> list[st
     """The first `limit` SciFact documents in corpus order (None: all 5,183), each its title and text joined
     by a space, as BEIR and MTEB embed a document."""
     if not path.is_file():
-        raise SystemExit(f"SciFact corpus not found at {path}; set MINIDECODER_BEIR_DIR to the folder holding "
+        raise SystemExit(f"SciFact corpus not found at {path}; set MINIDECODER_BEIR_DATA to the folder holding "
                          "scifact/corpus.jsonl (BEIR's layout)")
     docs = []
     with path.open(encoding="utf-8") as lines:

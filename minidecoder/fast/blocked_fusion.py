@@ -39,9 +39,12 @@ def head_group_patterns(attn, q: torch.Tensor, k: torch.Tensor, mask: torch.Tens
         heads = torch.arange(first, min(first + heads_per_step, H), device=q.device)
         qh = q[:, heads]  # (B, s, T, D)
         kh = k[:, heads // groups]  # (B, s, S, D)
-        scores = torch.matmul(qh, kh.transpose(2, 3)) * attn.scale  # (B, s, T, S), as Attention._eager
+        # the same operations as Attention._eager, in place: each (B, s, T, S) temporary is one allocation
+        scores = torch.matmul(qh, kh.transpose(2, 3)).mul_(attn.scale)  # (B, s, T, S)
         if attn.softcap is not None:  # Gemma2: c * tanh(scores / c), before the mask
-            scores = torch.tanh(scores / attn.softcap) * attn.softcap
+            scores.div_(attn.softcap).tanh_().mul_(attn.softcap)
         if mask is not None:
-            scores = scores + mask
-        yield torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, s, T, S)
+            scores.add_(mask)
+        pattern = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, s, T, S)
+        del scores  # not kept alive while the step folds the pattern (the generator waits at the yield)
+        yield pattern

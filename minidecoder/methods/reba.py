@@ -54,9 +54,10 @@ class FoldAttention(Step):
 
     def fold(self, A: torch.Tensor | None, pattern: torch.Tensor) -> torch.Tensor:  # pattern P: (B, heads, T, T)
         P = pattern.float()
-        S = (P + P.transpose(-1, -2)) / 2  # symmetrize each head
+        S = (P + P.transpose(-1, -2)).div_(2)  # symmetrize each head (in place: one (B, heads, T, T) alive, not two)
         heads = S.amax(dim=1)  # max over heads ...
-        return torch.maximum(torch.zeros_like(heads) if A is None else A, heads)  # ... then over blocks
+        del S
+        return heads.clamp_min_(0) if A is None else torch.maximum(A, heads)  # ... then over blocks (A starts at 0)
 
     def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
         """How much block i raised the running maximum (entries raised, largest and total increase)."""
