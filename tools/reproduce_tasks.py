@@ -180,6 +180,7 @@ def claim_lines(report: dict) -> list[str]:
 
 # ---- long STS -----------------------------------------------------------------------------------------
 def sts_long_markdown(report: dict, model: str) -> str:
+    # laid out like transfer_markdown on purpose (limit banner, table, claims): the two tables read alike
     limit = report["settings"]["limit"]
     lines = [f"# Long-context STS on {model} (HTP Figure 1)", ""]
     if limit is not None:

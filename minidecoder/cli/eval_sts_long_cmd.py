@@ -19,6 +19,8 @@ from minidecoder.errors import InputError
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    # the same shape in every family's module on purpose: each declares its own options beside its help,
+    # and the shared ones come from add_family_options
     parser = benchmarks.add_parser("sts-long", help="HTP's long-context STS (STS-B pairs joined; Figure 1)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default=None, help="comma-separated k values (default: 1,2,4,8,16)")

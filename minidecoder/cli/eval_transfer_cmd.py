@@ -16,6 +16,8 @@ from minidecoder.cli.eval_family import Family, Kept, add_family_options, parse_
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    # the same shape in every family's module on purpose: each declares its own options beside its help,
+    # and the shared ones come from add_family_options
     parser = benchmarks.add_parser("transfer", help="SentEval's seven transfer tasks (TP / CP)", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: MR,CR,SUBJ,MPQA,SST2,TREC,MRPC)")
