@@ -377,7 +377,7 @@ class Decoder(nn.Module):
         device once moved there: a copy from the host's memory each forward would make a GPU wait."""
         inv_freq, scaling = self._inv_freq[kind]
         if inv_freq.device != self.device:
-            inv_freq = inv_freq.to(self.device)
+            inv_freq = inv_freq.to(self.device, non_blocking=True)
             self._inv_freq[kind] = (inv_freq, scaling)
         return inv_freq, scaling
 

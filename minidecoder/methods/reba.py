@@ -227,4 +227,4 @@ def reba_word_embedding(model, text: str, char_start: int, char_end: int, repeti
     mask[0, tokens] = True
     with torch.inference_mode():
         A, h = fused_attention(model, batch, index)
-        return aggregate(A, h, mask.to(A.device), weights, rows == "backward")[0]
+        return aggregate(A, h, mask.to(A.device, non_blocking=True), weights, rows == "backward")[0]

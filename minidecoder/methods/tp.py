@@ -226,7 +226,7 @@ def mean_over_text(h: torch.Tensor, batch: PromptBatch, pst_id: int) -> torch.Te
         for start, end in spans:
             pool[b, start:end] = True
     pool &= batch.input_ids.cpu() != pst_id
-    pool = pool.to(h.device).unsqueeze(-1).float()  # (B, T, 1)
+    pool = pool.to(h.device, non_blocking=True).unsqueeze(-1).float()  # (B, T, 1), built on the host
     return (h.float() * pool).sum(dim=1) / pool.sum(dim=1)
 
 

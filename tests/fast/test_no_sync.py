@@ -29,14 +29,17 @@ CASES = [(name, OPTIONS.get(name, {})) for name in sorted(METHODS)] + [
     ("cp", dict(steer_layer=1, tp=True, start=0, end=2, mode="nr")),
     ("tp", dict(layer=-1, end=3, mask_pst_first_layer=True, resume_at=3)),
     ("reba", dict(pooling="last")),
+    ("tp", dict(layer=-1, end=3, pooling="mean")),
 ]
 DATA_DEPENDENT = {"nonzero", "_local_scalar_dense", "masked_select", "unique", "_unique2", "item", "masked_scatter"}
 INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}  # with a boolean index: a nonzero on a GPU
 
 
 class ReadBacks(TorchDispatchMode):
-    """The ops on device (meta) tensors that would read a value back to the host on a GPU: the data-dependent
-    ones, and indexing with a boolean mask (which the meta kernels accept, so it must be caught here)."""
+    """The ops on device (meta) tensors that would make the host wait on a GPU: the data-dependent ones,
+    indexing with a boolean mask (which the meta kernels accept, so it must be caught here), and a host
+    tensor copied to the device without `non_blocking` (on a GPU the host waits for that copy; the meta
+    device never does, so the flag itself is checked)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -49,7 +52,26 @@ class ReadBacks(TorchDispatchMode):
         boolean_index = name in INDEXING and any(t.dtype == torch.bool for t in _flat(args[1:2]) if t is not None)
         if on_device and (name in DATA_DEPENDENT or boolean_index):
             self.found.append(name)
+        if _blocking_upload(name, args, kwargs or {}):
+            self.found.append(f"blocking {name} to the device")
         return func(*args, **(kwargs or {}))
+
+
+def _blocking_upload(name: str, args: tuple, kwargs: dict) -> bool:
+    """A host tensor copied to the (meta) device without non_blocking: `.to(device)` (dispatched as `to` under
+    inference_mode, `_to_copy` outside it) or `dst.copy_(src)`."""
+    if name in ("to", "_to_copy"):
+        source = args[0]
+        target = kwargs.get("device", next((a for a in args[1:] if isinstance(a, torch.device)), None))
+        positional = len(args) > 3 and isinstance(args[1], torch.device)  # to.device(self, device, dtype, non_blocking)
+        non_blocking = kwargs.get("non_blocking", args[3] if positional else False)
+        return (source.device.type == "cpu" and target is not None and torch.device(target).type == "meta"
+                and not non_blocking)
+    if name == "copy_":
+        target, source = args[0], args[1]
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        return source.device.type == "cpu" and target.device.type == "meta" and not non_blocking
+    return False
 
 
 def _flat(values):
@@ -74,6 +96,24 @@ def test_every_method_runs_without_reading_the_device(meta_model, name: str, opt
         out = run_passes(meta_model, method.passes(meta_model, TEXTS), forward)
     assert out.device.type == "meta" and out.shape == (len(TEXTS), meta_model.config.hidden_size)
     assert reads.found == []
+
+
+def test_a_blocking_upload_is_found() -> None:
+    """A host tensor moved to the device without non_blocking is found; the same move with it is not."""
+    host = torch.ones(3)
+    with ReadBacks() as reads:
+        host.to("meta", non_blocking=True)
+        torch.empty(3, device="meta").copy_(host, non_blocking=True)
+    assert reads.found == []
+    with ReadBacks() as reads:
+        host.to("meta")
+        torch.empty(3, device="meta").copy_(host)
+    assert reads.found == ["blocking _to_copy to the device", "blocking copy_ to the device"]
+    with torch.inference_mode(), ReadBacks() as reads:
+        host.to(torch.device("meta"), non_blocking=True)
+        assert reads.found == []
+        host.to(torch.device("meta"))
+    assert reads.found == ["blocking to to the device"]
 
 
 def test_the_checks_can_fail() -> None:
