@@ -88,6 +88,14 @@ def command(family: str, method: str, options: dict, args: argparse.Namespace, p
     return argv
 
 
+def child_environment() -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH, so the row imports this checkout's
+    minidecoder; the caller's own PYTHONPATH entries follow it (replacing them hid packages installed with
+    `pip install --target`, as on a lent GPU machine: the rows failed there on `import pytrec_eval`)."""
+    given = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *given])}
+
+
 def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> None:
     prefix = args.out / key
     if prefix.with_suffix(".json").exists():
@@ -96,8 +104,7 @@ def run_row(family: str, key: str, method: str, options: dict, args: argparse.Na
     memory = args.out / f"{key}.memory.json"
     argv = command(family, method, options, args, prefix)
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
-    status = subprocess.run([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}).returncode
+    status = subprocess.run([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO, env=child_environment()).returncode
     if status != 0:
         raise SystemExit(f"{key} stopped (status {status}); run the same command again to resume it")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +62,14 @@ def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> Non
     table = (out / "table.md").read_text()
     assert f"ReBA vs Classical (mean), ATEC: {reba['score'] - mean['score']:+.2f} [{lo:+.2f}, {hi:+.2f}]" in table
     assert "Ocnli" in table and "ReBA vs Classical (mean), Ocnli" not in table  # no paired Spearman for Ocnli
+
+
+def test_a_row_keeps_the_callers_pythonpath(monkeypatch, tmp_path: Path) -> None:
+    """A row runs in a child process: it must see this checkout first and still every path the caller added
+    (a `pip install --target` folder), else eval retrieval fails on `import pytrec_eval` there."""
+    tool = load_tool()
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}{os.pathsep}{tmp_path / 'more'}")
+    paths = tool.child_environment()["PYTHONPATH"].split(os.pathsep)
+    assert paths == [str(tool.REPO), str(tmp_path / "site"), str(tmp_path / "more")]
+    monkeypatch.delenv("PYTHONPATH")
+    assert tool.child_environment()["PYTHONPATH"] == str(tool.REPO)
