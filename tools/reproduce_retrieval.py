@@ -96,9 +96,23 @@ def child_environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *given])}
 
 
+def refuse_other_settings(key: str, stamp: dict, args: argparse.Namespace) -> None:
+    """A kept row joins the table only if it scored the same model, dtype and data limits as this run asks
+    for; the device may differ (a row run on a GPU scores what the CPU does, to float rounding)."""
+    asked = {"model": Path(args.model).name, "dtype": args.dtype, "limit": args.limit,
+             "corpus_limit": args.corpus_limit if "corpus_limit" in stamp else None}
+    kept = {"model": Path(str(stamp.get("model"))).name, "dtype": stamp.get("dtype"), "limit": stamp.get("limit"),
+            "corpus_limit": stamp.get("corpus_limit")}
+    differ = [f"{name} {kept[name]!r} (this run: {asked[name]!r})" for name in asked if kept[name] != asked[name]]
+    if differ:
+        raise SystemExit(f"{key}: the kept row {args.out / key}.json was made with {', '.join(differ)}; a table "
+                         "mixes no settings: pass another --out, or move that row away to recompute it")
+
+
 def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> None:
     prefix = args.out / key
     if prefix.with_suffix(".json").exists():
+        refuse_other_settings(key, json.loads(prefix.with_suffix(".json").read_text())["stamp"], args)
         print(f"{key}: kept ({prefix}.json)")
         return
     memory = args.out / f"{key}.memory.json"
@@ -118,6 +132,11 @@ def load_rows(family: str, out: Path) -> dict[str, dict]:
             memory = out / f"{key}.memory.json"
             rows[key]["memory"] = json.loads(memory.read_text()) if memory.exists() else {}
     return rows
+
+
+def row_device(report: dict) -> str:
+    """The device a row's report was computed on, from its stamp ("cpu", "cuda", ...)."""
+    return str(report["stamp"].get("device", "cpu"))
 
 
 def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, float], np.ndarray | None]]:
@@ -141,22 +160,26 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
               "cmteb": "Spearman x100 (Ocnli: best accuracy)"}[family]
     limited = any(r["stamp"].get("limit") is not None for r in rows.values())
     lines = [f"# {family}: {args.model}" + (" (LIMITED RUN: not for claims.md)" if limited else ""), "",
-             f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job.", "",
-             "| row | " + " | ".join(columns) + " | Memory (MiB) | Time (s) | Time / Vanilla Mean |",
-             "|---|" + "---:|" * (len(columns) + 3)]
-    base_time = rows.get("mean", {}).get("results", {}).get("embedding", {}).get("seconds")
+             f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job; "
+             "Device: where the row ran (scores agree across devices to float rounding, times do not, so a time "
+             "is compared with Vanilla Mean's only on the same device).", "",
+             "| row | " + " | ".join(columns) + " | Device | Memory (MiB) | Time (s) | Time / Vanilla Mean |",
+             "|---|" + "---:|" * len(columns) + "---|" + "---:|" * 3]
+    base = rows.get("mean", {})
+    base_time = base.get("results", {}).get("embedding", {}).get("seconds")
     for key, label, *_ in ROWS[family]:
         if key not in rows:
-            lines.append(f"| {label} | (not run yet) |" + " |" * (len(columns) + 2))
+            lines.append(f"| {label} | (not run yet) |" + " |" * (len(columns) + 3))
             continue
         got = cells(family, rows[key])
         seconds = rows[key]["results"]["embedding"].get("seconds")
-        ratio = f"{seconds / base_time:.2f}x" if seconds and base_time else "n/a"
+        same_device = base and row_device(base) == row_device(rows[key])
+        ratio = f"{seconds / base_time:.2f}x" if seconds and base_time and same_device else "n/a"
         memory = rows[key]["memory"].get("peak_rss_mib")
         scores = " | ".join(f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, (lo, hi), _ in got.values())
         memory_cell = f"{memory:.0f}" if memory else "n/a"
         time_cell = f"{seconds:.1f} | {ratio}" if seconds else "n/a (resumed) | n/a"
-        lines.append(f"| {label} | {scores} | {memory_cell} | {time_cell} |")
+        lines.append(f"| {label} | {scores} | {row_device(rows[key])} | {memory_cell} | {time_cell} |")
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
     report = family_claims(family, rows, args)
     for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ
@@ -201,7 +224,8 @@ def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) 
     """What RESULTS/<model>-<family>.json holds: the claims file tools/claims_table.py reads."""
     chosen = {"limit": args.limit, "corpus_limit": args.corpus_limit, "tasks": args.tasks}
     limited = {flag: value for flag, value in chosen.items() if value is not None}
-    settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": args.device,
+    devices = sorted({row_device(report) for report in rows.values()}) or [args.device]
+    settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": " and ".join(devices),
                 "limit": limited or None}  # None: the full data, the only runs claims_table counts
     return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows))
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from minidecoder.evaluation.bootstrap import mean_interval
 from test_cmteb import write_cmteb
@@ -46,6 +47,22 @@ def test_retrieval_rows_are_kept_and_the_comparison_is_paired(tiny_llama: Path, 
     assert tool.main(argv) == 0  # a rerun keeps every written row
     assert "mean: kept" in capsys.readouterr().out
     assert json.loads((out / "mean.json").read_text())["stamp"]["date"] == stamp_date
+
+    # a row kept from a GPU run joins the table with its device named; no time ratio across devices
+    mean["stamp"]["device"] = "cuda"
+    (out / "mean.json").write_text(json.dumps(mean))
+    assert tool.main(argv) == 0
+    table = (out / "table.md").read_text()
+    vanilla, htp_line = (next(line for line in table.splitlines() if line.startswith(f"| {label} |"))
+                         for label in ("Vanilla Mean", "HTP"))
+    assert "| cuda |" in vanilla and "| cpu |" in htp_line and htp_line.endswith("| n/a |")
+    claims = json.loads((tmp_path / "results" / f"{tiny_llama.name}-retrieval.json").read_text())
+    assert claims["settings"]["device"] == "cpu and cuda"
+
+    mean["stamp"]["dtype"] = "bfloat16"  # but a kept row of other settings is refused, not mixed in
+    (out / "mean.json").write_text(json.dumps(mean))
+    with pytest.raises(SystemExit, match="dtype 'bfloat16'"):
+        tool.main(argv)
 
 
 def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> None:
