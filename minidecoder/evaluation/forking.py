@@ -145,7 +145,7 @@ def embed_points(model, methods: list[Method], texts: list[str]) -> tuple[list[t
                 p = current[m]
                 # a separate run of this pass runs its rows, and its shared prompt prefix once (one row) where
                 # the prefix cache ran one here: counted on both sides, as BlockCounter counts it
-                naive += p.blocks * (p.batch.input_ids.shape[0] + (1 if getattr(forward, "prefix_length", 0) else 0))
+                naive += p.blocks * (p.batch.input_ids.shape[0] + (1 if forward.prefix_length else 0))
                 finished[m].append(forward)
                 if p.pool is not None:
                     pooled[m].append(p.pool(forward).float())

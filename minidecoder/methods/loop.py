@@ -70,6 +70,8 @@ class Forward:
     (`hidden`) and the sites in `record` (`recorded`). A subclass changes how a block is called and how
     states are read back, never the order in `run_to`."""
 
+    prefix_length = 0  # tokens every row shares that ran once, for the counts: none here (a prefix cache's are)
+
     def __init__(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  step: Step | None = None, keep: Iterable[int] = (), extra_rows: Mapping | None = None,
                  record: Mapping[int, Iterable[str]] | None = None, context: Context | None = None) -> None:

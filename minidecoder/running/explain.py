@@ -178,7 +178,7 @@ class Watcher:
         options = {"paths": self.paths} if run is FastForward else {}
         forward = run(model, input_ids, attention_mask, Watched(inner=step, log=log), keep, extra_rows, record,
                       **options)
-        log.shift = getattr(forward, "prefix_length", 0)
+        log.shift = forward.prefix_length
         self.runs.append((forward, log))
         return forward
 
