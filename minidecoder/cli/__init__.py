@@ -66,6 +66,18 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+def _started_by_sigterm(interrupt: BaseException) -> bool:
+    """Whether a Terminated is in `interrupt`'s chain: a job re-raises the stop as its own Interrupted (the
+    line saying what it kept), with the Terminated as its context."""
+    seen: set[int] = set()
+    while interrupt is not None and id(interrupt) not in seen:
+        if isinstance(interrupt, Terminated):
+            return True
+        seen.add(id(interrupt))
+        interrupt = interrupt.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
@@ -81,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
         print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
-        return TERMINATED_STATUS if isinstance(interrupt, Terminated) else INTERRUPTED_STATUS
+        return TERMINATED_STATUS if _started_by_sigterm(interrupt) else INTERRUPTED_STATUS
     except BrokenPipeError:
         return _stdout_closed()
     except OSError as error:

@@ -324,3 +324,16 @@ def test_12_a_ctrl_c_that_kept_nothing_leaves_no_texts_behind(tiny_llama, tmp_pa
                  str(tiny_llama))
     assert "nothing was kept" in err
     assert not (tmp_path / ".a.json.partial").exists() and not list(tmp_path.glob(".*.lock"))
+
+
+def test_12_sigterm_inside_an_embedding_job_keeps_its_chunks_and_exits_143(tiny_llama, tmp_path) -> None:
+    """The job re-raises the stop as its own line (what it kept); the status still says SIGTERM, not Ctrl-C."""
+    data = sts_data(tmp_path / "sts", pairs=1100)  # 2,200 sentences: three chunks of 1,024
+    argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
+            "--batch-size", "64", "--model", str(tiny_llama), "--output", str(tmp_path / "a")]
+    run = stalled("minidecoder.running.embedding:embed:1", NEVER, *argv)  # the first chunk is saved
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143 and "Traceback" not in err, err
+    assert "1 of 3 chunks" in err, err
+    assert len(list((tmp_path / ".a.json.partial").rglob("chunk-*.npy"))) == 1
