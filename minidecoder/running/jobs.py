@@ -10,7 +10,7 @@ without "text", a text holding a lone surrogate is an error naming the line.
 Work happens in a folder beside the output, `.NAME.partial/`:
 
     manifest.json          what the results depend on: model (source, config.json and tokenizer
-                           sha256), dtype, device, method.describe(), batch size, truncation, chunk
+                           sha256), dtype, device, fast paths, method.describe(), batch size, truncation, chunk
                            size, and the input's sha256 and line count
     chunk-000000.npy ...   (rows, E) float32 embeddings of input rows [k * chunk_size, ...), each
     chunk-000000.json      written to a temporary name and renamed, so a chunk that exists is whole
@@ -37,6 +37,7 @@ entry JSON-encoded), `.npy` gets a sidecar `NAME.npy.json`. It holds the manifes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
+from minidecoder.fast.options import fast_paths_of
 from minidecoder.output_files import check_not_inputs, claim_outputs, publish, write_whole
 from minidecoder.running.texts import check_text
 from minidecoder.sources.checksums import model_identity
@@ -56,7 +58,7 @@ from minidecoder.sources.checksums import model_identity
 if TYPE_CHECKING:  # torch is only named in an annotation here
     import torch
 
-MANIFEST_VERSION = 2  # 2: the model is bound to its weight files (sizes and sha256)
+MANIFEST_VERSION = 3  # 2: the model is bound to its weight files (sizes and sha256); 3: and its fast paths
 FORMATS = (".npy", ".safetensors")
 
 
@@ -159,6 +161,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         "model": model_identity(model),
         "dtype": str(model.dtype).replace("torch.", ""),
         "device": model.device.type,
+        "fast_paths": _jsonable(dataclasses.asdict(fast_paths_of(model))),  # graphs' buckets round differently
         "method": _jsonable(method.describe()),
         "batch_size": batch_size,
         "truncate": truncate,

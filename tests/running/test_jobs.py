@@ -123,6 +123,13 @@ def test_interrupted_job_resumes_and_refuses_other_settings(model, tmp_path: Pat
         run_embedding_job(model, "mean", source, output, chunk_size=5, batch_size=4)
     with pytest.raises(InputError, match="batch_size was 4, now 8"):
         run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=8)
+    plain = model.fast_paths  # padded buckets round differently: chunks of both must never mix
+    try:
+        model.fast_paths = dataclasses.replace(plain, buckets=True)
+        with pytest.raises(InputError, match="fast_paths.buckets was None, now True"):
+            run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
+    finally:
+        model.fast_paths = plain
     write_lines(source, 30, start=1)  # same length, other content
     with pytest.raises(InputError, match=r"input\.sha256 was"):
         run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
