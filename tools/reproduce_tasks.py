@@ -144,28 +144,39 @@ def sts_long_differences(rows: dict, sets) -> object:
     return differences
 
 
-def transfer_markdown(report: dict, model: str) -> str:
-    limit = report["settings"]["limit"]
-    lines = [f"# SentEval transfer on {model} (TP Table 5, CP Table 6)", ""]
-    if limit is not None:
-        lines += [f"**Limited run: the first {limit} rows of each file only; a quick look, never a claim.**", ""]
-    lines += ["Accuracy x100 of SentEval's probe, 95% bootstrap interval over test items; rows configured as chosen "
-              "on STS-B dev (results/<model>.json).", "",
-              "| row | " + " | ".join(TRANSFER_TASKS) + " | Avg. |", "|---|" + "---:|" * (len(TRANSFER_TASKS) + 1)]
-    for key, label in TRANSFER_ROWS:
+def table_markdown(report: dict, title: str, banner: str, caption: str, rows: list[tuple[str, str]],
+                   columns: list[str], cell, comparisons: str) -> str:
+    """A family's table file: its title, the limited-run banner, one line per row (`cell(row, column)`; a row
+    not run yet says so), the paper's comparisons and the command of every row."""
+    lines = [f"# {title}", ""]
+    if report["settings"]["limit"] is not None:
+        lines += [f"**Limited run: {banner}; a quick look, never a claim.**", ""]
+    lines += [caption, "", "| row | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for key, label in rows:
         row = report["rows"].get(key)
-        if row is None:
-            lines.append(f"| {label} | " + " | ".join("not run" for _ in TRANSFER_TASKS) + " | |")
-            continue
-        cells = [f"{row['tasks'][t]['score']:.2f} [{row['tasks'][t]['ci95'][0]:.1f}, {row['tasks'][t]['ci95'][1]:.1f}]"
-                 if t in row["tasks"] else "-" for t in TRANSFER_TASKS]
-        avg = f"{row['avg']:.2f}" if row.get("avg") is not None else "-"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {avg} |")
-    lines += ["", "## The papers' comparisons (paired 95% intervals of the difference)", "",
-              "| claim | diff | interval | verdict |", "|---|---:|---|---|"]
-    lines += claim_lines(report)
+        cells = [cell(row, column) if row is not None else "not run" for column in columns]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", f"## {comparisons} (paired 95% intervals of the difference)", "",
+              "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
     return "\n".join(lines)
+
+
+def scored(result: dict) -> str:
+    """A cell: the score and its 95% interval."""
+    return f"{result['score']:.2f} [{result['ci95'][0]:.1f}, {result['ci95'][1]:.1f}]"
+
+
+def transfer_markdown(report: dict, model: str) -> str:
+    def cell(row: dict, column: str) -> str:
+        if column == "Avg.":
+            return f"{row['avg']:.2f}" if row.get("avg") is not None else "-"
+        return scored(row["tasks"][column]) if column in row["tasks"] else "-"
+    return table_markdown(report, f"SentEval transfer on {model} (TP Table 5, CP Table 6)",
+                          f"the first {report['settings']['limit']} rows of each file only",
+                          "Accuracy x100 of SentEval's probe, 95% bootstrap interval over test items; rows configured "
+                          "as chosen on STS-B dev (results/<model>.json).",
+                          TRANSFER_ROWS, [*TRANSFER_TASKS, "Avg."], cell, "The papers' comparisons")
 
 
 def claim_lines(report: dict) -> list[str]:
@@ -180,27 +191,12 @@ def claim_lines(report: dict) -> list[str]:
 
 # ---- long STS -----------------------------------------------------------------------------------------
 def sts_long_markdown(report: dict, model: str) -> str:
-    # laid out like transfer_markdown on purpose (limit banner, table, claims): the two tables read alike
-    limit = report["settings"]["limit"]
-    lines = [f"# Long-context STS on {model} (HTP Figure 1)", ""]
-    if limit is not None:
-        lines += [f"**Limited run: built from the first {limit} STS-B test pairs; a quick look, never a claim.**", ""]
-    lengths = report["settings"]["lengths"]
-    lines += ["Spearman x100 per length k (k STS-B test pairs joined per long pair), 95% bootstrap interval over "
-              "long pairs.", "", "| row | " + " | ".join(f"k={k}" for k in lengths) + " |",
-              "|---|" + "---:|" * len(lengths)]
-    for key, label in STS_LONG_ROWS:
-        row = report["rows"].get(key)
-        if row is None:
-            lines.append(f"| {label} | " + " | ".join("not run" for _ in lengths) + " |")
-            continue
-        lines.append(f"| {label} | " + " | ".join(
-            f"{row['lengths'][str(k)]['score']:.2f} [{row['lengths'][str(k)]['ci95'][0]:.1f}, "
-            f"{row['lengths'][str(k)]['ci95'][1]:.1f}]" for k in lengths) + " |")
-    lines += ["", "## HTP's comparisons (paired 95% intervals of the difference)", "",
-              "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
-    lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
-    return "\n".join(lines)
+    lengths = [str(k) for k in report["settings"]["lengths"]]
+    return table_markdown(report, f"Long-context STS on {model} (HTP Figure 1)",
+                          f"built from the first {report['settings']['limit']} STS-B test pairs",
+                          "Spearman x100 per length k (k STS-B test pairs joined per long pair), 95% bootstrap "
+                          "interval over long pairs.", STS_LONG_ROWS, [f"k={k}" for k in lengths],
+                          lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons")
 
 
 def main(argv: list[str] | None = None) -> int:
