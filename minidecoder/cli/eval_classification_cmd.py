@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, instruction_for, limited_note, markdown_report,
-                                            parse_names, run_family)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for, limited_note,
+                                            markdown_report, parse_names)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
-    parser = benchmarks.add_parser("classification", help="MTEB classification (Banking77, Emotion): HTP Table 12",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = family_parser(benchmarks, FAMILY, "MTEB classification (Banking77, Emotion): HTP Table 12", __doc__)
     parser.add_argument("--tasks", default="Banking77,Emotion", help="comma-separated tasks (default: both)")
     add_family_options(parser, "classification",
                        "MTEB data folder (default: $MINIDECODER_MTEB_DATA or ../shared/data/mteb)",
                        "score only the first N test items", instruction=True)
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:

@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, limited_note, markdown_report, parse_names,
-                                            run_family)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, limited_note, markdown_report,
+                                            parse_names)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     from minidecoder.evaluation.cmteb_data import SETS
 
-    parser = benchmarks.add_parser("cmteb", help="C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = family_parser(benchmarks, FAMILY, "C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3", __doc__)
     parser.add_argument("--tasks", default=",".join(SETS), help="comma-separated sets (default: all eight)")
     add_family_options(parser, "cmteb", "C-MTEB data folder (default: $MINIDECODER_CMTEB_DATA or ../shared/data/cmteb)",
                        "score only the first N pairs of each set", instruction=True)
-    parser.set_defaults(run=run, instruction="none")
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_family(args, FAMILY)
+    parser.set_defaults(instruction="none")
 
 
 def read(args: argparse.Namespace) -> list:

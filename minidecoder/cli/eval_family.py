@@ -18,6 +18,7 @@ any order, as often as it likes.
 from __future__ import annotations
 
 import argparse
+import functools
 import datetime as _dt
 import json
 import re
@@ -70,6 +71,16 @@ class Family:
 
     def settings(self, args: argparse.Namespace) -> dict:
         return {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in self.input_flags}
+
+
+def family_parser(benchmarks: argparse._SubParsersAction, family: Family, help: str,
+                  description: str) -> argparse.ArgumentParser:
+    """`minidecoder eval <family.name>`, run by `run_family`; the family module adds its own options to what
+    this returns, beside their help, then the shared ones with `add_family_options`."""
+    parser = benchmarks.add_parser(family.name, help=help, description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=functools.partial(run_family, family=family))
+    return parser
 
 
 def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: str, limit_help: str,

@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, instruction_for, limited_note, markdown_report,
-                                            run_family)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for, limited_note,
+                                            markdown_report)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
-    parser = benchmarks.add_parser("retrieval", help="BEIR retrieval (SciFact, NFCorpus): HTP Table 1",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = family_parser(benchmarks, FAMILY, "BEIR retrieval (SciFact, NFCorpus): HTP Table 1", __doc__)
     parser.add_argument("--sets", default="scifact,nfcorpus", help="comma-separated BEIR sets under --data")
     parser.add_argument("--split", default="test", help="the qrels split to score (default: test)")
     parser.add_argument("--corpus-limit", type=int, default=None, metavar="M",
                         help="search only the first M documents plus those judged for the kept queries (quick look)")
     add_family_options(parser, "retrieval", "BEIR data folder (default: $MINIDECODER_BEIR_DATA or ../shared/data/beir)",
                        "score only the first N judged queries", truncate=512, instruction=True)
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:

@@ -14,25 +14,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minidecoder.cli.eval_family import Family, Kept, add_family_options, run_family
+from minidecoder.cli.eval_family import Family, Kept, add_family_options, family_parser
 from minidecoder.errors import InputError
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
-    # the same shape in every family's module on purpose: each declares its own options beside its help,
-    # and the shared ones come from add_family_options
-    parser = benchmarks.add_parser("sts-long", help="HTP's long-context STS (STS-B pairs joined; Figure 1)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = family_parser(benchmarks, FAMILY, "HTP's long-context STS (STS-B pairs joined; Figure 1)",
+                           __doc__)
     parser.add_argument("--lengths", default=None, help="comma-separated k values (default: 1,2,4,8,16)")
     parser.add_argument("--plot", action="store_true", help="also write PREFIX.png: score against length (needs matplotlib)")
     add_family_options(parser, "sts-long",
                        "STS data folder holding STSBenchmark/ (default: $MINIDECODER_STS_DATA or ../shared/data/sts)",
                        "build from the first N STS-B test pairs only (a quick look, stamped as such)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_family(args, FAMILY)
 
 
 def parse_lengths(text: str | None) -> list[int]:

@@ -12,23 +12,15 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import Family, Kept, add_family_options, parse_names, run_family
+from minidecoder.cli.eval_family import Family, Kept, add_family_options, family_parser, parse_names
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
-    # the same shape in every family's module on purpose: each declares its own options beside its help,
-    # and the shared ones come from add_family_options
-    parser = benchmarks.add_parser("transfer", help="SentEval's seven transfer tasks (TP / CP)", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = family_parser(benchmarks, FAMILY, "SentEval's seven transfer tasks (TP / CP)", __doc__)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: MR,CR,SUBJ,MPQA,SST2,TREC,MRPC)")
     add_family_options(parser, "transfer",
                        "SentEval transfer folder (default: $MINIDECODER_SENTEVAL_DATA or ../shared/data/senteval)",
                        "use only the first N rows of each data file (a quick look, stamped as such)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_family(args, FAMILY)
 
 
 def read(args: argparse.Namespace) -> list:
