@@ -15,6 +15,9 @@ probe's L2). "last" reads the final layer.
 
 Files: OUT/<model>-transfer.json / .md and OUT/<model>-sts-long.json / .md (OUT = results/ by default),
 rewritten after every row; a finished row is never recomputed (`--redo` with `--rows` recomputes those).
+A transfer row longer than a sitting: commit OUT/<model>-transfer-work/<row>/task-*.kept.json as tasks
+finish (.gitignore keeps only those); the next sitting, on any machine, embeds again and trains only the
+tasks not kept.
 Each JSON is also the claims file tools/claims_table.py reads (tools/family_claims.py: settings.benchmark,
 rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
 A file made with other settings (model, dtype, limit) is refused, never mixed. Within a row, the work
@@ -49,6 +52,7 @@ from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.evaluation.transfer import accuracy_replicates, evaluate_transfer  # noqa: E402
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
+from minidecoder.sources.checksums import model_identity  # noqa: E402
 
 TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp", "PromptEOL + TP"), ("prompteol+cp", "PromptEOL + CP (NS)"),
                  ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp", "Pretended CoT + TP"),
@@ -251,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             encode = encoder(model, method, work, args.batch_size)
             print(f"{family}: {label} ...", file=sys.stderr)
             if family == "transfer":
-                identity = json.dumps([settings, method.describe()], sort_keys=True, default=str)
+                # the weights' checksums too: a task kept from an earlier sitting (committed, see .gitignore) is
+                # reused only for the very same model files
+                identity = json.dumps([settings, model_identity(model), method.describe()], sort_keys=True, default=str)
                 results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,
                                             progress=True)
             else:

@@ -25,7 +25,10 @@ the interval of their difference.
 `kept` (a folder, optional) makes a run resumable at the grain of the slow steps: the embeddings of every
 text once they are computed, and each task's result once its probe is trained; a run given the same
 folder reuses both (a task whose texts or options changed is computed again), so an interrupted run
-resumed gives the scores of an uninterrupted one.
+resumed gives the scores of an uninterrupted one. A task's result is kept under what decides it (the
+identity: model, method and options; the task's texts and labels; the probe's settings), not under its
+embeddings' bytes: a later sitting on another machine, whose embeddings differ by float rounding, keeps
+the tasks already done and trains only the rest, as the STS tables resume piece by piece.
 """
 from __future__ import annotations
 
@@ -195,7 +198,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
                 return task_result(task, probe_task(task, rows, bar.update, config), task_index)
 
         key = hashlib.sha256(json.dumps([task.texts(), [s.labels.tolist() for s in task.splits.values()],
-                                         repr(config)]).encode() + table[[index[t] for t in task.texts()]].tobytes())
+                                         repr(config)]).encode())
         results["tasks"][task.name] = store.task(task.name, key.hexdigest(), run) if store else run()
     scores = [entry["score"] for entry in results["tasks"].values()]
     complete = sorted(results["tasks"]) == sorted(TRANSFER_TASKS)

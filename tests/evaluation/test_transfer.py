@@ -217,6 +217,11 @@ def test_interrupted_run_resumes_to_identical_scores(tmp_path: Path, monkeypatch
     for name in ("SST2", "TREC"):
         assert resumed["tasks"][name] == whole["tasks"][name]
 
+    (kept / "embeddings.kept.npy").unlink()  # a later sitting on another machine: embeddings differ by rounding,
+    nudged = transfer.evaluate_transfer(lambda texts: bag_of_words(texts) + 1e-7, tasks, progress=False, kept=kept)
+    assert calls == ["SST2", "TREC", "TREC"]  # yet every finished task is kept, not trained again
+    assert nudged["tasks"] == whole["tasks"]
+
     encoded = []  # kept work of another model or method is never reused
     other = transfer.evaluate_transfer(lambda texts: encoded.append(len(texts)) or 2 * bag_of_words(texts), tasks,
                                        progress=False, kept=kept, kept_identity="another method")
