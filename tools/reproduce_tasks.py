@@ -49,6 +49,7 @@ from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
+from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
 from minidecoder.evaluation.transfer import accuracy_replicates, evaluate_transfer  # noqa: E402
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 # reused only for the very same model files
                 identity = json.dumps([settings, model_identity(model), method.describe()], sort_keys=True, default=str)
                 results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,
-                                            progress=True)
+                                            progress=True, probe_workers=default_workers())
             else:
                 results = evaluate_sts_long(encode, loaded=loaded, chunk_size=1 << 62, progress=False)
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,

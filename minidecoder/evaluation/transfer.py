@@ -59,8 +59,9 @@ def mrpc_features(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def probe_task(task: TransferTask, rows: Callable[[list[str]], np.ndarray], progress: Callable[[int], None] | None = None,
-               config: ClassifierConfig = ClassifierConfig()) -> ProbeResult:
-    """Train and score SentEval's probe on one task; `rows(texts)` gives each text's (N, E) embedding."""
+               config: ClassifierConfig = ClassifierConfig(), workers: int = 1) -> ProbeResult:
+    """Train and score SentEval's probe on one task; `rows(texts)` gives each text's (N, E) embedding;
+    `workers` processes train the L2 grid's probes (the same result for any number: probe_pool.py)."""
     classes = len(task.classes)
 
     def features(split: str) -> np.ndarray:
@@ -71,12 +72,12 @@ def probe_task(task: TransferTask, rows: Callable[[list[str]], np.ndarray], prog
 
     labels = {name: split.labels for name, split in task.splits.items()}
     if task.scheme == "inner_kfold":
-        return inner_kfold(features("all"), labels["all"], classes, KFOLD, config, progress)
+        return inner_kfold(features("all"), labels["all"], classes, KFOLD, config, progress, workers)
     if task.scheme == "kfold":
         return kfold_then_test(features("train"), labels["train"], features("test"), labels["test"], classes,
-                               KFOLD, config, progress)
+                               KFOLD, config, progress, workers)
     return dev_selected(features("train"), labels["train"], features("dev"), labels["dev"], features("test"),
-                        labels["test"], classes, config, progress)
+                        labels["test"], classes, config, progress, workers)
 
 
 # ---- bootstrap over test items ---------------------------------------------------------------------------
@@ -163,12 +164,13 @@ def _write_atomically(path: Path, write: Callable) -> None:
 def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferTask] = TRANSFER_TASKS,
                       data_dir: str | Path | None = None, limit: int | None = None, progress: bool = True,
                       chunk_size: int = 256, kept: str | Path | None = None, kept_identity: str = "",
-                      config: ClassifierConfig = ClassifierConfig()) -> dict:
+                      config: ClassifierConfig = ClassifierConfig(), probe_workers: int = 1) -> dict:
     """Score `encode` on the transfer tasks (names, or tasks already read by `load_transfer_tasks`).
 
     Every distinct text of the tasks is encoded once (longest first). `kept` (a folder) keeps the work
     for a resumed call; `kept_identity` must name everything that makes the embeddings (model, dtype,
-    method and options, truncation): kept work made under another identity is never reused. Returns {"tasks": {name: entry},
+    method and options, truncation): kept work made under another identity is never reused. `probe_workers`
+    processes train each task's probes (probe_pool.py: the same scores for any number). Returns {"tasks": {name: entry},
     "avg", "avg_over", "limit", "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files",
     "protocol"}; an entry is `task_result`'s dict."""
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
@@ -195,7 +197,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         def run(task: TransferTask = task, task_index: int = task_index) -> dict:
             with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
                       file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
-                return task_result(task, probe_task(task, rows, bar.update, config), task_index)
+                return task_result(task, probe_task(task, rows, bar.update, config, probe_workers), task_index)
 
         key = hashlib.sha256(json.dumps([task.texts(), [s.labels.tolist() for s in task.splits.values()],
                                          repr(config)]).encode())

@@ -87,6 +87,22 @@ def test_inner_kfold_scores_as_senteval_and_equals_sklearn_accuracy() -> None:
     assert lo < entry["pooled_accuracy"] < hi and hi - lo < 20
 
 
+def test_probes_trained_in_worker_processes_equal_those_trained_here() -> None:
+    """probe_pool: the grid's probes in two spawned processes give the very same result as one after
+    another in this process (each probe is seeded alone and trains on one thread either way)."""
+    x, y = gaussian_classes(120, 6, seed=4)
+    config = sc.ClassifierConfig(max_epoch=8)
+    here = sc.inner_kfold(x, y, num_classes=2, k=3, config=config, workers=1)
+    pooled = sc.inner_kfold(x, y, num_classes=2, k=3, config=config, workers=2)
+    assert (here.dev_accuracy, here.test_accuracy, here.chosen_l2) == (pooled.dev_accuracy, pooled.test_accuracy,
+                                                                      pooled.chosen_l2)
+    assert np.array_equal(here.predictions, pooled.predictions)
+    tx, ty = gaussian_classes(80, 6, seed=5)
+    split = [sc.dev_selected(x[:80], y[:80], x[80:], y[80:], tx, ty, num_classes=2, config=config, workers=w)
+             for w in (1, 2)]
+    assert split[0].chosen_l2 == split[1].chosen_l2 and np.array_equal(split[0].predictions, split[1].predictions)
+
+
 def load_stub_task():
     from minidecoder.evaluation.transfer_data import Split, TransferTask
     return TransferTask("MR", "inner_kfold", ("0", "1"), {"all": Split([], np.zeros(0, np.int64))}, Path("."), [])
