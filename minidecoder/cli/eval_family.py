@@ -18,8 +18,8 @@ any order, as often as it likes.
 from __future__ import annotations
 
 import argparse
-import functools
 import datetime as _dt
+import functools
 import json
 import re
 import shlex
@@ -32,6 +32,7 @@ from typing import Any
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model, model_stamp)
+from minidecoder.errors import Interrupted
 
 # Methods that take a task's instruction as "{instruct} {text}" (spec section 11, HTP Appendix B: Vanilla
 # Mean, Vanilla Last, Echo Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt
@@ -182,7 +183,12 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     with owned_work_folder(work, family.owner, f"{command} --output {shlex.quote(str(prefix))}",
                            family.settings(args)):
         identity = json.dumps({**stamp, "truncate": args.truncate}, sort_keys=True, default=str)
-        results = family.evaluate(encode, loaded, args, Kept(work, identity))
+        try:
+            results = family.evaluate(encode, loaded, args, Kept(work, identity))
+        except KeyboardInterrupt as stop:  # past the embedding job (whose own line says what it kept)
+            if isinstance(stop, Interrupted):
+                raise
+            raise Interrupted(_scoring_interrupted(work, args, prefix)) from stop  # `from`: SIGTERM stays 143
         results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
         metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
                     **({"instruction": args.instruction} if hasattr(args, "instruction") else {}),
@@ -197,6 +203,18 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     print(table)
     print(f"\nwrote {json_path} and {md_path}" + "".join(f" and {path}" for path in figures))
     return 0
+
+
+def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
+    """The line for Ctrl-C after the embeddings: what the family kept (transfer: the embeddings and each
+    finished task's probe) or that nothing was, and how to go on."""
+    again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    kept = sorted(path.name for path in work.glob("*.kept.*")) if work.is_dir() else []
+    if kept:
+        tasks = [name.split(".")[0].removeprefix("task-") for name in kept if name.startswith("task-")]
+        finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
+        return f"interrupted while scoring; the embeddings{finished} are kept in {work}; {again} to resume from them"
+    return f"interrupted while scoring; nothing was kept, so {again} (it embeds the texts again)"
 
 
 def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
@@ -217,7 +235,6 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):
     """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one); Ctrl-C says
     which chunks are kept and the command that resumes them."""
-    from minidecoder.errors import Interrupted
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none

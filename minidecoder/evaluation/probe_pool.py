@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -44,7 +45,16 @@ def accuracies(jobs: list[Job], num_classes: int, config, workers: int = 1) -> l
     if workers <= 1 or len(jobs) <= 1:
         with one_thread():
             return [_train_and_score(task) for task in tasks]
-    return list(_pool(workers).map(_train_and_score, tasks))
+    pool = _pool(workers)
+    try:
+        return list(pool.map(_train_and_score, tasks))
+    except BaseException:  # Ctrl-C, SIGTERM or a failed probe: stop at once, not after the queued probes
+        _POOLS.pop(workers, None)
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: an inner k-fold task asks 10 times
@@ -56,8 +66,14 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     if pool is None or getattr(pool, "_broken", False):
         # spawn, not fork: a forked copy of a process whose torch already ran threads can hang
         pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                                     initializer=torch.set_num_threads, initargs=(1,))
+                                                     initializer=_start_worker)
     return pool
+
+
+def _start_worker() -> None:
+    """One thread, as `one_thread` here; Ctrl-C is the parent's to handle (a worker's would print a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
 
 
 def _train_and_score(task: tuple[Job, int, object]) -> float:

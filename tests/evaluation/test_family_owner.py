@@ -88,7 +88,9 @@ def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tm
         return real(task, *args, **kwargs)
 
     monkeypatch.setattr(transfer, "probe_task", stop_at_trec)
-    assert cli(capsys, *argv)[0] == 130
+    code, err = cli(capsys, *argv)
+    assert code == 130  # and the line says what is kept (it said "before any sentence was embedded")
+    assert f"interrupted while scoring; the embeddings and the finished tasks (SST2) are kept in {work}" in err, err
     monkeypatch.setattr(transfer, "probe_task", real)
     kept = sorted(path.name for path in work.iterdir())
     assert "task-SST2.kept.json" in kept and "embeddings.kept.npy" in kept  # no chunk, yet kept: not removed
@@ -97,3 +99,15 @@ def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tm
     assert code == 2 and "`minidecoder eval transfer`" in err and NO_MODEL not in err, err
     assert sorted(path.name for path in work.iterdir()) == kept
     assert cli(capsys, *argv)[0] == 0 and not work.exists()
+
+
+def test_ctrl_c_while_scoring_a_family_that_keeps_nothing_says_so(tmp_path: Path) -> None:
+    """Retrieval, classification, C-MTEB and long STS keep no work past the embedding job (it is removed
+    once read back): the line must not promise a resume."""
+    import argparse
+
+    from minidecoder.cli.eval_family import _scoring_interrupted
+
+    line = _scoring_interrupted(tmp_path / ".x.json.partial", argparse.Namespace(output=None), tmp_path / "x")
+    assert line == (f"interrupted while scoring; nothing was kept, so run the same command again with --output "
+                    f"{tmp_path / 'x'} (it embeds the texts again)")

@@ -103,6 +103,18 @@ def test_probes_trained_in_worker_processes_equal_those_trained_here() -> None:
     assert split[0].chosen_l2 == split[1].chosen_l2 and np.array_equal(split[0].predictions, split[1].predictions)
 
 
+def test_a_failed_probe_in_a_worker_ends_the_pool_and_the_next_call_starts_a_new_one() -> None:
+    from minidecoder.evaluation import probe_pool
+
+    x, y = gaussian_classes(60, 4, seed=6)
+    good, bad = (x, y, x, y, 1e-4), (x, y, x, y, -1.0)  # Adam refuses a negative weight decay
+    with pytest.raises(ValueError, match="weight_decay"):
+        probe_pool.accuracies([good, bad, good], 2, sc.ClassifierConfig(max_epoch=4), workers=2)
+    assert 2 not in probe_pool._POOLS  # the broken pool is gone, its processes ended
+    again = probe_pool.accuracies([good, good], 2, sc.ClassifierConfig(max_epoch=4), workers=2)
+    assert again[0] == again[1] == probe_pool.accuracies([good], 2, sc.ClassifierConfig(max_epoch=4), workers=1)[0]
+
+
 def load_stub_task():
     from minidecoder.evaluation.transfer_data import Split, TransferTask
     return TransferTask("MR", "inner_kfold", ("0", "1"), {"all": Split([], np.zeros(0, np.int64))}, Path("."), [])
