@@ -1,0 +1,33 @@
+#!/bin/bash
+# On the GPU machine, once every part is received: assemble and check the GGUF, convert it with
+# minidecoder's own converter, unpack the data, then run each argument as a command (within T seconds in
+# all, default 400) and pack /tmp/res (reports, tables, claims files; no kept work) into $OUT/res.tgz.
+#
+#   T=400 bash tools/gpu/run.sh \
+#     "python3 tools/reproduce_retrieval.py --family retrieval --device cuda --out /tmp/res/retrieval --results /tmp/res/results" \
+#     "python3 tools/reproduce_tasks.py --family sts-long --device cuda --out /tmp/res/results"
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD MINIDECODER_CACHE=/tmp/mdcache MINIDECODER_WEIGHTS=/tmp/mdweights
+end=$((SECONDS + ${T:-400}))
+name=$(cat /tmp/stage/gguf.name) || { echo "no staged GGUF: run receive.sh for every part first"; exit 3; }
+mkdir -p /tmp/mdcache/gguf /tmp/data /tmp/res/results
+cat /tmp/stage/gguf.part* > "/tmp/mdcache/gguf/$name"
+[ "$(sha256sum "/tmp/mdcache/gguf/$name" | cut -d' ' -f1)" = "$(cat /tmp/stage/gguf.sha256)" ] \
+    || { echo "the assembled GGUF's sha256 differs: a part is missing"; exit 3; }
+[ -f /tmp/stage/data.tar.xz ] && tar -C /tmp/data -xJf /tmp/stage/data.tar.xz
+for set in beir sts senteval mteb cmteb; do
+    [ -d "/tmp/data/$set" ] && export "MINIDECODER_$(echo $set | tr a-z A-Z)_DATA=/tmp/data/$set"
+done
+model=$(python3 -c "
+from minidecoder.sources.registry import KNOWN_MODELS, ensure_model, get
+name = next(n for n in KNOWN_MODELS if get(n).gguf_file == '$name')
+print(ensure_model(name, progress=False))") || exit 4
+echo "converted: $model"
+for command in "$@"; do
+    left=$((end - SECONDS - 20))
+    [ $left -gt 10 ] || { echo "out of time before: $command"; break; }
+    echo "== $command"
+    timeout $left bash -c "$command" 2>&1 | grep -v "UserWarning\|vectors = embed" | tee -a "$OUT/run.log"
+done
+tar --exclude='.*.partial' --exclude='.*.lock' --exclude='*-work' -C /tmp/res -czf "$OUT/res.tgz" .
+ls -la "$OUT"
