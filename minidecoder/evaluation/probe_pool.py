@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import TypeVar
 
-import numpy as np
 import torch
 
-Job = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]  # fit x, fit y, check x, check y, L2
+T = TypeVar("T")
 
 
 def default_workers() -> int:
@@ -38,16 +38,15 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def accuracies(jobs: list[Job], num_classes: int, config, workers: int = 1) -> list[float]:
-    """Each job's probe trained on its fit rows (early-stopped on its check rows) and its accuracy on the
-    check rows, in the jobs' order."""
-    tasks = [(job, num_classes, config) for job in jobs]
+def train_all(train: Callable[[T], float], jobs: list[T], workers: int = 1) -> list[float]:
+    """`train(job)` for every job, in the jobs' order: here on one thread, or in `workers` processes
+    (`train` must be a module-level function, so a spawned worker can import it)."""
     if workers <= 1 or len(jobs) <= 1:
         with one_thread():
-            return [_train_and_score(task) for task in tasks]
+            return [train(job) for job in jobs]
     pool = _pool(workers)
     try:
-        return list(pool.map(_train_and_score, tasks))
+        return list(pool.map(train, jobs))
     except BaseException:  # Ctrl-C, SIGTERM or a failed probe: stop at once, not after the queued probes
         _POOLS.pop(workers, None)
         processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
@@ -74,12 +73,3 @@ def _start_worker() -> None:
     """One thread, as `one_thread` here; Ctrl-C is the parent's to handle (a worker's would print a traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
-
-
-def _train_and_score(task: tuple[Job, int, object]) -> float:
-    from minidecoder.evaluation.senteval_classifier import LogisticRegressionProbe
-
-    (fit_x, fit_y, check_x, check_y, l2), num_classes, config = task
-    probe = LogisticRegressionProbe(fit_x.shape[1], num_classes, l2, config)
-    probe.fit(fit_x, fit_y, validation=(check_x, check_y))
-    return probe.score(check_x, check_y)

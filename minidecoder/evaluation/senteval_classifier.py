@@ -154,16 +154,25 @@ def _grid_score(fits: Callable[[], Fits], num_classes: int, config: ClassifierCo
     `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. `fits()` gives the folds' rows.
     The probes are independent (each seeded alone), so `workers` processes may train them: the same
     accuracies bit for bit (probe_pool.py; every probe trains on one thread, here or there)."""
-    folds = list(fits())
-    jobs = [(fit_x, fit_y, check_x, check_y, l2) for fit_x, fit_y, check_x, check_y in folds for l2 in L2_GRID]
+    jobs = [(fit_x, fit_y, check_x, check_y, l2, num_classes, config)
+            for fit_x, fit_y, check_x, check_y in fits() for l2 in L2_GRID]
     accuracies: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
-    for n, accuracy in enumerate(probe_pool.accuracies(jobs, num_classes, config, workers)):
+    for n, accuracy in enumerate(probe_pool.train_all(_trained_accuracy, jobs, workers)):
         accuracies[n % len(L2_GRID)].append(accuracy)
         if progress and n % len(L2_GRID) == len(L2_GRID) - 1:
             progress(1)  # a fold's four probes are done
     scores = [round(100 * float(np.mean(row)), 2) for row in accuracies]
     best = int(np.argmax(scores))
     return L2_GRID[best], scores[best]
+
+
+def _trained_accuracy(job: tuple) -> float:
+    """One grid probe (a job of `_grid_score`): trained on the fit rows, early-stopped on the check rows, and
+    its accuracy there."""
+    fit_x, fit_y, check_x, check_y, l2, num_classes, config = job
+    probe = LogisticRegressionProbe(fit_x.shape[1], num_classes, l2, config)
+    probe.fit(fit_x, fit_y, validation=(check_x, check_y))
+    return probe.score(check_x, check_y)
 
 
 def _fold_rows(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> Callable[[], Fits]:

@@ -107,12 +107,13 @@ def test_a_failed_probe_in_a_worker_ends_the_pool_and_the_next_call_starts_a_new
     from minidecoder.evaluation import probe_pool
 
     x, y = gaussian_classes(60, 4, seed=6)
-    good, bad = (x, y, x, y, 1e-4), (x, y, x, y, -1.0)  # Adam refuses a negative weight decay
+    config = sc.ClassifierConfig(max_epoch=4)
+    good, bad = (x, y, x, y, 1e-4, 2, config), (x, y, x, y, -1.0, 2, config)  # Adam refuses a negative decay
     with pytest.raises(ValueError, match="weight_decay"):
-        probe_pool.accuracies([good, bad, good], 2, sc.ClassifierConfig(max_epoch=4), workers=2)
+        probe_pool.train_all(sc._trained_accuracy, [good, bad, good], workers=2)
     assert 2 not in probe_pool._POOLS  # the broken pool is gone, its processes ended
-    again = probe_pool.accuracies([good, good], 2, sc.ClassifierConfig(max_epoch=4), workers=2)
-    assert again[0] == again[1] == probe_pool.accuracies([good], 2, sc.ClassifierConfig(max_epoch=4), workers=1)[0]
+    again = probe_pool.train_all(sc._trained_accuracy, [good, good], workers=2)
+    assert again[0] == again[1] == probe_pool.train_all(sc._trained_accuracy, [good], workers=1)[0]
 
 
 def load_stub_task():
