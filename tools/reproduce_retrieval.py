@@ -36,8 +36,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +72,8 @@ import json, resource, sys
 from minidecoder.cli import main
 code = main(sys.argv[2:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-json.dump({"peak_rss_mib": peak, "status": code}, open(sys.argv[1], "w"))
+if code == 0:  # a finished row's Memory column; a stopped row has none
+    json.dump({"peak_rss_mib": peak, "status": code}, open(sys.argv[1], "w"))
 sys.exit(code)
 """
 
@@ -118,7 +121,13 @@ def run_row(family: str, key: str, method: str, options: dict, args: argparse.Na
     memory = args.out / f"{key}.memory.json"
     argv = command(family, method, options, args, prefix)
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
-    status = subprocess.run([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO, env=child_environment()).returncode
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO, env=child_environment())
+    try:
+        status = child.wait()
+    finally:  # stopped (SIGTERM, see main; Ctrl-C): the row's process stops too, keeping its chunks, never orphaned
+        if child.poll() is None:
+            child.terminate()
+            child.wait()
     if status != 0:
         raise SystemExit(f"{key} stopped (status {status}); run the same command again to resume it")
 
@@ -253,10 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
     args.results.mkdir(parents=True, exist_ok=True)
-    for key in wanted:
-        method, options = known[key]
-        run_row(args.family, key, method, options, args)
-        print(f"table: {write_table(args.family, args)}", flush=True)
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM runs run_row's finally, as Ctrl-C does
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        for key in wanted:
+            method, options = known[key]
+            run_row(args.family, key, method, options, args)
+            print(f"table: {write_table(args.family, args)}", flush=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

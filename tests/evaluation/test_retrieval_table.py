@@ -90,3 +90,37 @@ def test_a_row_keeps_the_callers_pythonpath(monkeypatch, tmp_path: Path) -> None
     assert paths == [str(tool.REPO), str(tmp_path / "site"), str(tmp_path / "more")]
     monkeypatch.delenv("PYTHONPATH")
     assert tool.child_environment()["PYTHONPATH"] == str(tool.REPO)
+
+
+def test_sigterm_to_the_tool_stops_the_row_it_runs(tmp_path: Path) -> None:
+    """A row's process must not outlive the tool (it would hold the row's outputs and a CPU): SIGTERM to
+    the tool terminates the row's process and the tool exits 143."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import importlib.util, subprocess, sys
+spec = importlib.util.spec_from_file_location("tool", {str(TOOL)!r})
+tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)
+real = subprocess.Popen
+def sleeper(argv, **kwargs):  # the row's process, stood in for by one that waits
+    child = real([sys.executable, "-c", "import time; time.sleep(120)"])
+    open({str(tmp_path / 'pid')!r}, "w").write(str(child.pid))
+    return child
+tool.subprocess.Popen = sleeper
+sys.exit(tool.main(["--family", "retrieval", "--model", "m", "--rows", "mean", "--out", {str(tmp_path / 'out')!r},
+                    "--results", {str(tmp_path / 'results')!r}]))
+""")
+    run = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143, err
+    assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    assert not (tmp_path / "out" / "mean.memory.json").exists()
