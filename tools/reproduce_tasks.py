@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     name = Path(args.model).name  # a folder's name, or the model's
     settings = {"model": name, "dtype": args.dtype, "device": args.device, "limit": args.limit,
                 "tokenizer_sha256": model.tokenizer.checksum}
+    # the weights' checksums (hashed once): a transfer task kept from an earlier sitting (committed, see
+    # .gitignore) is reused only for the very same model files
+    weights = model_identity(model) if args.family != "sts-long" else None
     families = ["transfer", "sts-long"] if args.family == "both" else [args.family]
     for family in families:
         path = out / f"{name}-{family}.json"
@@ -256,9 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             encode = encoder(model, method, work, args.batch_size)
             print(f"{family}: {label} ...", file=sys.stderr)
             if family == "transfer":
-                # the weights' checksums too: a task kept from an earlier sitting (committed, see .gitignore) is
-                # reused only for the very same model files
-                identity = json.dumps([settings, model_identity(model), method.describe()], sort_keys=True, default=str)
+                identity = json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
                 results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,
                                             progress=True, probe_workers=default_workers())
             else:

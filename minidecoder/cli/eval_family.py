@@ -208,10 +208,11 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
 def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
     """The line for Ctrl-C after the embeddings: what the family kept (transfer: the embeddings and each
     finished task's probe) or that nothing was, and how to go on."""
+    from minidecoder.running.jobs import holds_kept_work
+
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
-    kept = sorted(path.name for path in work.glob("*.kept.*")) if work.is_dir() else []
-    if kept:
-        tasks = [name.split(".")[0].removeprefix("task-") for name in kept if name.startswith("task-")]
+    if work.is_dir() and holds_kept_work(work):
+        tasks = sorted(path.name.split(".")[0].removeprefix("task-") for path in work.glob("task-*.kept.json"))
         finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
         return f"interrupted while scoring; the embeddings{finished} are kept in {work}; {again} to resume from them"
     return f"interrupted while scoring; nothing was kept, so {again} (it embeds the texts again)"
