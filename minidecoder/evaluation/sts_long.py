@@ -104,7 +104,7 @@ def evaluate_sts_long(encode: Encoder, data_dir: str | Path | None = None, limit
     first). Returns {"lengths": score_long_pairs' dict, "construction", "limit", "texts", "encode_seconds",
     "data_dir", "data_files"}. `loaded`: `load_long_sts`'s result, read already."""
     task, sets = loaded if loaded is not None else load_long_sts(data_dir, limit, lengths)
-    texts = sorted({t for p in sets for t in p.first + p.second}, key=len, reverse=True)
+    texts = sorted(dict.fromkeys(t for p in sets for t in p.first + p.second), key=len, reverse=True)
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="long STS texts")  # (N, E)
     seconds = time.perf_counter() - start

@@ -176,7 +176,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
         load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None
-    texts = sorted({text for task in loaded for text in task.texts()}, key=len, reverse=True)
+    texts = sorted(dict.fromkeys(text for task in loaded for text in task.texts()), key=len, reverse=True)
     start = time.perf_counter()
 
     def compute() -> torch.Tensor:

@@ -111,3 +111,22 @@ def test_ctrl_c_while_scoring_a_family_that_keeps_nothing_says_so(tmp_path: Path
     line = _scoring_interrupted(tmp_path / ".x.json.partial", argparse.Namespace(output=None), tmp_path / "x")
     assert line == (f"interrupted while scoring; nothing was kept, so run the same command again with --output "
                     f"{tmp_path / 'x'} (it embeds the texts again)")
+
+
+def test_the_order_of_a_runs_texts_is_the_same_in_every_process():
+    """A resumed job refuses texts in another order; a set's order follows the per-process string hash, so
+    each new process (a resume is one) must order the run's texts the same way: longest first, ties in
+    first-appearance order, whatever PYTHONHASHSEED is."""
+    import os
+    import subprocess
+    import sys
+
+    texts = [f"text {i:03d}" for i in range(60)] + ["a longer text", "text 007", "short"]
+    program = ("import json, sys; from minidecoder.cli.eval_family import embedding_order; "
+               "print(json.dumps(embedding_order(json.loads(sys.argv[1]))))")
+    orders = [json.loads(subprocess.run([sys.executable, "-c", program, json.dumps(texts)], check=True,
+                                        capture_output=True, text=True,
+                                        env={**os.environ, "PYTHONHASHSEED": seed}).stdout)
+              for seed in ("1", "2", "3")]
+    assert orders[0] == orders[1] == orders[2]
+    assert orders[0] == ["a longer text"] + [f"text {i:03d}" for i in range(60)] + ["short"]
