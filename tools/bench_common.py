@@ -13,10 +13,13 @@ from pathlib import Path
 
 import torch
 
+from minidecoder.sources.paths import sts_data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"  # ../shared/data beside the checkout, as the library looks for it
 # SciFact: the same variable as `minidecoder eval retrieval` (sources/paths.py)
-STS_TEST = Path(os.environ.get("MINIDECODER_STS_DIR", SHARED_DATA / "sts")) / "STSBenchmark" / "sts-test.csv"
+# STS-B: the library's own folder ($MINIDECODER_STS_DATA, else ../shared/data/sts), as `minidecoder eval sts` finds it
+STS_TEST = (sts_data_dir() or SHARED_DATA / "sts") / "STSBenchmark" / "sts-test.csv"
 SCIFACT_CORPUS = Path(os.environ.get("MINIDECODER_BEIR_DATA", SHARED_DATA / "beir")) / "scifact" / "corpus.jsonl"
 PROMPTEOL = 'This sentence : "{text}" means in one word:"'
 DOCUMENT_TOKENS = 512  # HTP's cut of a retrieval document (its Appendix B), and the long-document case's

@@ -381,10 +381,10 @@ def build_checkpoint(folder: Path, shape: str, tokenizer_dir: Path, device: torc
 
 
 def resolve_sts(given: str | None) -> Path:
-    """--sts, else STSBenchmark/sts-test.csv under $MINIDECODER_STS_DIR (tools/bench.py's variable) or under
-    minidecoder's STS folder ($MINIDECODER_STS_DATA, else ../shared/data/sts)."""
+    """--sts, else STSBenchmark/sts-test.csv under minidecoder's STS folder ($MINIDECODER_STS_DATA, else
+    ../shared/data/sts), the one variable every tool and command reads."""
     from minidecoder.sources.paths import sts_data_dir
-    folders = [os.environ.get("MINIDECODER_STS_DIR"), sts_data_dir()]
+    folders = [sts_data_dir()]
     candidates = [Path(given)] if given else [Path(f) / "STSBenchmark" / "sts-test.csv" for f in folders if f]
     path = next((f for f in candidates if f.is_file()), None)
     if path is None:
@@ -480,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
                         "folder removed at the end)")
     parser.add_argument("--tokenizer", default=None, help=f"folder with {DEFAULT_MODEL}'s tokenizer.json and "
                         "tokenizer_config.json (default: the local registry folder, else fetched)")
-    parser.add_argument("--sts", default=None, help="STSBenchmark/sts-test.csv (default: $MINIDECODER_STS_DIR, "
-                        "$MINIDECODER_STS_DATA or ../shared/data/sts)")
+    parser.add_argument("--sts", default=None, help="STSBenchmark/sts-test.csv (default: under "
+                        "$MINIDECODER_STS_DATA, else ../shared/data/sts)")
     parser.add_argument("--limit", type=int, default=None, help="first N sentences (default all 2,758)")
     parser.add_argument("--method-limit", type=int, default=1024, help="sentences for the methods table (default 1024)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per configuration, after its warm-up; "
