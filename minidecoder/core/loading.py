@@ -11,9 +11,11 @@ found under their prefix (its vision tower is skipped).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -152,6 +154,25 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
     model.load_state_dict(state, strict=True, assign=True)
     model._inv_freq = {kind: (freq.to(device), scale) for kind, (freq, scale) in _cpu_inv_freq(config).items()}
     return model.eval()
+
+
+def checkpoint_parameters(config: ModelConfig, folder: Path, dtype: torch.dtype):
+    """(name, tensor) of every parameter `load_weights` would give the Decoder of `config`, in the Decoder's
+    parameter order, each read alone onto the CPU and cast to `dtype`: a checkpoint compared with a loaded
+    model (a sentence-transformers save checks it gives the model back) without a second model in memory."""
+    with torch.device("meta"):
+        names = [name for name, _ in Decoder(config).named_parameters()]
+    locations = _locate(config, folder, weight_files(folder))
+    if missing := [name for name in names if name not in locations]:
+        raise CheckpointError(f"weights in {folder} do not match the config: missing {_short(missing)}",
+                              "check that config.json belongs to these weights")
+    with contextlib.ExitStack() as opened:
+        handles: dict[Path, Any] = {}
+        for name in names:
+            path, stored = locations[name]
+            if path not in handles:
+                handles[path] = opened.enter_context(safe_open(str(path), framework="pt", device="cpu"))
+            yield name, handles[path].get_tensor(stored).to(dtype)
 
 
 def _locate(config: ModelConfig, folder: Path, files: list[Path]) -> dict[str, tuple[Path, str]]:

@@ -24,7 +24,7 @@ from typing import Any
 from sentence_transformers.base.modules.input_module import InputModule
 
 from minidecoder.errors import InputError
-from minidecoder.running.encoder import SentenceEncoder, parameters_sha256
+from minidecoder.running.encoder import SentenceEncoder, tensors_sha256
 
 
 class MinidecoderModule(InputModule):
@@ -53,7 +53,7 @@ class MinidecoderModule(InputModule):
         the saved one: same files, dtype, method, options, truncate and prompts. A model whose parameters
         were changed in memory cannot be rebuilt from its folder, and is refused."""
         configuration = self.encoder.configuration()
-        _check_rebuildable(configuration)
+        _check_rebuildable(configuration, self.encoder.model.config)
         return {"model": configuration["source"], **{key: configuration[key] for key in self.config_keys[1:]}}
 
     # the module as sentence-transformers shows it
@@ -89,17 +89,21 @@ class MinidecoderModule(InputModule):
         return f"MinidecoderModule({self.encoder.name})"
 
 
-def _check_rebuildable(configuration: dict[str, Any]) -> None:
+def _check_rebuildable(configuration: dict[str, Any], config: Any) -> None:
     """The saved folder names the model's folder, not its weights: refuse a model that folder does not
-    give back (built in memory, or its parameters changed since it was loaded)."""
-    from minidecoder.running.load_model import load
+    give back (built in memory, or its parameters changed since it was loaded). The folder's weights are
+    read one tensor at a time, cast as the model was, so no second model is loaded (a 7B model's save would
+    need its memory twice)."""
+    from pathlib import Path
+
+    from minidecoder.core.loading import checkpoint_parameters, resolve_dtype
 
     source = configuration["source"]
     if source is None:
         raise InputError("this model was built in memory, not loaded from a folder, so a saved module could not "
                          "load it back", "write it as a checkpoint folder and load it with minidecoder.load(folder)")
-    reference = load(source, dtype=configuration["dtype"], device="cpu", progress=False)
-    if parameters_sha256(reference) != configuration["parameters_sha256"]:
+    saved = checkpoint_parameters(config, Path(source), resolve_dtype(configuration["dtype"]))
+    if tensors_sha256(saved) != configuration["parameters_sha256"]:
         raise InputError(f"the model's parameters were changed in memory since they were loaded from {source}; a "
                          "saved module names that folder, so loading it would give the original model",
                          "write the changed weights as a checkpoint folder and load that, then save")

@@ -204,14 +204,20 @@ class SentenceEncoder:
 
 
 def parameters_sha256(model: Any) -> str:
-    """sha256 over every parameter and buffer (name, then raw bytes), in state-dict order: the weights as
-    they are in memory, edits included (about a second per GB)."""
+    """sha256 over every parameter (name, then raw bytes), in the model's parameter order: the weights as they
+    are in memory, edits included (about a second per GB)."""
+    return tensors_sha256((name, p.detach()) for name, p in model.named_parameters())
+
+
+def tensors_sha256(named: Any) -> str:
+    """sha256 over (name, raw bytes) pairs, in the order given: `parameters_sha256` of a model, or of a
+    checkpoint read one tensor at a time (`core.loading.checkpoint_parameters`)."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in named:
         digest.update(name.encode("utf-8"))
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -122,3 +122,34 @@ def test_integrations_are_not_imported_by_minidecoder():
             "print(any(m.split('.')[0] in ('sentence_transformers', 'mteb') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("variant", ["llama", "llama_mha_tied_bias", "gemma3"])
+def test_a_checkpoint_read_tensor_by_tensor_hashes_as_its_loaded_model(variant: str):
+    """The sentence-transformers save checks that the model's folder gives the model back by reading the
+    folder one tensor at a time (no second model in memory): that read must hash as the loaded model does,
+    tied embeddings and every family included, in each dtype, and differ once a parameter is edited."""
+    from tiny_models import checkpoint
+
+    from minidecoder.core.loading import checkpoint_parameters, resolve_dtype
+    from minidecoder.running.encoder import parameters_sha256, tensors_sha256
+
+    folder = checkpoint(variant)[1]
+    for dtype in ("float32", "bfloat16"):
+        model = minidecoder.load(folder, dtype=dtype, progress=False)
+        read = tensors_sha256(checkpoint_parameters(model.config, folder, resolve_dtype(dtype)))
+        assert read == parameters_sha256(model)
+    with torch.no_grad():
+        model.layers[0].mlp.down_proj.weight[0, 0] += 1.0
+    assert parameters_sha256(model) != read
+
+
+def test_the_sentence_transformers_save_loads_no_second_model(sentence_transformer, tmp_path: Path, monkeypatch):
+    import minidecoder.core.loading as loading
+
+    def second_model(*args, **kwargs):
+        raise AssertionError("the save loaded the model's weights a second time")
+
+    monkeypatch.setattr(loading, "load_weights", second_model)
+    sentence_transformer.save(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "minidecoder_config.json").is_file()
