@@ -9,7 +9,11 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD MINIDECODER_CACHE=/tmp/mdcache MINIDECODER_WEIGHTS=/tmp/mdweights
 end=$((SECONDS + ${T:-400}))
-name=$(cat /tmp/stage/gguf.name) || { echo "no staged GGUF: run receive.sh for every part first"; exit 3; }
+folders=$(ls /tmp/stage | sed -n 's/^folder-[0-9]*-of-\([0-9]*\)$/\1/p' | head -1)
+received=$(ls /tmp/stage | grep -c '^folder-[0-9]*-of-' || true)
+[ -n "$folders" ] && [ "$received" = "$folders" ] \
+    || { echo "received $received of ${folders:-?} staged folders: run receive.sh for each .dev/gpu-K first"; exit 3; }
+name=$(cat /tmp/stage/gguf.name)
 mkdir -p /tmp/mdcache/gguf /tmp/data /tmp/res/results
 cat /tmp/stage/gguf.part* > "/tmp/mdcache/gguf/$name"
 [ "$(sha256sum "/tmp/mdcache/gguf/$name" | cut -d' ' -f1)" = "$(cat /tmp/stage/gguf.sha256)" ] \
