@@ -130,3 +130,40 @@ def test_the_order_of_a_runs_texts_is_the_same_in_every_process():
               for seed in ("1", "2", "3")]
     assert orders[0] == orders[1] == orders[2]
     assert orders[0] == ["a longer text"] + [f"text {i:03d}" for i in range(60)] + ["short"]
+
+
+def test_a_run_interrupted_in_one_process_resumes_in_another_to_the_same_scores(tiny_llama, tmp_path: Path):
+    """The resume a user makes: Ctrl-C, then the same command in a new process (another string-hash seed).
+    It must take the kept chunk (it was refused as 'other settings' while a set ordered the texts) and
+    score what an uninterrupted run scores."""
+    import os
+    import subprocess
+    import sys
+
+    data = stsb(tmp_path / "sts", pairs=1100)  # lengths 1, 2: 3,300 texts, 1,024 a chunk
+    argv = ["eval", "sts-long", "--lengths", "1,2", "--method", "mean", "--data", str(data), "--no-progress",
+            "--model", str(tiny_llama)]
+    ctrl_c_at_the_second_chunk = (
+        "import sys; import minidecoder.running.embedding as e; from minidecoder.cli import main; real = e.embed\n"
+        "calls = []\n"
+        "def embed(*a, **k):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 2: raise KeyboardInterrupt\n"
+        "    return real(*a, **k)\n"
+        "e.embed = embed; sys.exit(main(sys.argv[1:]))")
+    plain = "import sys; from minidecoder.cli import main; sys.exit(main(sys.argv[1:]))"
+
+    def run(program: str, seed: str, output: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", program, *argv, "--output", str(output)], capture_output=True,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"})
+
+    stopped = run(ctrl_c_at_the_second_chunk, "1", tmp_path / "x")
+    assert stopped.returncode == 130 and "kept in" in stopped.stderr, stopped.stderr
+    resumed = run(plain, "2", tmp_path / "x")
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run(plain, "3", tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+    results = [json.loads((tmp_path / f"{name}.json").read_text())["results"] for name in ("x", "whole")]
+    assert results[0]["embedding"]["chunks_reused"] == 1
+    scores = [{length: (row["score"], row["cosines"]) for length, row in r["lengths"].items()} for r in results]
+    assert scores[0] == scores[1]
