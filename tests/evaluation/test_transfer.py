@@ -59,35 +59,22 @@ def test_folds_are_a_stratified_partition_checked_by_hand() -> None:
     assert [t.tolist() for _, t in folds] != [t.tolist() for _, t in sc._folds(y, 10, 1112)]
 
 
-class SentEvalsTrainingLoop(sc.LogisticRegressionProbe):
-    """The oracle: SentEval's own loop (PyTorchClassifier.trainepoch), an nn.Linear stepped by torch.optim.Adam
-    after zero_grad and backward, in place of the probe's written-out Adam update."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate, weight_decay=self.l2)
-
-    def _train_passes(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.model.train()
-        for _ in range(self.config.epoch_size):
-            order = torch.from_numpy(self.shuffles.permutation(len(x)))
-            for start in range(0, len(x), self.config.batch_size):
-                rows = order[start:start + self.config.batch_size]
-                loss = torch.nn.functional.cross_entropy(self.model(x[rows]), y[rows])
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-        self.epochs += self.config.epoch_size
-
-
 @pytest.mark.parametrize("l2, classes", [(1e-5, 2), (1e-2, 6)])
 def test_the_written_out_adam_trains_the_optimizers_weights_bit_for_bit(l2: float, classes: int) -> None:
     """Early stopping turns any rounding difference into another epoch count or another best model, so the
-    probe's own Adam update must give torch.optim.Adam's weights exactly, through a whole fit (a last batch
-    shorter than 64, several epochs, the best model kept)."""
+    probe's own Adam update must give the weights of SentEval's own loop (torch.optim.Adam; the peer
+    tools/bench_probes.py times it against) exactly, through a whole fit (a last batch shorter than 64,
+    several epochs, the best model kept)."""
     x, y = gaussian_classes(1000, 24, seed=3, classes=classes, spread=2.0)
     dev_x, dev_y = gaussian_classes(300, 24, seed=4, classes=classes, spread=2.0)
-    ours, oracle = sc.LogisticRegressionProbe(24, classes, l2), SentEvalsTrainingLoop(24, classes, l2)
+    import importlib.util
+
+    from repo_paths import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_probes", REPO / "tools" / "bench_probes.py")
+    bench_probes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_probes)
+    ours, oracle = sc.LogisticRegressionProbe(24, classes, l2), bench_probes.SentEvalsOwnLoop(24, classes, l2)
     assert ours.fit(x, y, validation=(dev_x, dev_y)) == oracle.fit(x, y, validation=(dev_x, dev_y))
     assert ours.epochs == oracle.epochs > 2 * ours.config.epoch_size
     assert torch.equal(ours.model.weight, oracle.model.weight) and torch.equal(ours.model.bias, oracle.model.bias)
