@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
     return model.eval()
 
 
-def checkpoint_parameters(config: ModelConfig, folder: Path, dtype: torch.dtype):
+def checkpoint_parameters(config: ModelConfig, folder: Path, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) of every parameter `load_weights` would give the Decoder of `config`, in the Decoder's
     parameter order, each read alone onto the CPU and cast to `dtype`: a checkpoint compared with a loaded
     model (a sentence-transformers save checks it gives the model back) without a second model in memory."""
