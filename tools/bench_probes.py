@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     x = (rng.standard_normal((args.rows, args.dim)) + 0.1 * y[:, None]).astype(np.float32)
     folds = sc._fold_rows(x, y, sc._folds(y, args.folds, sc.SEED))
     first_fold = next(iter(folds()))
-    (peer, theirs), (ours_time, ours) = time_one_fit(SentEvalsOwnLoop, first_fold), time_one_fit(sc.LogisticRegressionProbe, first_fold)
+    peer, theirs = time_one_fit(SentEvalsOwnLoop, first_fold)
+    ours_time, ours = time_one_fit(sc.LogisticRegressionProbe, first_fold)
     same = torch.equal(theirs.model.weight, ours.model.weight) and torch.equal(theirs.model.bias, ours.model.bias)
     print(f"one fit ({ours.epochs} epochs): SentEval's loop {peer:.2f} s, minidecoder's probe {ours_time:.2f} s: "
           f"{peer / ours_time:.2f}x; the same weights bit for bit: {same}", flush=True)

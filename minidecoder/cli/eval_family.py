@@ -168,7 +168,9 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     model = load_model(args)
     stamp = {**model_stamp(args, model, method), "model_identity": model_identity(model)}
     command = shlex.join(["minidecoder", "eval", family.name, *argv_of(args)])
-    texts = embedding_order(family.texts(loaded, args))
+    from minidecoder.evaluation.harness import longest_first
+
+    texts = longest_first(family.texts(loaded, args))  # the same order in every process: resumable
     row = {text: i for i, text in enumerate(texts)}
     job: dict = {}
 
@@ -231,14 +233,6 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
                            "texts_cut": int(summary.get("truncated_rows", 0) or 0),
                            "policy": "a text past the model's context is an error" if truncate is None
                            else f"the first {truncate} tokens of a longer text are kept"}}
-
-
-def embedding_order(texts: Sequence[str]) -> list[str]:
-    """Every distinct text once, longest first (less padding per batch); ties keep first-appearance order.
-    The order must not change between processes: a resumed job refuses texts in another order, and a
-    set's order follows the per-process string hash (PYTHONHASHSEED), so an interrupted run could never
-    resume (it did not, on a retrieval row, before this)."""
-    return sorted(dict.fromkeys(texts), key=len, reverse=True)
 
 
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):

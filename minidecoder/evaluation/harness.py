@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,14 +46,17 @@ from minidecoder.evaluation.sts_data import ALL_SEVEN, StsTask, load_tasks
 Encoder = Callable[[list[str]], torch.Tensor]  # sentences -> (N, D)
 
 
+def longest_first(texts: Iterable[str]) -> list[str]:
+    """Every distinct text once, longest first (less padding per batch; a batch that does not fit in memory
+    fails at once instead of hours in); ties keep first-appearance order. The order must be the same in
+    every process: a resumed job refuses texts in another order, and a set's order follows the per-process
+    string hash (PYTHONHASHSEED), so with a set an interrupted run could never resume."""
+    return sorted(dict.fromkeys(texts), key=len, reverse=True)
+
+
 def unique_sentences(tasks: Sequence[StsTask]) -> list[str]:
-    """Every distinct sentence of the tasks, longest first (less padding per batch; a batch that
-    does not fit in memory fails at once instead of hours in). Ties keep first-appearance order."""
-    seen: dict[str, None] = {}
-    for task in tasks:
-        for sentence in task.sentences():
-            seen.setdefault(sentence)
-    return sorted(seen, key=len, reverse=True)
+    """Every distinct sentence of the tasks, longest first (`longest_first`)."""
+    return longest_first(sentence for task in tasks for sentence in task.sentences())
 
 
 def encode_sentences(

@@ -28,7 +28,7 @@ import numpy as np
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
-from minidecoder.evaluation.harness import Encoder, encode_sentences, pair_cosines
+from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first, pair_cosines
 from minidecoder.evaluation.spearman import spearman
 from minidecoder.evaluation.sts_data import StsTask, load_sts_benchmark, resolve_data_dir
 
@@ -104,7 +104,7 @@ def evaluate_sts_long(encode: Encoder, data_dir: str | Path | None = None, limit
     first). Returns {"lengths": score_long_pairs' dict, "construction", "limit", "texts", "encode_seconds",
     "data_dir", "data_files"}. `loaded`: `load_long_sts`'s result, read already."""
     task, sets = loaded if loaded is not None else load_long_sts(data_dir, limit, lengths)
-    texts = sorted(dict.fromkeys(t for p in sets for t in p.first + p.second), key=len, reverse=True)
+    texts = longest_first(t for p in sets for t in p.first + p.second)
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="long STS texts")  # (N, E)
     seconds = time.perf_counter() - start

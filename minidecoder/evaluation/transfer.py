@@ -44,7 +44,7 @@ import torch
 from tqdm import tqdm
 
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
-from minidecoder.evaluation.harness import Encoder, encode_sentences
+from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
 from minidecoder.evaluation.senteval_classifier import (KFOLD, ClassifierConfig, ProbeResult, dev_selected,
                                                         fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, TransferTask, load_transfer_tasks
@@ -176,7 +176,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
         load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None
-    texts = sorted(dict.fromkeys(text for task in loaded for text in task.texts()), key=len, reverse=True)
+    texts = longest_first(text for task in loaded for text in task.texts())
     start = time.perf_counter()
 
     def compute() -> torch.Tensor:

@@ -23,6 +23,7 @@ device, not moved), and any other keyword (sentence-transformers passes those to
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,7 @@ def parameters_sha256(model: Any) -> str:
     return tensors_sha256((name, p.detach()) for name, p in model.named_parameters())
 
 
-def tensors_sha256(named: Any) -> str:
+def tensors_sha256(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     """sha256 over (name, raw bytes) pairs, in the order given: `parameters_sha256` of a model, or of a
     checkpoint read one tensor at a time (`core.loading.checkpoint_parameters`)."""
     import hashlib
