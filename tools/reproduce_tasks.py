@@ -16,8 +16,8 @@ probe's L2). "last" reads the final layer.
 Files: OUT/<model>-transfer.json / .md and OUT/<model>-sts-long.json / .md (OUT = results/ by default),
 rewritten after every row; a finished row is never recomputed (`--redo` with `--rows` recomputes those).
 A transfer row longer than a sitting: commit OUT/<model>-transfer-work/<row>/task-*.kept.json as tasks
-finish (.gitignore keeps only those); the next sitting, on any machine, embeds again and trains only the
-tasks not kept.
+finish (.gitignore keeps only those); a row embeds and probes task by task (evaluate_transfer's
+grain="task"), so the next sitting, on any machine, embeds and trains only the tasks not kept.
 Each JSON is also the claims file tools/claims_table.py reads (tools/family_claims.py: settings.benchmark,
 rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
 A file made with other settings (model, dtype, limit) is refused, never mixed. Within a row, the work
@@ -104,10 +104,15 @@ def write(path: Path, report: dict, markdown: str) -> None:
 
 
 def encoder(model, method, work: Path, batch_size: int | None):
+    """encode(texts) as a resumable embedding job in WORK/job-<texts' sha256>: a job per set of texts, since
+    a transfer row embeds task by task and a job folder refuses other texts than the ones it started with."""
+    import hashlib
+
     from minidecoder.running.jobs import embed_resumably
 
     def encode(texts: list[str]):
-        return embed_resumably(model, method, texts, work / "job", batch_size=batch_size)[0]
+        digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+        return embed_resumably(model, method, texts, work / f"job-{digest}", batch_size=batch_size)[0]
     return encode
 
 
@@ -260,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{family}: {label} ...", file=sys.stderr)
             if family == "transfer":
                 identity = json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
+                # task by task: a sitting that stops keeps every task it finished (committed), and the next
+                # sitting, on any machine, embeds only the tasks still to score
                 results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,
-                                            progress=True, probe_workers=default_workers())
+                                            progress=True, probe_workers=default_workers(), grain="task")
             else:
                 results = evaluate_sts_long(encode, loaded=loaded, chunk_size=1 << 62, progress=False)
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,

@@ -22,13 +22,19 @@ the pooled out-of-fold accuracy, which differs from SentEval's mean of fold accu
 number of items), so two rows scored on the same task get the same resamples: `paired_interval` gives
 the interval of their difference.
 
-`kept` (a folder, optional) makes a run resumable at the grain of the slow steps: the embeddings of every
-text once they are computed, and each task's result once its probe is trained; a run given the same
-folder reuses both (a task whose texts or options changed is computed again), so an interrupted run
-resumed gives the scores of an uninterrupted one. A task's result is kept under what decides it (the
-identity: model, method and options; the task's texts and labels; the probe's settings), not under its
-embeddings' bytes: a later sitting on another machine, whose embeddings differ by float rounding, keeps
-the tasks already done and trains only the rest, as the STS tables resume piece by piece.
+`kept` (a folder, optional) makes a run resumable at the grain of the slow steps: the embeddings once they
+are computed, and each task's result once its probe is trained; a run given the same folder reuses both (a
+task whose texts or options changed is computed again) and embeds only the texts of the tasks still to
+score, so an interrupted run resumed gives the scores of an uninterrupted one. A task's result is kept under
+what decides it (the identity: model, method and options; the task's texts and labels; the probe's
+settings), not under its embeddings' bytes: a later sitting on another machine, whose embeddings differ by
+float rounding, keeps the tasks already done and embeds and trains only the rest, as the STS tables resume
+piece by piece.
+
+`grain` says when the texts are embedded. "run" (the default) embeds every text of the tasks still to score
+at once, longest first: one command, whose embedding job covers every text anyway. "task" embeds each task's
+texts just before its probe, so a sitting that stops loses at most one task's embeddings: the grain of a
+table that spans sittings on fresh machines (tools/reproduce_tasks.py, where SST2 alone is 70k texts).
 """
 from __future__ import annotations
 
@@ -130,28 +136,42 @@ class KeptWork:
     def __init__(self, folder: str | Path, identity: str) -> None:
         self.folder, self.identity = Path(folder), identity  # identity: what made the embeddings (model, method, ...)
         self.folder.mkdir(parents=True, exist_ok=True)
+        # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
+        self.vectors_path, self.texts_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.json"
 
     def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        key = hashlib.sha256(json.dumps([self.identity, texts]).encode()).hexdigest()
-        # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
-        path, key_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.sha256"
-        if path.is_file() and key_path.is_file() and key_path.read_text() == key:
-            return torch.from_numpy(np.load(path))
+        """The (N, E) embeddings of `texts`: read from the kept ones when they cover every text (a resumed run
+        asks only for the tasks not yet scored), else computed and kept in their place."""
+        identity = hashlib.sha256(self.identity.encode()).hexdigest()
+        if self.vectors_path.is_file() and self.texts_path.is_file():
+            record = json.loads(self.texts_path.read_text())
+            row = {text: k for k, text in enumerate(record.get("texts", []))}
+            if record.get("identity") == identity and all(text in row for text in texts):
+                return torch.from_numpy(np.load(self.vectors_path)[[row[text] for text in texts]])
         vectors = compute()
-        _write_atomically(path, lambda handle: np.save(handle, vectors.numpy()))
-        _write_atomically(key_path, lambda handle: handle.write(key.encode()))
+        _write_atomically(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
+        _write_atomically(self.texts_path, lambda handle: handle.write(
+            json.dumps({"identity": identity, "texts": texts}).encode()))
         return vectors
 
-    def task(self, name: str, key: str, compute: Callable[[], dict]) -> dict:
-        key = hashlib.sha256((self.identity + key).encode()).hexdigest()
-        path = self.folder / f"task-{name}.kept.json"
+    def _task_path(self, name: str) -> Path:
+        return self.folder / f"task-{name}.kept.json"
+
+    def _task_key(self, key: str) -> str:
+        return hashlib.sha256((self.identity + key).encode()).hexdigest()
+
+    def task_result(self, name: str, key: str) -> dict | None:
+        """The kept result of task `name`, if one was kept under the same identity and `key`."""
+        path = self._task_path(name)
         if path.is_file():
             kept = json.loads(path.read_text())
-            if kept.get("key") == key:
+            if kept.get("key") == self._task_key(key):
                 return kept["result"]
-        result = compute()
-        _write_atomically(path, lambda handle: handle.write(json.dumps({"key": key, "result": result}).encode()))
-        return result
+        return None
+
+    def keep_task(self, name: str, key: str, result: dict) -> None:
+        _write_atomically(self._task_path(name), lambda handle: handle.write(
+            json.dumps({"key": self._task_key(key), "result": result}).encode()))
 
 
 def _write_atomically(path: Path, write: Callable) -> None:
@@ -161,47 +181,64 @@ def _write_atomically(path: Path, write: Callable) -> None:
     temporary.replace(path)
 
 
+def task_key(task: TransferTask, config: ClassifierConfig) -> str:
+    """What decides a task's result besides the embeddings' identity: its texts, its labels, the probe."""
+    return hashlib.sha256(json.dumps([task.texts(), [s.labels.tolist() for s in task.splits.values()],
+                                      repr(config)]).encode()).hexdigest()
+
+
 def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferTask] = TRANSFER_TASKS,
                       data_dir: str | Path | None = None, limit: int | None = None, progress: bool = True,
                       chunk_size: int = 256, kept: str | Path | None = None, kept_identity: str = "",
-                      config: ClassifierConfig = ClassifierConfig(), probe_workers: int = 1) -> dict:
+                      config: ClassifierConfig = ClassifierConfig(), probe_workers: int = 1,
+                      grain: str = "run") -> dict:
     """Score `encode` on the transfer tasks (names, or tasks already read by `load_transfer_tasks`).
 
-    Every distinct text of the tasks is encoded once (longest first). `kept` (a folder) keeps the work
-    for a resumed call; `kept_identity` must name everything that makes the embeddings (model, dtype,
-    method and options, truncation): kept work made under another identity is never reused. `probe_workers`
-    processes train each task's probes (probe_pool.py: the same scores for any number). Returns {"tasks": {name: entry},
-    "avg", "avg_over", "limit", "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files",
-    "protocol"}; an entry is `task_result`'s dict."""
+    Each distinct text is encoded once per embedding (longest first), all at once or task by task (`grain`,
+    see the module docstring). `kept` (a folder) keeps the work for a resumed call; `kept_identity` must name
+    everything that makes the embeddings (model, dtype, method and options, truncation): kept work made under
+    another identity is never reused. `probe_workers` processes train each task's probes (probe_pool.py: the
+    same scores for any number). Returns {"tasks": {name: entry}, "avg", "avg_over", "limit",
+    "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files", "protocol"}; an entry is
+    `task_result`'s dict; "encode_seconds" counts this call's embedding only (none for a kept task)."""
+    if grain not in ("run", "task"):
+        raise ValueError(f"grain={grain!r}: 'run' (embed every text at once) or 'task' (task by task)")
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
         load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None
-    texts = longest_first(text for task in loaded for text in task.texts())
-    start = time.perf_counter()
+    keys = {task.name: task_key(task, config) for task in loaded}
+    done = {task.name: store.task_result(task.name, keys[task.name]) for task in loaded} if store else {}
+    seconds = 0.0
 
-    def compute() -> torch.Tensor:
-        return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="transfer texts")
+    def embedded(of: list[TransferTask]) -> Callable[[list[str]], np.ndarray]:
+        """`rows(texts)`: each text's (N, E) embedding, the texts of `of` embedded (or read back) once."""
+        nonlocal seconds
+        texts = longest_first(text for task in of for text in task.texts())
+        start = time.perf_counter()
 
-    vectors = store.embeddings(texts, compute) if store else compute()
-    seconds = time.perf_counter() - start
-    table = vectors.numpy().astype(np.float32)  # (N, E)
-    index = {text: row for row, text in enumerate(texts)}
+        def compute() -> torch.Tensor:
+            return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="transfer texts")
 
-    def rows(some: list[str]) -> np.ndarray:
-        return table[[index[text] for text in some]]
+        table = (store.embeddings(texts, compute) if store else compute()).numpy().astype(np.float32)  # (N, E)
+        seconds += time.perf_counter() - start
+        index = {text: row for row, text in enumerate(texts)}
+        return lambda some: table[[index[text] for text in some]]
 
+    todo = [task for task in loaded if done.get(task.name) is None]
+    rows_of_run = embedded(todo) if grain == "run" and todo else None
     results: dict = {"tasks": {}}
     for task in loaded:
-        task_index = TRANSFER_TASKS.index(task.name)
-
-        def run(task: TransferTask = task, task_index: int = task_index) -> dict:
-            with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
-                      file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
-                return task_result(task, probe_task(task, rows, bar.update, config, probe_workers), task_index)
-
-        key = hashlib.sha256(json.dumps([task.texts(), [s.labels.tolist() for s in task.splits.values()],
-                                         repr(config)]).encode())
-        results["tasks"][task.name] = store.task(task.name, key.hexdigest(), run) if store else run()
+        if done.get(task.name) is not None:
+            results["tasks"][task.name] = done[task.name]
+            continue
+        rows = rows_of_run or embedded([task])
+        with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
+                  file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
+            entry = task_result(task, probe_task(task, rows, bar.update, config, probe_workers),
+                                TRANSFER_TASKS.index(task.name))
+        if store:
+            store.keep_task(task.name, keys[task.name], entry)
+        results["tasks"][task.name] = entry
     scores = [entry["score"] for entry in results["tasks"].values()]
     complete = sorted(results["tasks"]) == sorted(TRANSFER_TASKS)
     results.update(
@@ -209,7 +246,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         avg_over=list(results["tasks"]) if complete else [],
         limit=limit if not loaded else loaded[0].limit,
         skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
-        texts=len(texts),
+        texts=len(longest_first(text for task in loaded for text in task.texts())),
         encode_seconds=seconds,
         data_dir=str(loaded[0].data_dir) if loaded else None,
         data_files=[name for task in loaded for name in task.files],

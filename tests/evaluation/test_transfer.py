@@ -278,6 +278,62 @@ def test_interrupted_run_resumes_to_identical_scores(tmp_path: Path, monkeypatch
     assert encoded and calls[3:] == ["SST2", "TREC"] and other["tasks"]["SST2"]["predictions"] is not None
 
 
+@pytest.mark.parametrize("grain", ["run", "task"])
+def test_a_later_sitting_embeds_only_the_tasks_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        grain: str) -> None:
+    """A table's row spans sittings on fresh machines (only task-*.kept.json is committed): the next sitting
+    embeds the texts of the tasks still to score, not every task's again; grain="task" embeds each task just
+    before its probe, so a stop loses at most that task's embedding."""
+    tasks = load_transfer_tasks(["SST2", "TREC"], write_folder(tmp_path / "data"))
+    whole = transfer.evaluate_transfer(bag_of_words, tasks, progress=False)
+    steps: list[tuple[str, object]] = []
+    real_probe, stops = transfer.probe_task, []
+
+    def probe_then_stop(task, *args, **kwargs):
+        steps.append(("probe", task.name))
+        if task.name == "TREC" and not stops:
+            stops.append(task.name)
+            raise KeyboardInterrupt  # the sitting ends in TREC's probe
+        return real_probe(task, *args, **kwargs)
+
+    def encode(texts):
+        steps.append(("embed", frozenset(texts)))
+        return bag_of_words(texts)
+
+    monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
+    kept = tmp_path / "kept"
+    with pytest.raises(KeyboardInterrupt):
+        transfer.evaluate_transfer(encode, tasks, progress=False, kept=kept, grain=grain)
+    sst2, trec = (frozenset(task.texts()) for task in tasks)
+    if grain == "task":
+        assert steps == [("embed", sst2), ("probe", "SST2"), ("embed", trec), ("probe", "TREC")]
+    else:
+        assert steps == [("embed", sst2 | trec), ("probe", "SST2"), ("probe", "TREC")]
+
+    for path in kept.glob("embeddings.kept.*"):
+        path.unlink()  # another machine: only the finished task's file came with the checkout
+    steps.clear()
+    resumed = transfer.evaluate_transfer(encode, tasks, progress=False, kept=kept, grain=grain)
+    assert steps == [("embed", trec), ("probe", "TREC")]  # SST2 neither embedded nor trained again
+    assert resumed["tasks"] == whole["tasks"] and resumed["texts"] == whole["texts"]
+
+
+def test_kept_embeddings_serve_any_texts_they_cover_and_only_under_their_identity(tmp_path: Path) -> None:
+    store, texts = transfer.KeptWork(tmp_path, "model A"), ["a b", "c", "d e f"]
+    assert torch.equal(store.embeddings(texts, lambda: bag_of_words(texts)), bag_of_words(texts))
+
+    def must_not_compute():
+        raise AssertionError("the kept embeddings cover these texts")
+
+    assert torch.equal(store.embeddings(["d e f", "a b"], must_not_compute), bag_of_words(["d e f", "a b"]))
+    assert torch.equal(store.embeddings(["new", "a b"], lambda: 3 * bag_of_words(["new", "a b"])),
+                       3 * bag_of_words(["new", "a b"]))  # a text not kept: computed, and kept in their place
+    other = transfer.KeptWork(tmp_path, "model B")
+    assert torch.equal(other.embeddings(["a b"], lambda: 2 * bag_of_words(["a b"])), 2 * bag_of_words(["a b"]))
+    with pytest.raises(ValueError, match="grain"):
+        transfer.evaluate_transfer(bag_of_words, [], grain="chunk")
+
+
 def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Path,  # noqa: F811
                                                        capsys: pytest.CaptureFixture) -> None:
     root = write_folder(tmp_path / "data")
