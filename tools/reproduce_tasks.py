@@ -32,6 +32,7 @@ differences), judged by `minidecoder.evaluation.claims.judge` for each claim of 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -106,8 +107,6 @@ def write(path: Path, report: dict, markdown: str) -> None:
 def encoder(model, method, work: Path, batch_size: int | None):
     """encode(texts) as a resumable embedding job in WORK/job-<texts' sha256>: a job per set of texts, since
     a transfer row embeds task by task and a job folder refuses other texts than the ones it started with."""
-    import hashlib
-
     from minidecoder.running.jobs import embed_resumably
 
     def encode(texts: list[str]):

@@ -138,20 +138,20 @@ class KeptWork:
         self.folder.mkdir(parents=True, exist_ok=True)
         # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
         self.vectors_path, self.texts_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.json"
+        self.identity_sha256 = hashlib.sha256(identity.encode()).hexdigest()  # what embeddings.kept.json records
 
     def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The (N, E) embeddings of `texts`: read from the kept ones when they cover every text (a resumed run
         asks only for the tasks not yet scored), else computed and kept in their place."""
-        identity = hashlib.sha256(self.identity.encode()).hexdigest()
         if self.vectors_path.is_file() and self.texts_path.is_file():
             record = json.loads(self.texts_path.read_text())
             row = {text: k for k, text in enumerate(record.get("texts", []))}
-            if record.get("identity") == identity and all(text in row for text in texts):
+            if record.get("identity") == self.identity_sha256 and all(text in row for text in texts):
                 return torch.from_numpy(np.load(self.vectors_path)[[row[text] for text in texts]])
         vectors = compute()
         _write_atomically(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
         _write_atomically(self.texts_path, lambda handle: handle.write(
-            json.dumps({"identity": identity, "texts": texts}).encode()))
+            json.dumps({"identity": self.identity_sha256, "texts": texts}).encode()))
         return vectors
 
     def _task_path(self, name: str) -> Path:
@@ -246,7 +246,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         avg_over=list(results["tasks"]) if complete else [],
         limit=limit if not loaded else loaded[0].limit,
         skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
-        texts=len(longest_first(text for task in loaded for text in task.texts())),
+        texts=len({text for task in loaded for text in task.texts()}),  # distinct texts: a count needs no order
         encode_seconds=seconds,
         data_dir=str(loaded[0].data_dir) if loaded else None,
         data_files=[name for task in loaded for name in task.files],
