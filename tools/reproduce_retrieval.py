@@ -202,8 +202,9 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
     return path
 
 
-def differences(family: str, rows: dict[str, dict]):
-    """(method, base) -> (point, intervals) of the paired difference per set / task and for "avg"."""
+def differences(family: str, rows: dict[str, dict], data: str | None = None):
+    """(method, base) -> (point, intervals) of the paired difference per set / task and for "avg"; `data` is
+    the C-MTEB folder to read the pairs' labels from (None: where the eval command looks)."""
     def compare(method: str, base: str):
         a, b = rows[method], rows[base]
         if family != "cmteb":
@@ -214,7 +215,7 @@ def differences(family: str, rows: dict[str, dict]):
             rb = b["results"]["sets"][name]
             if ra["kind"] != "sts":
                 continue  # Ocnli: no Spearman to resample; the STS sets make "avg" (as avg_sts)
-            boot = _pair_bootstrap(name, a)
+            boot = _pair_bootstrap(name, a, data)
             got = boot.replicates({"a": {name: np.asarray(ra["cosines"])}, "b": {name: np.asarray(rb["cosines"])}})
             point[name] = ra["score"] - rb["score"]
             reps[name] = got["a"][0] - got["b"][0]
@@ -222,11 +223,20 @@ def differences(family: str, rows: dict[str, dict]):
     return compare
 
 
-def _pair_bootstrap(name: str, report: dict):
+def _pair_bootstrap(name: str, report: dict, data: str | None):
+    """The resampling of set `name`, with the labels the row was scored against. They are read from this
+    machine's C-MTEB folder (`data`, else where the eval command looks), not from the stamp's data_dir, which
+    names the machine the row ran on (a lent GPU's /tmp/data); the file's sha256 must equal the stamp's."""
     from minidecoder.evaluation.cmteb import pair_bootstrap
     from minidecoder.evaluation.cmteb_data import load_pair_set
+    from minidecoder.sources.fetch import sha256_file
 
-    return pair_bootstrap(load_pair_set(name, report["stamp"]["data_dir"], report["stamp"]["limit"]))
+    pairs = load_pair_set(name, data, report["stamp"]["limit"])
+    scored = report["stamp"]["data_sha256"].get(pairs.file)
+    if sha256_file(pairs.data_dir / pairs.file) != scored:
+        raise SystemExit(f"{pairs.data_dir / pairs.file} is not the file the row was scored on (sha256 {scored}): "
+                         "pass --data with the C-MTEB folder the rows used")
+    return pair_bootstrap(pairs)
 
 
 def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) -> dict:
@@ -236,7 +246,7 @@ def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) 
     devices = sorted({row_device(report) for report in rows.values()}) or [args.device]
     settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": " and ".join(devices),
                 "limit": limited or None}  # None: the full data, the only runs claims_table counts
-    return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows))
+    return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows, args.data))
 
 
 def main(argv: list[str] | None = None) -> int:

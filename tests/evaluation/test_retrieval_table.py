@@ -81,6 +81,27 @@ def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> Non
     assert "Ocnli" in table and "ReBA vs Classical (mean), Ocnli" not in table  # no paired Spearman for Ocnli
 
 
+def test_cmteb_table_reads_the_labels_here_not_where_the_rows_ran(tiny_llama: Path, tmp_path: Path) -> None:
+    """Rows made on a lent GPU stamp its data folder (/tmp/data/...), absent here: the table reads the pairs
+    from --data, and refuses a file whose checksum differs from the one the rows were scored on."""
+    import shutil
+
+    tool, data, out = load_tool(), write_cmteb(tmp_path / "there"), tmp_path / "table"
+    argv = ["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC", "--out", str(out),
+            "--rows", "mean,reba-2", "--results", str(tmp_path / "results")]
+    assert tool.main([*argv, "--data", str(data)]) == 0
+    made_there = (out / "table.md").read_text()
+    here = tmp_path / "here"
+    shutil.move(str(data), str(here))  # the stamp's folder is gone, as on another machine
+    (out / "table.md").unlink()
+    assert tool.main([*argv, "--data", str(here)]) == 0
+    assert (out / "table.md").read_text() == made_there
+    atec = here / "ATEC" / "ATEC.test.data"
+    atec.write_text(atec.read_text().replace("\t1\n", "\t0\n", 1))  # one label changed
+    with pytest.raises(SystemExit, match="not the file the row was scored on"):
+        tool.main([*argv, "--data", str(here)])
+
+
 def test_a_row_keeps_the_callers_pythonpath(monkeypatch, tmp_path: Path) -> None:
     """A row runs in a child process: it must see this checkout first and still every path the caller added
     (a `pip install --target` folder), else eval retrieval fails on `import pytrec_eval` there."""
