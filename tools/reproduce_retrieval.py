@@ -112,12 +112,13 @@ def refuse_other_settings(key: str, stamp: dict, args: argparse.Namespace) -> No
                          "mixes no settings: pass another --out, or move that row away to recompute it")
 
 
-def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> None:
+def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> bool:
+    """Compute one row unless its report is kept; True when it computed one."""
     prefix = args.out / key
     if prefix.with_suffix(".json").exists():
         refuse_other_settings(key, json.loads(prefix.with_suffix(".json").read_text())["stamp"], args)
         print(f"{key}: kept ({prefix}.json)")
-        return
+        return False
     memory = args.out / f"{key}.memory.json"
     argv = command(family, method, options, args, prefix)
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
@@ -130,6 +131,7 @@ def run_row(family: str, key: str, method: str, options: dict, args: argparse.Na
             child.wait()
     if status != 0:
         raise SystemExit(f"{key} stopped (status {status}); run the same command again to resume it")
+    return True
 
 
 def load_rows(family: str, out: Path) -> dict[str, dict]:
@@ -276,9 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():  # SIGTERM runs run_row's finally, as Ctrl-C does
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        for key in wanted:
+        computed_any = False
+        for key in wanted:  # the table after each new row (a stop keeps it current), once if all were kept
             method, options = known[key]
-            run_row(args.family, key, method, options, args)
+            if run_row(args.family, key, method, options, args):
+                computed_any = True
+                print(f"table: {write_table(args.family, args)}", flush=True)
+        if not computed_any:  # all kept: one table (a table after a new row already read every kept row)
             print(f"table: {write_table(args.family, args)}", flush=True)
     finally:
         if previous is not None:
