@@ -7,4 +7,4 @@ mkdir -p /tmp/stage && cp -r "$from"/. /tmp/stage/
 if [ -d "$from/whl" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$from"/whl/*.whl
 fi
-ls /tmp/stage | grep gguf.part | tr '\n' ' '; echo
+{ ls /tmp/stage | grep gguf.part || true; } | tr '\n' ' '; echo  # a folder of wheels alone holds no part yet
