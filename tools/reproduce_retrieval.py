@@ -174,7 +174,7 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
              f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job; "
              "Device: where the row ran (scores agree across devices to float rounding, times do not, so a time "
              "is compared with Vanilla Mean's only on the same device).", "",
-             "| row | " + " | ".join(columns) + " | Device | Memory (MiB) | Time (s) | Time / Vanilla Mean |",
+             "| row | " + " | ".join(columns) + f" | Device | Memory (MiB) | Time (s) | Time / {labels.get('mean', 'Vanilla Mean')} |",
              "|---|" + "---:|" * len(columns) + "---|" + "---:|" * 3]
     base = rows.get("mean", {})
     base_time = base.get("results", {}).get("embedding", {}).get("seconds")
@@ -187,10 +187,14 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
         same_device = base and row_device(base) == row_device(rows[key])
         ratio = f"{seconds / base_time:.2f}x" if seconds and base_time and same_device else "n/a"
         memory = rows[key]["memory"].get("peak_rss_mib")
-        scores = " | ".join(f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, (lo, hi), _ in got.values())
+        scores = " | ".join(f"{s:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else f"{s:.2f} [no interval]"
+                            for s, (lo, hi), _ in got.values())
         memory_cell = f"{memory:.0f}" if memory else "n/a"
         time_cell = f"{seconds:.1f} | {ratio}" if seconds else "n/a (resumed) | n/a"
         lines.append(f"| {label} | {scores} | {row_device(rows[key])} | {memory_cell} | {time_cell} |")
+    if any(not np.isfinite(got[1][0]) for report in rows.values() for got in cells(family, report).values()):
+        lines += ["", "[no interval]: the row was made before `eval cmteb` kept Ocnli's cosines, from which its "
+                  "interval is drawn (every row made since carries one)."]
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
     report = family_claims(family, rows, args)
     for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ

@@ -53,7 +53,7 @@ def table(results: dict) -> str:
     rows = ["| | " + " | ".join(names) + " | Avg. (STS) |", "|---|" + "---:|" * (len(names) + 1)]
     main = [f"{e['score']:.2f}" for e in results["sets"].values()]
     beside = [f"{e['pearson']:.2f}" if e["kind"] == "sts" else f"AP {e['ap']:.2f}" for e in results["sets"].values()]
-    ci = [f"[{e['ci95'][0]:.1f}, {e['ci95'][1]:.1f}]" if e["kind"] == "sts" else "" for e in results["sets"].values()]
+    ci = [f"[{e['ci95'][0]:.1f}, {e['ci95'][1]:.1f}]" if e.get("ci95") else "" for e in results["sets"].values()]
     avg = f"{results['avg_sts']:.2f}" if results.get("avg_sts") is not None else "n/a"
     rows += ["| Spearman x100 (Ocnli: accuracy) | " + " | ".join(main) + f" | {avg} |",
              "| 95% CI over pairs | " + " | ".join(ci) + " | |",

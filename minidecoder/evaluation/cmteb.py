@@ -7,8 +7,9 @@ Each set runs as mteb's own task (`ATEC`, ..., `QBQTC`: `AbsTaskSTS`; `Ocnli`: `
 fed the local file (`mteb_lookup.local_task`), so the numbers are mteb's: STS: Spearman of cosine
 similarity against the label x100 (`cosine_spearman`, the main score) with Pearson beside it (ReBA's
 Table 3 reports `cos_sim: pearson`); Ocnli: the best accuracy over cosine thresholds (mteb's main score
-`max_ap` is reported beside it, with `cosine_ap`). STS sets carry a 95% bootstrap interval over pairs
-(`bootstrap.Bootstrap`, the STS harness's resampling) on the cosines mteb scored. No instruction: ReBA
+`max_ap` is reported beside it, with `cosine_ap`). Every set carries a 95% bootstrap interval over pairs
+on the cosines mteb scored: STS by `bootstrap.Bootstrap` (the STS harness's resampling), Ocnli by
+resampling pairs and choosing each resample's own best threshold, as the score does. No instruction: ReBA
 encodes the sentences as they are.
 
 mteb takes float32 cosines (`1 - paired_cosine_distances` of the float32 embeddings), so pairs whose
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, TaskLayout
 from minidecoder.evaluation.cmteb_data import PairSet
 from minidecoder.evaluation.harness import encode_sentences
 
@@ -61,8 +62,10 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
                      "pearson": 100.0 * scores["cosine_pearson"], "ci95": pair_interval(similarity, data),
                      "cosines": similarity.tolist()}  # for paired intervals between rows
         else:
+            similarity = pair_cosines(encoder, data)
             entry = {"score": 100.0 * scores["cosine_accuracy"], "metric": "cosine best accuracy",
-                     "ap": 100.0 * scores["cosine_ap"], "max_ap": 100.0 * scores["max_ap"]}
+                     "ap": 100.0 * scores["cosine_ap"], "max_ap": 100.0 * scores["max_ap"],
+                     "ci95": best_accuracy_interval(similarity, np.asarray(data.labels)), "cosines": similarity.tolist()}
         out[data.name] = {"kind": data.kind, "split": data.split, "pairs": len(data.labels), "dropped": data.dropped,
                           **entry, "mteb": {k: v for k, v in scores.items() if isinstance(v, float)}}
     sts = [entry["score"] for entry in out.values() if entry["kind"] == "sts"]
@@ -76,7 +79,8 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
 
 
 def pair_cosines(encoder, data: PairSet) -> np.ndarray:
-    """(P,) the cosines mteb's STS evaluator scores: `1 - paired_cosine_distances` of the float32 embeddings."""
+    """(P,) the cosines mteb's STS and pair-classification evaluators score: `1 - paired_cosine_distances` of
+    the float32 embeddings."""
     from sklearn.metrics.pairwise import paired_cosine_distances
 
     return 1.0 - paired_cosine_distances(encoder.encode([{"text": data.sentences1}]),
@@ -92,3 +96,27 @@ def pair_interval(cosines: np.ndarray, data: PairSet) -> tuple[float, float]:
     """95% bootstrap interval of the Spearman x100 over the set's pairs."""
     boot = pair_bootstrap(data)
     return boot.interval(boot.replicates({"row": {data.name: cosines}})["row"])[data.name]
+
+
+def best_accuracy(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Best accuracy x100 over thresholds on the cosines, for each row of (B, P) `scores` and 0/1 `labels`: mteb's
+    `AbsTaskPairClassification._find_best_acc_and_threshold` (higher is more similar; a threshold is placed
+    between two neighbouring cosines, never between tied ones), vectorised over resamples."""
+    scores, labels = np.atleast_2d(scores), np.atleast_2d(labels)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranked, positive = np.take_along_axis(scores, order, 1), np.take_along_axis(labels, order, 1) == 1
+    positives_above = np.cumsum(positive, axis=1)[:, :-1]  # pairs ranked 0..i are called similar
+    negatives_below = (~positive).sum(axis=1, keepdims=True) - np.cumsum(~positive, axis=1)[:, :-1]
+    accuracy = (positives_above + negatives_below) / scores.shape[1]
+    splits = ranked[:, :-1] != ranked[:, 1:]  # a cut between tied cosines would leak their order
+    return 100.0 * np.where(splits, accuracy, 0.0).max(axis=1, initial=0.0)
+
+
+def best_accuracy_interval(cosines: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """95% bootstrap interval of the best-threshold accuracy x100 over pairs: each resample draws the pairs
+    with replacement and chooses its own best threshold, as the score does (`bootstrap.mean_interval`'s
+    draws: 1,000 resamples, seed 0)."""
+    draws = np.random.default_rng(SEED).integers(0, len(labels), size=(RESAMPLES, len(labels)))
+    tail = 100.0 * (1.0 - LEVEL) / 2.0
+    lo, hi = np.percentile(best_accuracy(np.asarray(cosines)[draws], np.asarray(labels)[draws]), [tail, 100.0 - tail])
+    return (float(lo), float(hi))

@@ -49,7 +49,27 @@ def test_scores_equal_scipy_and_sklearn_on_the_same_embeddings() -> None:
             best = max(((similarity > t) == labels).mean() for t in np.unique(similarity))  # every cut between values
             assert entry["score"] == pytest.approx(100 * best, abs=1e-9)
             assert entry["ap"] == pytest.approx(100 * average_precision_score(labels, similarity), abs=1e-6)
+            lo, hi = entry["ci95"]
+            assert lo < entry["score"] < hi and hi - lo < 20
     assert results["avg_sts"] == pytest.approx(np.mean([e["score"] for e in results["sets"].values() if e["kind"] == "sts"]))
+
+
+def test_best_accuracy_is_mtebs_threshold_search_on_every_resample() -> None:
+    """The vectorised search equals mteb's own `_find_best_acc_and_threshold` (ties included: resamples repeat
+    pairs, and rounded cosines tie), so Ocnli's interval resamples exactly the statistic mteb reports."""
+    from mteb.abstasks.pair_classification import AbsTaskPairClassification
+
+    from minidecoder.evaluation.cmteb import best_accuracy, best_accuracy_interval
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, size=(40, 60))
+    scores = np.round(rng.normal(size=(40, 60)) + 0.8 * labels, 1)  # rounded: many ties
+    mtebs = [100 * AbsTaskPairClassification._find_best_acc_and_threshold(None, list(s), l, True)[0]
+             for s, l in zip(scores, labels)]
+    assert best_accuracy(scores, labels) == pytest.approx(mtebs, abs=1e-9)
+    assert best_accuracy(np.zeros((1, 5)), np.array([[1, 0, 1, 0, 1]])) == pytest.approx([0.0])  # all tied: no cut
+    lo, hi = best_accuracy_interval(scores[0], labels[0])
+    assert lo < best_accuracy(scores[0], labels[0])[0] <= hi
 
 
 @needs_cmteb

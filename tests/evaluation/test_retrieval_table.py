@@ -79,6 +79,15 @@ def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> Non
     table = (out / "table.md").read_text()
     assert f"ReBA vs Classical (mean), ATEC: {reba['score'] - mean['score']:+.2f} [{lo:+.2f}, {hi:+.2f}]" in table
     assert "Ocnli" in table and "ReBA vs Classical (mean), Ocnli" not in table  # no paired Spearman for Ocnli
+    ocnli = json.loads((out / "reba-2.json").read_text())["results"]["sets"]["Ocnli"]
+    assert f"{ocnli['score']:.2f} [{ocnli['ci95'][0]:.2f}, {ocnli['ci95'][1]:.2f}]" in table
+    older = json.loads((out / "mean.json").read_text())  # a row made before Ocnli kept its cosines
+    del older["results"]["sets"]["Ocnli"]["ci95"], older["results"]["sets"]["Ocnli"]["cosines"]
+    (out / "mean.json").write_text(json.dumps(older))
+    assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
+                      "--out", str(out), "--rows", "mean,reba-2", "--results", str(tmp_path / "results")]) == 0
+    table = (out / "table.md").read_text()
+    assert table.count("[no interval]") == 2  # mean's Ocnli cell, and the note under the table
 
 
 def test_cmteb_table_reads_the_labels_here_not_where_the_rows_ran(tiny_llama: Path, tmp_path: Path) -> None:
