@@ -10,7 +10,7 @@
 #   - the wheels missing from its image: gguf, pysbd, pytrec-eval-terrier; with the data folder mteb or
 #     cmteb, also mteb and the packages it needs that the image lacks (polars' runtime alone is 54 MB);
 #   - the named data folders of ../shared/data, as data.tar.xz;
-#   - the model's GGUF in 44 MB parts, with its name and sha256.
+#   - the model's GGUF in parts as large as a call carries, with its name and sha256.
 # Carry .dev/gpu-1 in the first call, .dev/gpu-2 ... in the next ones (back to back: a machine idle for
 # 30 s is given back, and /tmp with it); each call runs `bash tools/gpu/receive.sh .dev/gpu-K` first. The
 # folders may arrive in any order; run.sh checks that every part is there.
@@ -38,21 +38,31 @@ shared=${MINIDECODER_SHARED_DATA:-$root/../shared/data}
 [ $# -gt 0 ] && tar -C "$shared" -cJf "$root/.dev/items/data.tar.xz" "$@"
 basename "$gguf" > "$root/.dev/items/gguf.name"
 sha256sum "$gguf" | cut -d' ' -f1 > "$root/.dev/items/gguf.sha256"
-split -b 44M -d -a 2 "$gguf" "$root/.dev/items/gguf.part"
-
-# First fit, largest first, into folders that fit a call beside the checkout (64 MiB travel in all).
+# Parts as large as a call carries beside the checkout (64 MiB travel in all, a MiB to spare): the fewer the
+# parts, the fewer the calls, and a checkout that grows (results/ rows) shrinks them instead of breaking.
 checkout=$(cd "$root" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+part_mib=$(( 63 - (checkout + 2**20 - 1) / 2**20 ))
+[ "$part_mib" -ge 8 ] || { echo "the checkout is $((checkout / 2**20)) MiB: too large to carry parts beside it"; exit 2; }
+split -b "${part_mib}M" -d -a 2 "$gguf" "$root/.dev/items/gguf.part"
+
+# First fit, largest first, into folders that fit a call beside the checkout.
 "$python" - "$root/.dev" "$checkout" <<'EOF'
 import sys
 from pathlib import Path
 
 dev, checkout = Path(sys.argv[1]), int(sys.argv[2])
-items = sorted((p for p in (dev / "items").rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
 limit, folders = 63 * 2**20 - checkout, []  # a MiB to spare; [free bytes, [items]]
+for item in [p for p in (dev / "items").rglob("*") if p.is_file() and p.stat().st_size > limit]:
+    # a wheel larger than a call (polars' runtime, 54 MB) travels as pieces that receive.sh joins
+    data = item.read_bytes()
+    pieces = range(0, len(data), limit)
+    for number, start in enumerate(pieces):
+        item.with_name(f"{item.name}.piece{number:02d}").write_bytes(data[start:start + limit])
+    item.with_name(f"{item.name}.pieces").write_text(f"{len(pieces)}\n")
+    item.unlink()
+items = sorted((p for p in (dev / "items").rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
 for item in items:
     size = item.stat().st_size
-    if size > limit:
-        sys.exit(f"{item.name} is {size / 2**20:.0f} MiB: over one call's {limit / 2**20:.0f} MiB")
     home = next((f for f in folders if f[0] >= size), None)
     if home is None:
         folders.append(home := [limit, []])
