@@ -211,6 +211,17 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
 def differences(family: str, rows: dict[str, dict], data: str | None = None):
     """(method, base) -> (point, intervals) of the paired difference per set / task and for "avg"; `data` is
     the C-MTEB folder to read the pairs' labels from (None: where the eval command looks)."""
+    spearmans = {}  # C-MTEB set -> {row: its Spearman x100 on each resample}, every row in one pass
+
+    def resampled(name: str) -> dict[str, np.ndarray]:
+        if name not in spearmans:  # the set's resamples and gold ranks are drawn once, not once per claim
+            having = {key: report for key, report in rows.items() if name in report["results"]["sets"]}
+            boot = _pair_bootstrap(name, list(having.values()), data)
+            got = boot.replicates({key: {name: np.asarray(report["results"]["sets"][name]["cosines"])}
+                                   for key, report in having.items()})
+            spearmans[name] = {key: replicates[0] for key, replicates in got.items()}
+        return spearmans[name]
+
     def compare(method: str, base: str):
         a, b = rows[method], rows[base]
         if family != "cmteb":
@@ -218,30 +229,29 @@ def differences(family: str, rows: dict[str, dict], data: str | None = None):
                                 {name: got[2] for name, got in cells(family, b).items()})
         point, reps = {}, {}
         for name, ra in a["results"]["sets"].items():
-            rb = b["results"]["sets"][name]
             if ra["kind"] != "sts":
                 continue  # Ocnli: no Spearman to resample; the STS sets make "avg" (as avg_sts)
-            boot = _pair_bootstrap(name, a, data)
-            got = boot.replicates({"a": {name: np.asarray(ra["cosines"])}, "b": {name: np.asarray(rb["cosines"])}})
-            point[name] = ra["score"] - rb["score"]
-            reps[name] = got["a"][0] - got["b"][0]
+            point[name] = ra["score"] - b["results"]["sets"][name]["score"]
+            reps[name] = resampled(name)[method] - resampled(name)[base]  # the same resamples: a paired interval
         return with_avg(point, reps) if point else None
     return compare
 
 
-def _pair_bootstrap(name: str, report: dict, data: str | None):
-    """The resampling of set `name`, with the labels the row was scored against. They are read from this
+def _pair_bootstrap(name: str, reports: list[dict], data: str | None):
+    """The resampling of set `name`, with the labels the rows were scored against. They are read from this
     machine's C-MTEB folder (`data`, else where the eval command looks), not from the stamp's data_dir, which
-    names the machine the row ran on (a lent GPU's /tmp/data); the file's sha256 must equal the stamp's."""
+    names the machine a row ran on (a lent GPU's /tmp/data); the file's sha256 must equal every row's stamp."""
     from minidecoder.evaluation.cmteb import pair_bootstrap
     from minidecoder.evaluation.cmteb_data import load_pair_set
     from minidecoder.sources.fetch import sha256_file
 
-    pairs = load_pair_set(name, data, report["stamp"]["limit"])
-    scored = report["stamp"]["data_sha256"].get(pairs.file)
-    if sha256_file(pairs.data_dir / pairs.file) != scored:
-        raise SystemExit(f"{pairs.data_dir / pairs.file} is not the file the row was scored on (sha256 {scored}): "
-                         "pass --data with the C-MTEB folder the rows used")
+    pairs = load_pair_set(name, data, reports[0]["stamp"]["limit"])
+    here = sha256_file(pairs.data_dir / pairs.file)
+    for report in reports:
+        scored = report["stamp"]["data_sha256"].get(pairs.file)
+        if here != scored:
+            raise SystemExit(f"{pairs.data_dir / pairs.file} is not the file the rows were scored on (sha256 "
+                             f"{scored}): pass --data with the C-MTEB folder the rows used")
     return pair_bootstrap(pairs)
 
 

@@ -107,7 +107,7 @@ def test_cmteb_table_reads_the_labels_here_not_where_the_rows_ran(tiny_llama: Pa
     assert (out / "table.md").read_text() == made_there
     atec = here / "ATEC" / "ATEC.test.data"
     atec.write_text(atec.read_text().replace("\t1\n", "\t0\n", 1))  # one label changed
-    with pytest.raises(SystemExit, match="not the file the row was scored on"):
+    with pytest.raises(SystemExit, match="not the file the rows were scored on"):
         tool.main([*argv, "--data", str(here)])
 
 
