@@ -158,7 +158,14 @@ def mean_interval(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SE
     values = np.asarray(values, dtype=np.float64)
     if values.size == 0:
         return (float("nan"), float("nan"))
-    draws = np.random.default_rng(seed).integers(0, values.size, size=(resamples, values.size))
+    return item_interval(values.size, lambda draws: values[draws].mean(axis=1), resamples, seed, level)
+
+
+def item_interval(items: int, statistic, resamples: int = RESAMPLES, seed: int = SEED,
+                  level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of `statistic` (a (B, items) array of item indices -> (B,) values) over resamples
+    that draw the items with replacement."""
+    draws = np.random.default_rng(seed).integers(0, items, size=(resamples, items))
     tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(values[draws].mean(axis=1), [tail, 100.0 - tail])
+    lo, hi = np.percentile(statistic(draws), [tail, 100.0 - tail])
     return (float(lo), float(hi))

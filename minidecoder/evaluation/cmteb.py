@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, TaskLayout
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, item_interval
 from minidecoder.evaluation.cmteb_data import PairSet
 from minidecoder.evaluation.harness import encode_sentences
 
@@ -56,13 +56,12 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
     out = {}
     for data in sets:
         scores = mteb_task(data).evaluate(encoder, data.split, encode_kwargs={"batch_size": 256})["default"]
+        similarity = pair_cosines(encoder, data)
         if data.kind == "sts":
-            similarity = pair_cosines(encoder, data)
             entry = {"score": 100.0 * scores["cosine_spearman"], "metric": "cosine Spearman",
                      "pearson": 100.0 * scores["cosine_pearson"], "ci95": pair_interval(similarity, data),
                      "cosines": similarity.tolist()}  # for paired intervals between rows
         else:
-            similarity = pair_cosines(encoder, data)
             entry = {"score": 100.0 * scores["cosine_accuracy"], "metric": "cosine best accuracy",
                      "ap": 100.0 * scores["cosine_ap"], "max_ap": 100.0 * scores["max_ap"],
                      "ci95": best_accuracy_interval(similarity, np.asarray(data.labels)), "cosines": similarity.tolist()}
@@ -114,9 +113,7 @@ def best_accuracy(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def best_accuracy_interval(cosines: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     """95% bootstrap interval of the best-threshold accuracy x100 over pairs: each resample draws the pairs
-    with replacement and chooses its own best threshold, as the score does (`bootstrap.mean_interval`'s
-    draws: 1,000 resamples, seed 0)."""
-    draws = np.random.default_rng(SEED).integers(0, len(labels), size=(RESAMPLES, len(labels)))
-    tail = 100.0 * (1.0 - LEVEL) / 2.0
-    lo, hi = np.percentile(best_accuracy(np.asarray(cosines)[draws], np.asarray(labels)[draws]), [tail, 100.0 - tail])
-    return (float(lo), float(hi))
+    with replacement and chooses its own best threshold, as the score does (`bootstrap.item_interval`:
+    1,000 resamples, seed 0)."""
+    cosines, labels = np.asarray(cosines), np.asarray(labels)
+    return item_interval(len(labels), lambda draws: best_accuracy(cosines[draws], labels[draws]))
