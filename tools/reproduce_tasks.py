@@ -20,7 +20,9 @@ finish (.gitignore keeps only those); a row embeds and probes task by task (eval
 grain="task"), so the next sitting, on any machine, embeds and trains only the tasks not kept.
 Each JSON is also the claims file tools/claims_table.py reads (tools/family_claims.py: settings.benchmark,
 rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
-A file made with other settings (model, dtype, limit) is refused, never mixed. Within a row, the work
+A file made with other settings (model, dtype, limit) is refused, never mixed; the device is each row's own
+(a row run on a lent GPU joins the CPU's rows in one table, each naming where it ran), while a row's kept
+tasks resume only on the device that began it. Within a row, the work
 kept in OUT/<model>-<family>-work/<row>/ (the embeddings, each finished task's probe, the embedding job's
 chunks) lets the next sitting go on from where this one stopped.
 
@@ -84,17 +86,31 @@ def row_method(key: str, chosen: dict[str, dict]):
 
 
 def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], redo: set[str]) -> dict:
-    """The table file so far (its rows; `redo` removed), or a new one; one made with other settings is refused."""
-    new = {**claims_report(benchmark, settings, planned, [], lambda *_: None), "rows": {}}
+    """The table file so far (its rows; `redo` removed), or a new one; one made with other settings is refused.
+    The device is a row's, not the file's (a row run on a GPU scores what the CPU does, to float rounding), so
+    rows from both join one table, as retrieval's do; a file written before rows named theirs gives its rows
+    the device its settings named."""
+    new = {**claims_report(benchmark, without_device(settings), planned, [], lambda *_: None), "rows": {}}
     if path.is_file():
         report = json.loads(path.read_text())
-        if report.get("settings") != new["settings"]:
+        if without_device(report.get("settings") or {}) != new["settings"]:
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
                              "choose another --out or remove it")
+        for row in report["rows"].values():
+            row.setdefault("device", report["settings"].get("device", "cpu"))
         for key in redo:
             report["rows"].pop(key, None)
         return report
     return new
+
+
+def without_device(settings: dict) -> dict:
+    return {name: value for name, value in settings.items() if name != "device"}
+
+
+def rows_devices(report: dict) -> str:
+    """The file's "device" setting (claims_table prints it): every device its rows ran on."""
+    return " and ".join(sorted({row["device"] for row in report["rows"].values()}))
 
 
 def write(path: Path, report: dict, markdown: str) -> None:
@@ -160,11 +176,12 @@ def table_markdown(report: dict, title: str, banner: str, caption: str, rows: li
     lines = [f"# {title}", ""]
     if report["settings"]["limit"] is not None:
         lines += [f"**Limited run: {banner}; a quick look, never a claim.**", ""]
-    lines += [caption, "", "| row | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    lines += [caption + " Device: where the row ran (scores agree across devices to float rounding).", "",
+              "| row | " + " | ".join(columns) + " | Device |", "|---|" + "---:|" * len(columns) + "---|"]
     for key, label in rows:
         row = report["rows"].get(key)
         cells = [cell(row, column) if row is not None else "not run" for column in columns]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['device'] if row is not None else ''} |")
     lines += ["", f"## {comparisons} (paired 95% intervals of the difference)", "",
               "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
@@ -273,12 +290,13 @@ def main(argv: list[str] | None = None) -> int:
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,
                        "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
                                     for word in (f"--{flag}", str(getattr(args, flag)))]
-            report["rows"][key] = {"label": label, "method": method.describe(), **results,
+            report["rows"][key] = {"label": label, "device": args.device, "method": method.describe(), **results,
                                    "stamp": build_stamp({"method": method.describe()}, results),
                                    "command": shlex.join(command)}
             judged = (transfer_differences(report["rows"]) if differences is None
                       else differences(report["rows"], loaded[1]))
-            report.update(claims_report(family, family_settings, planned, list(report["rows"]), judged))
+            report.update(claims_report(family, {**without_device(family_settings), "device": rows_devices(report)},
+                                        planned, list(report["rows"]), judged))
             text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
             write(path, report, text)
             import shutil

@@ -92,3 +92,30 @@ def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Pa
     saved = json.loads((tmp_path / "tiny-llama-sts-long.json").read_text())
     assert saved["rows"]["mean+tp"]["method"]["pooling"] == "mean"
     assert "TP w. Mean" in (tmp_path / "tiny-llama-sts-long.md").read_text()
+
+
+def test_a_transfer_row_from_another_device_joins_the_table_under_its_own_device(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row run on a lent GPU joins the CPU's rows, each naming where it ran (a file written before rows named
+    their device gives its rows the one its settings named); another dtype is still refused."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    common = ["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
+              str(write_folder(tmp_path / "senteval")), "--limit", "1000", "--out", str(tmp_path)]
+    assert tool.main(common + ["--rows", "prompteol"]) == 0
+    path = tmp_path / "tiny-llama-transfer.json"
+    earlier = json.loads(path.read_text())
+    assert earlier["rows"]["prompteol"]["device"] == "cpu" and earlier["settings"]["device"] == "cpu"
+    # as a GPU sitting's file from before this change reads: the device in the settings, none in the rows
+    earlier["settings"]["device"] = "cuda"
+    del earlier["rows"]["prompteol"]["device"]
+    path.write_text(json.dumps(earlier))
+    assert tool.main(common + ["--rows", "prompteol+tp"]) == 0
+    saved = json.loads(path.read_text())
+    assert {key: row["device"] for key, row in saved["rows"].items()} == {"prompteol": "cuda", "prompteol+tp": "cpu"}
+    assert saved["settings"]["device"] == "cpu and cuda" and saved["rows_done"] == ["prompteol", "prompteol+tp"]
+    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+    table = (tmp_path / "tiny-llama-transfer.md").read_text()
+    assert "| Device |" in table and "| cuda |" in table and "| cpu |" in table
+    with pytest.raises(SystemExit, match="other settings"):
+        tool.main(common + ["--rows", "knowledge", "--dtype", "bfloat16"])

@@ -1,7 +1,9 @@
 #!/bin/bash
 # On the GPU machine, once every part is received: assemble and check the GGUF, convert it with
 # minidecoder's own converter, unpack the data, then run each argument as a command (within T seconds in
-# all, default 400) and pack /tmp/res (reports, tables, claims files; no kept work) into $OUT/res.tgz.
+# all, default 400) and pack /tmp/res (reports, tables, claims files, and a transfer row's finished tasks,
+# task-*.kept.json, so a row the time limit stopped resumes in the next sitting on a GPU; not the embeddings
+# or the jobs' chunks, hundreds of MB) into $OUT/res.tgz.
 #
 #   T=400 bash tools/gpu/run.sh \
 #     "python3 tools/reproduce_retrieval.py --family retrieval --device cuda --out /tmp/res/retrieval --results /tmp/res/results" \
@@ -33,5 +35,6 @@ for command in "$@"; do
     echo "== $command"
     timeout $left bash -c "$command" 2>&1 | grep -v "UserWarning\|vectors = embed" | tee -a "$OUT/run.log"
 done
-tar --exclude='.*.partial' --exclude='.*.lock' --exclude='*-work' -C /tmp/res -czf "$OUT/res.tgz" .
+tar --exclude='.*.partial' --exclude='.*.lock' --exclude='job-*' --exclude='embeddings.kept.*' \
+    -C /tmp/res -czf "$OUT/res.tgz" .
 ls -la "$OUT"
