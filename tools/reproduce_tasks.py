@@ -97,7 +97,7 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
                              "choose another --out or remove it")
         for row in report["rows"].values():
-            row.setdefault("device", report["settings"].get("device", "cpu"))
+            row["stamp"].setdefault("device", report["settings"].get("device", "cpu"))
         for key in redo:
             report["rows"].pop(key, None)
         return report
@@ -109,12 +109,16 @@ def without_device(settings: dict) -> dict:
 
 
 def rows_devices(report: dict) -> str:
-    """The file's "device" setting (claims_table prints it): every device its rows ran on."""
-    return " and ".join(sorted({row["device"] for row in report["rows"].values()}))
+    """The file's "device" setting (claims_table prints it): every device its rows ran on (each row's stamp,
+    where reproduce_retrieval.py's rows keep theirs too)."""
+    return " and ".join(sorted({row["stamp"]["device"] for row in report["rows"].values()}))
 
 
 def write(path: Path, report: dict, markdown: str) -> None:
-    for target, text in ((path, json.dumps(_json_safe(report), indent=1) + "\n"), (path.with_suffix(".md"), markdown)):
+    """PATH.json compact (a row's per-item predictions and gold, tens of thousands of numbers, would take a line
+    each when indented: a 7-row transfer file over 5 MB) and PATH.md, the table a reader opens."""
+    compact = json.dumps(_json_safe(report), separators=(",", ":")) + "\n"
+    for target, text in ((path, compact), (path.with_suffix(".md"), markdown)):
         temporary = target.with_name(target.name + ".tmp")
         temporary.write_text(text)
         os.replace(temporary, target)
@@ -181,7 +185,7 @@ def table_markdown(report: dict, title: str, banner: str, caption: str, rows: li
     for key, label in rows:
         row = report["rows"].get(key)
         cells = [cell(row, column) if row is not None else "not run" for column in columns]
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['device'] if row is not None else ''} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['stamp']['device'] if row is not None else ''} |")
     lines += ["", f"## {comparisons} (paired 95% intervals of the difference)", "",
               "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
@@ -290,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,
                        "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
                                     for word in (f"--{flag}", str(getattr(args, flag)))]
-            report["rows"][key] = {"label": label, "device": args.device, "method": method.describe(), **results,
-                                   "stamp": build_stamp({"method": method.describe()}, results),
+            report["rows"][key] = {"label": label, "method": method.describe(), **results,
+                                   "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
             judged = (transfer_differences(report["rows"]) if differences is None
                       else differences(report["rows"], loaded[1]))

@@ -105,14 +105,15 @@ def test_a_transfer_row_from_another_device_joins_the_table_under_its_own_device
     assert tool.main(common + ["--rows", "prompteol"]) == 0
     path = tmp_path / "tiny-llama-transfer.json"
     earlier = json.loads(path.read_text())
-    assert earlier["rows"]["prompteol"]["device"] == "cpu" and earlier["settings"]["device"] == "cpu"
+    assert earlier["rows"]["prompteol"]["stamp"]["device"] == "cpu" and earlier["settings"]["device"] == "cpu"
     # as a GPU sitting's file from before this change reads: the device in the settings, none in the rows
     earlier["settings"]["device"] = "cuda"
-    del earlier["rows"]["prompteol"]["device"]
+    del earlier["rows"]["prompteol"]["stamp"]["device"]
     path.write_text(json.dumps(earlier))
     assert tool.main(common + ["--rows", "prompteol+tp"]) == 0
     saved = json.loads(path.read_text())
-    assert {key: row["device"] for key, row in saved["rows"].items()} == {"prompteol": "cuda", "prompteol+tp": "cpu"}
+    assert {key: row["stamp"]["device"] for key, row in saved["rows"].items()} == {"prompteol": "cuda",
+                                                                                 "prompteol+tp": "cpu"}
     assert saved["settings"]["device"] == "cpu and cuda" and saved["rows_done"] == ["prompteol", "prompteol+tp"]
     assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
     table = (tmp_path / "tiny-llama-transfer.md").read_text()
