@@ -195,6 +195,15 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
     if any(not np.isfinite(got[1][0]) for report in rows.values() for got in cells(family, report).values()):
         lines += ["", "[no interval]: the row was made before `eval cmteb` kept Ocnli's cosines, from which its "
                   "interval is drawn (every row made since carries one)."]
+    refilled: dict[str, list[str]] = {}  # device of the re-run -> rows (tools/refill_ocnli.py)
+    for key, report in rows.items():
+        source = report["results"].get("sets", {}).get("Ocnli", {}).get("interval_from")
+        if source:
+            refilled.setdefault(source["device"], []).append(labels[key])
+    for device, names in refilled.items():
+        lines += ["", f"Ocnli's interval of {', '.join(names)} was drawn from a later re-run of Ocnli alone on {device} "
+                  "that reproduced the row's best accuracy (tools/refill_ocnli.py; the row's report gives its command "
+                  "and date)."]
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
     report = family_claims(family, rows, args)
     for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ

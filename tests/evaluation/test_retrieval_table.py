@@ -90,6 +90,40 @@ def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> Non
     assert table.count("[no interval]") == 2  # mean's Ocnli cell, and the note under the table
 
 
+def test_refill_ocnli_gives_an_older_row_its_interval_only_when_a_rerun_reproduces_it(tiny_llama: Path,
+                                                                                      tmp_path: Path) -> None:
+    """tools/refill_ocnli.py: a row made before Ocnli kept its cosines gets them (and the interval) from a
+    re-run of its own command on Ocnli alone, here the very numbers the row would have kept; a re-run whose
+    score differs from the row's writes nothing."""
+    spec = importlib.util.spec_from_file_location("refill_ocnli", TOOL.with_name("refill_ocnli.py"))
+    refill = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refill)
+    tool, data, out = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table"
+    assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
+                      "--out", str(out), "--rows", "mean,reba-2", "--results", str(tmp_path / "results")]) == 0
+    made = json.loads((out / "mean.json").read_text())
+    whole = made["results"]["sets"]["Ocnli"]
+    older = json.loads(json.dumps(made))
+    del older["results"]["sets"]["Ocnli"]["ci95"], older["results"]["sets"]["Ocnli"]["cosines"]
+    (out / "mean.json").write_text(json.dumps(older))
+    argv = ["--out", str(out), "--model", str(tiny_llama), "--data", str(data), "--results", str(tmp_path / "results")]
+    assert refill.main(argv) == 0
+    ocnli = json.loads((out / "mean.json").read_text())["results"]["sets"]["Ocnli"]
+    assert ocnli["cosines"] == whole["cosines"] and ocnli["ci95"] == whole["ci95"] and ocnli["score"] == whole["score"]
+    assert ocnli["interval_from"]["device"] == "cpu" and "--tasks Ocnli" in ocnli["interval_from"]["command"]
+    table = (out / "table.md").read_text()
+    assert "[no interval]" not in table and "Ocnli's interval of Classical (mean) was drawn from a later re-run of Ocnli alone on cpu" in table
+    assert f"| Classical (mean) | {made['results']['sets']['ATEC']['score']:.2f}" in table
+    assert f"{whole['score']:.2f} [{whole['ci95'][0]:.2f}, {whole['ci95'][1]:.2f}]" in table
+    assert "Ocnli's interval was added later" in (out / "mean.md").read_text()
+
+    older["results"]["sets"]["Ocnli"]["score"] += 100 / whole["pairs"]  # one pair more right than the re-run finds
+    (out / "mean.json").write_text(json.dumps(older))
+    with pytest.raises(SystemExit, match="do not reproduce the row's score"):
+        refill.main(argv)
+    assert "cosines" not in json.loads((out / "mean.json").read_text())["results"]["sets"]["Ocnli"]
+
+
 def test_cmteb_table_reads_the_labels_here_not_where_the_rows_ran(tiny_llama: Path, tmp_path: Path) -> None:
     """Rows made on a lent GPU stamp its data folder (/tmp/data/...), absent here: the table reads the pairs
     from --data, and refuses a file whose checksum differs from the one the rows were scored on."""
