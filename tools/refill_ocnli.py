@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +39,7 @@ def identity(stamp: dict) -> dict:
 
 def rerun(key: str, method: str, options: dict, args: argparse.Namespace, scratch: Path) -> dict:
     """The row's eval command on Ocnli alone, in its own process; its report."""
-    asked = argparse.Namespace(**{**vars(args), "tasks": "Ocnli", "limit": args.limit, "corpus_limit": None})
+    asked = argparse.Namespace(**{**vars(args), "tasks": "Ocnli"})
     argv = rows_tool.command("cmteb", method, options, asked, scratch / key)
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
     code = subprocess.call([sys.executable, "-m", "minidecoder", *argv], cwd=rows_tool.REPO,
@@ -67,22 +68,18 @@ def refill(key: str, row: dict, again: dict) -> dict:
     return row
 
 
-def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".partial")
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
 def save(path: Path, row: dict) -> None:
     """The row's report (.json as `eval cmteb` writes it) and its Markdown, with the interval's source."""
     from minidecoder.cli.eval_cmteb_cmd import markdown
+    from minidecoder.output_files import write_whole  # whole or not at all, under the report's lock
 
     source = row["results"]["sets"]["Ocnli"]["interval_from"]
     note = (f"Ocnli's interval was added later, from a re-run of Ocnli alone on {source['device']} "
             f"({source['date']}, `{source['command']}`) that reproduced the row's best accuracy "
             "(tools/refill_ocnli.py).\n\n## Run\n")
-    write_atomically(path, json.dumps(row, indent=2, allow_nan=False) + "\n")
-    write_atomically(path.with_suffix(".md"), markdown(row["results"], row["stamp"]).replace("## Run\n", note, 1))
+    text = markdown(row["results"], row["stamp"]).replace("## Run\n", note, 1)
+    write_whole(path, (json.dumps(row, indent=2, allow_nan=False) + "\n").encode("utf-8"), overwrite=True)
+    write_whole(path.with_suffix(".md"), text.encode("utf-8"), overwrite=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args(argv)
     args.corpus_limit = None
-    done = 0
+    done, start = 0, time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="refill-ocnli-") as scratch:
         for key, _, method, options in rows_tool.ROWS["cmteb"]:
             path = args.out / f"{key}.json"
@@ -108,11 +105,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: {'no Ocnli cell' if ocnli is None else 'has its interval'}; left as it is")
                 continue
             rows_tool.refuse_other_settings(key, row["stamp"], args)
-            save(path, refill(key, row, rerun(key, method, options, args, Path(scratch))))
-            print(f"{key}: Ocnli {ocnli['score']:.2f} [{ocnli['ci95'][0]:.2f}, {ocnli['ci95'][1]:.2f}]", flush=True)
+            row = refill(key, row, rerun(key, method, options, args, Path(scratch)))
+            save(path, row)
+            got = row["results"]["sets"]["Ocnli"]
+            print(f"{key}: Ocnli {got['score']:.2f} [{got['ci95'][0]:.2f}, {got['ci95'][1]:.2f}]", flush=True)
             done += 1
     table_args = argparse.Namespace(**vars(args), tasks=None)
-    print(f"{done} row(s) refilled; table: {rows_tool.write_table('cmteb', table_args)}")
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{done} row(s) refilled in {minutes:.0f} min; table: {rows_tool.write_table('cmteb', table_args)}")
     return 0
 
 
