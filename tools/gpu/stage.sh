@@ -40,7 +40,10 @@ basename "$gguf" > "$root/.dev/items/gguf.name"
 sha256sum "$gguf" | cut -d' ' -f1 > "$root/.dev/items/gguf.sha256"
 # Parts as large as a call carries beside the checkout (64 MiB travel in all, a MiB to spare): the fewer the
 # parts, the fewer the calls, and a checkout that grows (results/ rows) shrinks them instead of breaking.
-checkout=$(cd "$root" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+# What travels is the tracked files present in the working tree and the untracked ones git does not ignore
+# (a tracked file removed from the tree for a sitting stays behind).
+checkout=$(cd "$root" && git ls-files -z --cached --others --exclude-standard \
+    | "$python" -c "import os, sys; print(sum(os.path.getsize(p) for p in sys.stdin.read().split('\\0') if os.path.isfile(p)))")
 part_mib=$(( 63 - (checkout + 2**20 - 1) / 2**20 ))
 [ "$part_mib" -ge 8 ] || { echo "the checkout is $((checkout / 2**20)) MiB: too large to carry parts beside it"; exit 2; }
 split -b "${part_mib}M" -d -a 2 "$gguf" "$root/.dev/items/gguf.part"
