@@ -170,39 +170,54 @@ def _folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarra
     return list(folds.split(np.zeros((len(y), 1)), y))
 
 
-Fits = list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # (train x, train y, check x, check y) per fold
+Grid = list[tuple[np.ndarray, np.ndarray]]  # (fit rows, check rows) of each fold, as indices into a task's rows
 
 
-def _grid_score(fits: Callable[[], Fits], num_classes: int, config: ClassifierConfig,
-                progress: Progress, workers: int = 1) -> tuple[float, float]:
-    """(best L2, its score) as SentEval's grid search finds it: for each L2 value, a probe trained on each
-    fold's training rows, early-stopped on its held-out rows and scored there; the L2's score is
-    `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. `fits()` gives the folds' rows.
-    The probes are independent (each seeded alone), so `workers` processes may train them: the same
-    accuracies bit for bit (probe_pool.py; every probe trains on one thread, here or there)."""
-    jobs = [(fit_x, fit_y, check_x, check_y, l2, num_classes, config)
-            for fit_x, fit_y, check_x, check_y in fits() for l2 in L2_GRID]
-    accuracies: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
-    for n, accuracy in enumerate(probe_pool.train_all(_trained_accuracy, jobs, workers)):
-        accuracies[n % len(L2_GRID)].append(accuracy)
+def _grid_scores(rows: probe_pool.SharedRows, grids: list[Grid], num_classes: int, config: ClassifierConfig,
+                 progress: Progress, workers: int = 1) -> list[tuple[float, float]]:
+    """(best L2, its score) of each grid, as SentEval's grid search finds it: for each L2 value, a probe
+    trained on each fold's fit rows, early-stopped on its check rows and scored there; the L2's score is
+    `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. The probes are independent (each
+    seeded alone), so all the grids' probes go to the `workers` processes at once, which keeps them busy
+    across an inner k-fold task's outer folds: the same accuracies bit for bit (probe_pool.py; every probe
+    trains on one thread, here or there)."""
+    jobs = [(rows, fit, check, l2, num_classes, config) for grid in grids for fit, check in grid for l2 in L2_GRID]
+
+    def finished(n: int) -> None:
         if progress and n % len(L2_GRID) == len(L2_GRID) - 1:
             progress(1)  # a fold's four probes are done
-    scores = [round(100 * float(np.mean(row)), 2) for row in accuracies]
-    best = int(np.argmax(scores))
-    return L2_GRID[best], scores[best]
+
+    accuracies = iter(probe_pool.train_all(_trained_accuracy, jobs, workers, finished))
+    chosen = []
+    for grid in grids:
+        per_l2: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
+        for _ in grid:
+            for row in per_l2:
+                row.append(next(accuracies))
+        scores = [round(100 * float(np.mean(row)), 2) for row in per_l2]
+        best = int(np.argmax(scores))
+        chosen.append((L2_GRID[best], scores[best]))
+    return chosen
 
 
 def _trained_accuracy(job: tuple) -> float:
-    """One grid probe (a job of `_grid_score`): trained on the fit rows, early-stopped on the check rows, and
+    """One grid probe (a job of `_grid_scores`): trained on the fit rows, early-stopped on the check rows, and
     its accuracy there."""
-    fit_x, fit_y, check_x, check_y, l2, num_classes, config = job
+    rows, fit, check, l2, num_classes, config = job
+    (fit_x, fit_y), (check_x, check_y) = rows.take(fit), rows.take(check)
     probe = LogisticRegressionProbe(fit_x.shape[1], num_classes, l2, config)
     probe.fit(fit_x, fit_y, validation=(check_x, check_y))
     return probe.score(check_x, check_y)
 
 
-def _fold_rows(x: np.ndarray, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> Callable[[], Fits]:
-    return lambda: ((x[fit], y[fit], x[check], y[check]) for fit, check in folds)
+def _fold_predictions(job: tuple) -> np.ndarray:
+    """An outer fold's model (a job of `inner_kfold`): trained on the fold's training rows with 5% held out
+    for early stopping, at the L2 its grid chose; its predictions for the fold's test rows."""
+    rows, train, test, l2, num_classes, config = job
+    train_x, train_y = rows.take(train)
+    probe = LogisticRegressionProbe(train_x.shape[1], num_classes, l2, config)
+    probe.fit(train_x, train_y, validation_split=0.05)
+    return probe.predict(rows.take(test)[0])
 
 
 def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
@@ -211,23 +226,22 @@ def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
     """SentEval's `InnerKFoldClassifier` (MR, CR, SUBJ, MPQA): k outer folds; in each, the L2 value is
     chosen by an inner k-fold over the outer training rows, then a model trained on all of them (5% held
     out for early stopping) predicts the outer test fold. Test accuracy: the mean of the k fold accuracies,
-    each rounded to 2 decimals as SentEval does."""
-    dev_scores, fold_scores, chosen = [], [], []
+    each rounded to 2 decimals as SentEval does. The folds' grids run together, then the folds' models."""
+    outer = _folds(y, k, config.seed)
+    # SentEval's innerskf splits the outer training rows with the same seed; as indices into all rows
+    grids = [[(train[fit], train[check]) for fit, check in _folds(y[train], k, config.seed)] for train, _ in outer]
+    with probe_pool.shared_rows(x, y) as rows:
+        chosen = _grid_scores(rows, grids, num_classes, config, progress, workers)
+        jobs = [(rows, train, test, l2, num_classes, config) for (train, test), (l2, _) in zip(outer, chosen)]
+        fold_predictions = probe_pool.train_all(_fold_predictions, jobs, workers)
     predictions = np.empty(len(y), dtype=np.int64)
-    for train, test in _folds(y, k, config.seed):
-        x_train, y_train = x[train], y[train]
-        inner = _folds(y_train, k, config.seed)  # SentEval's innerskf: the same seed
-
-        l2, dev = _grid_score(_fold_rows(x_train, y_train, inner), num_classes, config, progress, workers)
-        with probe_pool.one_thread():
-            probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
-            probe.fit(x_train, y_train, validation_split=0.05)
-            predictions[test] = probe.predict(x[test])
-        fold_scores.append(round(100 * float((predictions[test] == y[test]).mean()), 2))
-        dev_scores.append(dev)
-        chosen.append(l2)
+    fold_scores = []
+    for (_, test), predicted in zip(outer, fold_predictions):
+        predictions[test] = predicted
+        fold_scores.append(round(100 * float((predicted == y[test]).mean()), 2))
+    dev_scores = [dev for _, dev in chosen]
     return ProbeResult(round(float(np.mean(dev_scores)), 2), round(float(np.mean(fold_scores)), 2),
-                       predictions, np.asarray(y), chosen)
+                       predictions, np.asarray(y), [l2 for l2, _ in chosen])
 
 
 def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, num_classes: int,
@@ -235,8 +249,8 @@ def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np
                     workers: int = 1) -> ProbeResult:
     """SentEval's `KFoldClassifier` (TREC, MRPC): the L2 value chosen by k-fold cross-validation on the
     training set, then a model trained on all of it (5% held out for early stopping) scored on the test set."""
-    folds = _folds(y, k, config.seed)
-    l2, dev = _grid_score(_fold_rows(x, y, folds), num_classes, config, progress, workers)
+    with probe_pool.shared_rows(x, y) as rows:
+        [(l2, dev)] = _grid_scores(rows, [_folds(y, k, config.seed)], num_classes, config, progress, workers)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation_split=0.05)
 
 
@@ -245,8 +259,9 @@ def dev_selected(x: np.ndarray, y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndar
                  progress: Progress = None, workers: int = 1) -> ProbeResult:
     """SentEval's `SplitClassifier` (SST2): each L2 value trained on train (early stopping on dev) and
     scored on dev; the best is trained again the same way and scored on test."""
-
-    l2, dev = _grid_score(lambda: [(x, y, dev_x, dev_y)], num_classes, config, progress, workers)
+    with probe_pool.shared_rows(np.concatenate([x, dev_x]), np.concatenate([y, dev_y])) as rows:
+        train_and_dev = [(np.arange(len(x)), np.arange(len(x), len(x) + len(dev_x)))]
+        [(l2, dev)] = _grid_scores(rows, [train_and_dev], num_classes, config, progress, workers)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation=(dev_x, dev_y))
 
 

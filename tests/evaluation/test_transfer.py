@@ -122,6 +122,36 @@ def test_probes_trained_in_worker_processes_equal_those_trained_here() -> None:
     split = [sc.dev_selected(x[:80], y[:80], x[80:], y[80:], tx, ty, num_classes=2, config=config, workers=w)
              for w in (1, 2)]
     assert split[0].chosen_l2 == split[1].chosen_l2 and np.array_equal(split[0].predictions, split[1].predictions)
+    kfold = [sc.kfold_then_test(x, y, tx, ty, num_classes=2, k=3, config=config, workers=w) for w in (1, 2)]
+    assert kfold[0].chosen_l2 == kfold[1].chosen_l2 and np.array_equal(kfold[0].predictions, kfold[1].predictions)
+
+
+def test_inner_kfold_running_all_folds_grids_together_equals_one_fold_after_another() -> None:
+    """SentEval's InnerKFoldClassifier written plainly, fold by fold on copied rows: the L2 each fold's grid
+    chose, its dev score and the fold's test predictions equal inner_kfold's, which runs the folds' grids
+    together on shared rows."""
+    x, y = gaussian_classes(90, 5, seed=10)
+    config = sc.ClassifierConfig(max_epoch=6)
+    result = sc.inner_kfold(x, y, num_classes=2, k=3, config=config, workers=2)
+    predictions, chosen, devs = np.empty(len(y), dtype=np.int64), [], []
+    for train, test in sc._folds(y, 3, config.seed):
+        x_train, y_train = x[train], y[train]
+        scores = []
+        for l2 in sc.L2_GRID:
+            accuracies = []
+            for fit, check in sc._folds(y_train, 3, config.seed):
+                probe = sc.LogisticRegressionProbe(5, 2, l2, config)
+                probe.fit(x_train[fit], y_train[fit], validation=(x_train[check], y_train[check]))
+                accuracies.append(probe.score(x_train[check], y_train[check]))
+            scores.append(round(100 * float(np.mean(accuracies)), 2))
+        best = int(np.argmax(scores))
+        chosen.append(sc.L2_GRID[best])
+        devs.append(scores[best])
+        probe = sc.LogisticRegressionProbe(5, 2, sc.L2_GRID[best], config)
+        probe.fit(x_train, y_train, validation_split=0.05)
+        predictions[test] = probe.predict(x[test])
+    assert result.chosen_l2 == chosen and result.dev_accuracy == round(float(np.mean(devs)), 2)
+    assert np.array_equal(result.predictions, predictions)
 
 
 def test_a_failed_probe_in_a_worker_ends_the_pool_and_the_next_call_starts_a_new_one() -> None:
@@ -129,12 +159,43 @@ def test_a_failed_probe_in_a_worker_ends_the_pool_and_the_next_call_starts_a_new
 
     x, y = gaussian_classes(60, 4, seed=6)
     config = sc.ClassifierConfig(max_epoch=4)
-    good, bad = (x, y, x, y, 1e-4, 2, config), (x, y, x, y, -1.0, 2, config)  # Adam refuses a negative decay
-    with pytest.raises(ValueError, match="weight_decay"):
-        probe_pool.train_all(sc._trained_accuracy, [good, bad, good], workers=2)
-    assert 2 not in probe_pool._POOLS  # the broken pool is gone, its processes ended
-    again = probe_pool.train_all(sc._trained_accuracy, [good, good], workers=2)
-    assert again[0] == again[1] == probe_pool.train_all(sc._trained_accuracy, [good], workers=1)[0]
+    everything = np.arange(len(y))
+    with probe_pool.shared_rows(x, y) as rows:
+        good, bad = [(rows, everything, everything, l2, 2, config) for l2 in (1e-4, -1.0)]  # Adam refuses -1
+        with pytest.raises(ValueError, match="weight_decay"):
+            probe_pool.train_all(sc._trained_accuracy, [good, bad, good], workers=2)
+        assert 2 not in probe_pool._POOLS  # the broken pool is gone, its processes ended
+        again = probe_pool.train_all(sc._trained_accuracy, [good, good], workers=2)
+        assert again[0] == again[1] == probe_pool.train_all(sc._trained_accuracy, [good], workers=1)[0]
+    assert not Path(rows.folder).exists()  # the shared rows go with the task
+
+
+def test_shared_rows_give_the_values_indexing_gives_and_report_each_job_in_order() -> None:
+    from minidecoder.evaluation import probe_pool
+
+    x, y = gaussian_classes(50, 5, seed=8)
+    picked = np.array([7, 3, 3, 49, 0])
+    with probe_pool.shared_rows(x, y) as rows:
+        taken_x, taken_y = rows.take(picked)
+        assert taken_x.dtype == x.dtype and np.array_equal(taken_x, x[picked]) and np.array_equal(taken_y, y[picked])
+        seen: list[int] = []
+        assert probe_pool.train_all(abs, [-3, 1, -2], workers=1, finished=seen.append) == [3, 1, 2]
+        assert seen == [0, 1, 2]
+
+
+def test_shared_rows_that_cannot_be_written_say_where_and_what_to_do(monkeypatch, tmp_path) -> None:
+    from minidecoder.errors import OutputError
+    from minidecoder.evaluation import probe_pool
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(probe_pool.np, "save", full_disk)
+    x, y = gaussian_classes(20, 3, seed=9)
+    with pytest.raises(OutputError, match="No space left") as caught:
+        with probe_pool.shared_rows(x, y):
+            pass
+    assert "TMPDIR" in caught.value.fix
 
 
 def load_stub_task():
