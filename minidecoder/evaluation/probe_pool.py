@@ -9,7 +9,7 @@ probes bit for bit (tests/evaluation/test_transfer.py checks it).
 
 A task's rows are written once to a temporary folder that every worker memory-maps (`shared_rows`), and a
 job names its rows by index: an inner k-fold task would otherwise pickle its training rows into each of
-its 400 grid jobs (about 25 MB each for MR), which on 16 CPUs kept the workers waiting on the parent.
+its 400 grid jobs (about 20 MB each for MR), which on 16 CPUs kept the workers waiting on the parent.
 """
 from __future__ import annotations
 
