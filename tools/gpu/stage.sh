@@ -11,6 +11,8 @@
 #     cmteb, also mteb and the packages it needs that the image lacks (polars' runtime alone is 54 MB);
 #   - the named data folders of ../shared/data, as data.tar.xz;
 #   - the model's GGUF in parts as large as a call carries, with its name and sha256.
+# The parts are as large as a call carries beside the working tree, so a tree narrowed to what the run reads
+# (results/README.md: `git sparse-checkout set ...`) takes fewer calls.
 # Carry .dev/gpu-1 in the first call, .dev/gpu-2 ... in the next ones (back to back: a machine idle for
 # 30 s is given back, and /tmp with it); each call runs `bash tools/gpu/receive.sh .dev/gpu-K` first. The
 # folders may arrive in any order; run.sh checks that every part is there.
