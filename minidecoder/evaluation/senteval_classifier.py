@@ -187,14 +187,11 @@ def _grid_scores(rows: probe_pool.SharedRows, grids: list[Grid], num_classes: in
         if progress and n % len(L2_GRID) == len(L2_GRID) - 1:
             progress(1)  # a fold's four probes are done
 
-    accuracies = iter(probe_pool.train_all(_trained_accuracy, jobs, workers, finished))
+    accuracies = iter(probe_pool.train_all(_trained_accuracy, jobs, workers, finished))  # in the jobs' order
     chosen = []
     for grid in grids:
-        per_l2: list[list[float]] = [[] for _ in L2_GRID]  # per L2: one accuracy per fold
-        for _ in grid:
-            for row in per_l2:
-                row.append(next(accuracies))
-        scores = [round(100 * float(np.mean(row)), 2) for row in per_l2]
+        per_fold = [[next(accuracies) for _ in L2_GRID] for _ in grid]
+        scores = [round(100 * float(np.mean(per_l2)), 2) for per_l2 in zip(*per_fold)]  # over folds, per L2
         best = int(np.argmax(scores))
         chosen.append((L2_GRID[best], scores[best]))
     return chosen

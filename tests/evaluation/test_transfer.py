@@ -183,7 +183,7 @@ def test_shared_rows_give_the_values_indexing_gives_and_report_each_job_in_order
         assert seen == [0, 1, 2]
 
 
-def test_shared_rows_that_cannot_be_written_say_where_and_what_to_do(monkeypatch, tmp_path) -> None:
+def test_shared_rows_that_cannot_be_written_say_where_and_what_to_do(monkeypatch) -> None:
     from minidecoder.errors import OutputError
     from minidecoder.evaluation import probe_pool
 
