@@ -140,19 +140,25 @@ class KeptWork:
         self.vectors_path, self.texts_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.json"
         self.identity_sha256 = hashlib.sha256(identity.encode()).hexdigest()  # what embeddings.kept.json records
 
-    def embeddings(self, texts: list[str], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """The (N, E) embeddings of `texts`: read from the kept ones when they cover every text (a resumed run
-        asks only for the tasks not yet scored), else computed and kept in their place."""
+    def embeddings(self, texts: list[str],
+                   compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float | None, bool]:
+        """The (N, E) embeddings of `texts`, the seconds computing them took, and whether they were computed
+        now: read from the kept ones when they cover every text (a resumed run asks only for the tasks not yet
+        scored), with the seconds kept beside them (None where an older version kept none), else computed,
+        timed and kept in their place."""
         if self.vectors_path.is_file() and self.texts_path.is_file():
             record = json.loads(self.texts_path.read_text())
             row = {text: k for k, text in enumerate(record.get("texts", []))}
             if record.get("identity") == self.identity_sha256 and all(text in row for text in texts):
-                return torch.from_numpy(np.load(self.vectors_path)[[row[text] for text in texts]])
+                vectors = torch.from_numpy(np.load(self.vectors_path)[[row[text] for text in texts]])
+                return vectors, record.get("seconds"), False
+        start = time.perf_counter()
         vectors = compute()
+        seconds = time.perf_counter() - start
         _write_atomically(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
         _write_atomically(self.texts_path, lambda handle: handle.write(
-            json.dumps({"identity": self.identity_sha256, "texts": texts}).encode()))
-        return vectors
+            json.dumps({"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
+        return vectors, seconds, True
 
     def _task_path(self, name: str) -> Path:
         return self.folder / f"task-{name}.kept.json"
@@ -169,9 +175,16 @@ class KeptWork:
                 return kept["result"]
         return None
 
-    def keep_task(self, name: str, key: str, result: dict) -> None:
+    def task_encode_seconds(self, name: str) -> float | None:
+        """The embedding seconds kept beside task `name`'s result (None: kept by a version that kept none)."""
+        path = self._task_path(name)
+        return json.loads(path.read_text()).get("encode_seconds") if path.is_file() else None
+
+    def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
+        """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
+        seconds its embedding took."""
         _write_atomically(self._task_path(name), lambda handle: handle.write(
-            json.dumps({"key": self._task_key(key), "result": result}).encode()))
+            json.dumps({"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
 
 
 def _write_atomically(path: Path, write: Callable) -> None:
@@ -200,7 +213,13 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     another identity is never reused. `probe_workers` processes train each task's probes (probe_pool.py: the
     same scores for any number). Returns {"tasks": {name: entry}, "avg", "avg_over", "limit",
     "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files", "protocol"}; an entry is
-    `task_result`'s dict; "encode_seconds" counts this call's embedding only (none for a kept task)."""
+    `task_result`'s dict.
+
+    "encode_seconds" is the time the embeddings took, whichever sitting computed them, so a row that spans
+    sittings reports its whole embedding: grain "task" keeps each task's seconds beside its kept result and
+    sums them, grain "run" keeps the run's seconds beside the kept embeddings. "encode_seconds_unknown" names
+    the tasks whose time is not in the sum (embedded by an earlier call that kept no time); a task whose
+    embedding job was itself interrupted counts the sitting that finished it."""
     if grain not in ("run", "task"):
         raise ValueError(f"grain={grain!r}: 'run' (embed every text at once) or 'task' (task by task)")
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
@@ -208,37 +227,50 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     store = KeptWork(kept, kept_identity) if kept is not None else None
     keys = {task.name: task_key(task, config) for task in loaded}
     done = {task.name: store.task_result(task.name, keys[task.name]) for task in loaded} if store else {}
-    seconds = 0.0
 
-    def embedded(of: list[TransferTask]) -> Callable[[list[str]], np.ndarray]:
-        """`rows(texts)`: each text's (N, E) embedding, the texts of `of` embedded (or read back) once."""
-        nonlocal seconds
+    def embedded(of: list[TransferTask]) -> tuple[Callable[[list[str]], np.ndarray], float | None, bool]:
+        """`rows(texts)`: each text's (N, E) embedding, the texts of `of` embedded (or read back) once; the
+        seconds the embedding took (None: read back from a store that kept no time); whether computed now."""
         texts = longest_first(text for task in of for text in task.texts())
-        start = time.perf_counter()
 
         def compute() -> torch.Tensor:
             return encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress, desc="transfer texts")
 
-        table = (store.embeddings(texts, compute) if store else compute()).numpy().astype(np.float32)  # (N, E)
-        seconds += time.perf_counter() - start
+        if store:
+            vectors, seconds, computed = store.embeddings(texts, compute)
+        else:
+            start = time.perf_counter()
+            vectors, computed = compute(), True
+            seconds = time.perf_counter() - start
+        table = vectors.numpy().astype(np.float32)  # (N, E)
         index = {text: row for row, text in enumerate(texts)}
-        return lambda some: table[[index[text] for text in some]]
+        return (lambda some: table[[index[text] for text in some]]), seconds, computed
 
     todo = [task for task in loaded if done.get(task.name) is None]
-    rows_of_run = embedded(todo) if grain == "run" and todo else None
+    rows_of_run, run_seconds, run_computed = embedded(todo) if grain == "run" and todo else (None, None, False)
     results: dict = {"tasks": {}}
+    task_seconds: dict[str, float | None] = {}
     for task in loaded:
         if done.get(task.name) is not None:
             results["tasks"][task.name] = done[task.name]
+            task_seconds[task.name] = store.task_encode_seconds(task.name)
             continue
-        rows = rows_of_run or embedded([task])
+        rows, seconds, _ = (rows_of_run, None, False) if rows_of_run else embedded([task])
         with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",
                   file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
             entry = task_result(task, probe_task(task, rows, bar.update, config, probe_workers),
                                 TRANSFER_TASKS.index(task.name))
+        task_seconds[task.name] = seconds
         if store:
-            store.keep_task(task.name, keys[task.name], entry)
+            store.keep_task(task.name, keys[task.name], entry, seconds)
         results["tasks"][task.name] = entry
+    if grain == "task":
+        encode_seconds = sum(value for value in task_seconds.values() if value is not None)
+        unknown = [name for name, value in task_seconds.items() if value is None]
+    else:  # one embedding: kept embeddings read back cover the tasks kept with them; a new one, only `todo`
+        encode_seconds = run_seconds or 0.0
+        unknown = [task.name for task in todo] if todo and run_seconds is None else []
+        unknown += [task.name for task in loaded if task not in todo and (run_computed or not todo)]
     scores = [entry["score"] for entry in results["tasks"].values()]
     complete = sorted(results["tasks"]) == sorted(TRANSFER_TASKS)
     results.update(
@@ -247,7 +279,8 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         limit=limit if not loaded else loaded[0].limit,
         skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
         texts=len({text for task in loaded for text in task.texts()}),  # distinct texts: a count needs no order
-        encode_seconds=seconds,
+        encode_seconds=encode_seconds,
+        encode_seconds_unknown=unknown,
         data_dir=str(loaded[0].data_dir) if loaded else None,
         data_files=[name for task in loaded for name in task.files],
         protocol=PROTOCOL,
@@ -269,6 +302,15 @@ def transfer_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _timing(results: dict) -> str:
+    """The embedding time line of PREFIX.md, naming the tasks whose time no sitting recorded."""
+    line = f"Encoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s"
+    unknown = results.get("encode_seconds_unknown") or []
+    if not unknown:
+        return line + "."
+    return line + f" (not counting {', '.join(unknown)}: embedded by an earlier call that kept no time)."
+
+
 def transfer_markdown(results: dict, stamp: dict) -> str:
     """PREFIX.md of `eval transfer`: the table, per-task details and the stamp."""
     from minidecoder.evaluation.report import stamp_table
@@ -286,5 +328,5 @@ def transfer_markdown(results: dict, stamp: dict) -> str:
     return (f"# Transfer evaluation: {name} on {stamp.get('model', '?')}\n\nAccuracy x100 of SentEval's probe "
             f"({results['protocol']}), with a 95% bootstrap interval over test items (k-fold tasks: out-of-fold "
             f"predictions); Avg. of the seven.\n\n{transfer_table(results)}\n\n## Per task\n\n" + "\n".join(details)
-            + blank + f"\n\nEncoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s.\n\n## Run\n\n"
+            + blank + f"\n\n{_timing(results)}\n\n## Run\n\n"
             + stamp_table(stamp) + "\n")

@@ -381,18 +381,60 @@ def test_a_later_sitting_embeds_only_the_tasks_not_kept(tmp_path: Path, monkeypa
 
 def test_kept_embeddings_serve_any_texts_they_cover_and_only_under_their_identity(tmp_path: Path) -> None:
     store, texts = transfer.KeptWork(tmp_path, "model A"), ["a b", "c", "d e f"]
-    assert torch.equal(store.embeddings(texts, lambda: bag_of_words(texts)), bag_of_words(texts))
+    vectors, seconds, computed = store.embeddings(texts, lambda: bag_of_words(texts))
+    assert torch.equal(vectors, bag_of_words(texts)) and computed and seconds > 0
 
     def must_not_compute():
         raise AssertionError("the kept embeddings cover these texts")
 
-    assert torch.equal(store.embeddings(["d e f", "a b"], must_not_compute), bag_of_words(["d e f", "a b"]))
-    assert torch.equal(store.embeddings(["new", "a b"], lambda: 3 * bag_of_words(["new", "a b"])),
-                       3 * bag_of_words(["new", "a b"]))  # a text not kept: computed, and kept in their place
+    vectors, kept_seconds, computed = store.embeddings(["d e f", "a b"], must_not_compute)
+    assert torch.equal(vectors, bag_of_words(["d e f", "a b"]))
+    assert not computed and kept_seconds == seconds  # the time the kept ones took, not the read-back's
+    vectors, _, computed = store.embeddings(["new", "a b"], lambda: 3 * bag_of_words(["new", "a b"]))
+    assert torch.equal(vectors, 3 * bag_of_words(["new", "a b"])) and computed  # a text not kept: computed, kept instead
     other = transfer.KeptWork(tmp_path, "model B")
-    assert torch.equal(other.embeddings(["a b"], lambda: 2 * bag_of_words(["a b"])), 2 * bag_of_words(["a b"]))
+    assert torch.equal(other.embeddings(["a b"], lambda: 2 * bag_of_words(["a b"]))[0], 2 * bag_of_words(["a b"]))
     with pytest.raises(ValueError, match="grain"):
         transfer.evaluate_transfer(bag_of_words, [], grain="chunk")
+
+
+@pytest.mark.parametrize("grain", ["run", "task"])
+def test_a_row_that_spans_sittings_reports_the_embedding_time_of_every_sitting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grain: str) -> None:
+    """encode_seconds is what the embeddings took, not what the last sitting spent: a resumed call adds the
+    kept tasks' (grain "task") or reports the kept embeddings' (grain "run") recorded seconds; a task kept
+    with no time is named, never counted as zero."""
+    tasks = load_transfer_tasks(["SST2", "TREC"], write_folder(tmp_path / "data"))
+    clock = iter(range(0, 10_000, 10))  # each perf_counter call 10 s after the last: every span is known
+    monkeypatch.setattr(transfer.time, "perf_counter", lambda: float(next(clock)))
+    real_probe = transfer.probe_task
+
+    def probe_then_stop(task, *args, **kwargs):
+        if task.name == "TREC":
+            raise KeyboardInterrupt  # the first sitting ends in TREC's probe
+        return real_probe(task, *args, **kwargs)
+
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept, grain=grain)
+    monkeypatch.setattr(transfer, "probe_task", real_probe)
+    resumed = transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept, grain=grain)
+    if grain == "task":  # SST2 embedded in the first sitting, TREC in the second: 10 s each, both counted
+        assert resumed["encode_seconds"] == 20.0 and resumed["encode_seconds_unknown"] == []
+    else:  # one embedding of both, made by the first sitting and read back by the second
+        assert resumed["encode_seconds"] == 10.0 and resumed["encode_seconds_unknown"] == []
+        assert json.loads((kept / "embeddings.kept.json").read_text())["seconds"] == 10.0
+
+    sst2 = kept / "task-SST2.kept.json"  # as the version before this one kept it: a result and no time
+    sst2.write_text(json.dumps({key: value for key, value in json.loads(sst2.read_text()).items()
+                                if key != "encode_seconds"}))
+    (kept / "task-TREC.kept.json").unlink()
+    (kept / "embeddings.kept.npy").unlink()
+    again = transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept, grain=grain)
+    assert again["encode_seconds"] == 10.0 and again["encode_seconds_unknown"] == ["SST2"]
+    assert "in 10.0 s (not counting SST2: embedded by an earlier call that kept no time)" in \
+        transfer.transfer_markdown(again, {"model": "m"})
 
 
 def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Path,  # noqa: F811
