@@ -126,12 +126,14 @@ def write(path: Path, report: dict, markdown: str) -> None:
 
 def encoder(model, method, work: Path, batch_size: int | None):
     """encode(texts) as a resumable embedding job in WORK/job-<texts' sha256>: a job per set of texts, since
-    a transfer row embeds task by task and a job folder refuses other texts than the ones it started with."""
+    a transfer row embeds task by task and a job folder refuses other texts than the ones it started with.
+    The job's own bar counts the texts as its chunks finish (the caller hands it every text at once)."""
     from minidecoder.running.jobs import embed_resumably
 
     def encode(texts: list[str]):
         digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
-        return embed_resumably(model, method, texts, work / f"job-{digest}", batch_size=batch_size)[0]
+        return embed_resumably(model, method, texts, work / f"job-{digest}", batch_size=batch_size,
+                               progress=True)[0]
     return encode
 
 
