@@ -22,7 +22,8 @@ Each JSON is also the claims file tools/claims_table.py reads (tools/family_clai
 rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
 A file made with other settings (model, dtype, limit) is refused, never mixed; the device is each row's own
 (a row run on a lent GPU joins the CPU's rows in one table, each naming where it ran), while a row's kept
-tasks resume only on the device that began it. Within a row, the work
+tasks resume only on the device that began it: a sitting on another device skips that row and says so
+(`--rows KEY --redo` starts it over there). Within a row, the work
 kept in OUT/<model>-<family>-work/<row>/ (the embeddings, each finished task's probe, the embedding job's
 chunks) lets the next sitting go on from where this one stopped.
 
@@ -53,7 +54,7 @@ from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
-from minidecoder.evaluation.transfer import accuracy_replicates, evaluate_transfer  # noqa: E402
+from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer  # noqa: E402
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
@@ -138,6 +139,28 @@ def encoder(model, method, work: Path, batch_size: int | None):
 
 
 # ---- transfer ---------------------------------------------------------------------------------------
+DEVICES = ("cpu", "cuda", "mps", "xpu")  # where another sitting may have begun a row
+
+
+def row_identity(settings: dict, weights: dict | None, method) -> str:
+    """What a transfer row's kept work is kept under: the settings (the device among them), the weights'
+    checksums and the method with its options."""
+    return json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
+
+
+def began_elsewhere(work: Path, settings: dict, weights: dict | None, method,
+                    loaded: list) -> tuple[str, list[str]] | None:
+    """(device, tasks) when a sitting on another device kept some of this row's tasks. A row's kept tasks
+    resume only on the device that began it (its identity names the device: one row, one device), so running
+    it here would start it over, write over that work as its tasks finish and spend this sitting on it."""
+    for device in DEVICES:
+        if device != settings["device"]:
+            kept = KeptWork(work, row_identity({**settings, "device": device}, weights, method)).kept_task_names(loaded)
+            if kept:
+                return device, kept
+    return None
+
+
 def transfer_differences(rows: dict):
     """(method, base) -> (point, intervals) of accuracy(method) - accuracy(base) x100 per task and for "avg",
     on the same resamples of the same test items (out-of-fold predictions for the k-fold tasks)."""
@@ -283,10 +306,17 @@ def main(argv: list[str] | None = None) -> int:
             method = row_method(key, chosen)
             work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
+            elsewhere = began_elsewhere(work, settings, weights, method, loaded) if family == "transfer" else None
+            if elsewhere and key not in redo:
+                device, kept = elsewhere
+                print(f"{family}: {label} skipped: a sitting on {device} began it ({', '.join(kept)} kept in "
+                      f"{work}), and a row resumes on the device that began it; go on there (--device {device}), "
+                      f"or start it over on {args.device} with --rows {key} --redo", file=sys.stderr)
+                continue
             encode = encoder(model, method, work, args.batch_size)
             print(f"{family}: {label} ...", file=sys.stderr)
             if family == "transfer":
-                identity = json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
+                identity = row_identity(settings, weights, method)
                 # task by task: a sitting that stops keeps every task it finished (committed), and the next
                 # sitting, on any machine, embeds only the tasks still to score
                 results = evaluate_transfer(encode, loaded, chunk_size=1 << 62, kept=work, kept_identity=identity,

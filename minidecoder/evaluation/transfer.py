@@ -175,6 +175,11 @@ class KeptWork:
                 return kept["result"]
         return None
 
+    def kept_task_names(self, tasks: Sequence[TransferTask],
+                        config: ClassifierConfig = ClassifierConfig()) -> list[str]:
+        """The names of `tasks` whose result this folder keeps under this identity."""
+        return [task.name for task in tasks if self.task_result(task.name, task_key(task, config)) is not None]
+
     def task_encode_seconds(self, name: str) -> float | None:
         """The embedding seconds kept beside task `name`'s result (None: kept by a version that kept none)."""
         path = self._task_path(name)

@@ -120,3 +120,45 @@ def test_a_transfer_row_from_another_device_joins_the_table_under_its_own_device
     assert "| Device |" in table and "| cuda |" in table and "| cpu |" in table
     with pytest.raises(SystemExit, match="other settings"):
         tool.main(common + ["--rows", "knowledge", "--dtype", "bfloat16"])
+
+
+def test_a_transfer_row_begun_on_another_device_is_left_to_it_unless_redone(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A row's kept tasks resume only on the device that began it. A sitting on another device (a lent GPU
+    running every row still to do) skips that row, says where it resumes, and leaves its kept tasks as they
+    are, rather than starting it over and writing over them; `--rows KEY --redo` starts it over there."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    transfer = tool.evaluate_transfer.__globals__  # the module whose probe_task the tool's runs call
+    common = ["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
+              str(write_folder(tmp_path / "senteval")), "--limit", "1000", "--out", str(tmp_path),
+              "--rows", "prompteol"]
+    real_probe = transfer["probe_task"]
+
+    def probe_then_stop(task, *args, **kwargs):
+        if task.name == "TREC":
+            raise KeyboardInterrupt  # the CPU sitting ends in TREC's probe: SST2 is kept
+        return real_probe(task, *args, **kwargs)
+
+    monkeypatch.setitem(transfer, "probe_task", probe_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        tool.main(common)
+    monkeypatch.setitem(transfer, "probe_task", real_probe)
+    kept = tmp_path / "tiny-llama-transfer-work" / "prompteol" / "task-SST2.kept.json"
+    before = kept.read_bytes()
+
+    real_load = tool.minidecoder.load  # "cuda" here: the model stays on the CPU, the row's settings say cuda
+    monkeypatch.setattr(tool.minidecoder, "load", lambda *args, **kwargs: real_load(*args, **{**kwargs, "device": "cpu"}))
+    capsys.readouterr()
+    assert tool.main(common + ["--device", "cuda"]) == 0
+    said = capsys.readouterr().err
+    assert "PromptEOL skipped: a sitting on cpu began it (SST2 kept in" in said and "--device cpu" in said
+    assert "--rows prompteol --redo" in said
+    assert kept.read_bytes() == before
+    report = tmp_path / "tiny-llama-transfer.json"
+    assert not report.exists() or "prompteol" not in json.loads(report.read_text())["rows"]
+
+    assert tool.main(common + ["--device", "cuda", "--redo"]) == 0  # started over on cuda, as asked
+    saved = json.loads(report.read_text())
+    assert saved["rows"]["prompteol"]["stamp"]["device"] == "cuda"
+    assert sorted(saved["rows"]["prompteol"]["tasks"]) == ["SST2", "TREC"]
