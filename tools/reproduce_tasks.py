@@ -23,7 +23,10 @@ rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims 
 A file made with other settings (model, dtype, limit) is refused, never mixed; the device is each row's own
 (a row run on a lent GPU joins the CPU's rows in one table, each naming where it ran), while a row's kept
 tasks resume only on the device that began it: a sitting on another device skips that row and says so
-(`--rows KEY --redo` starts it over there). Within a row, the work
+(`--rows KEY --redo` starts it over there). Two sittings may write one table: a run re-reads the file before
+each row and before writing, so it skips a row finished elsewhere and never drops another's row, and
+`--merge FILE` adds another sitting's rows (a GPU sitting's res.tgz, unpacked beside the checkout) to OUT's,
+keeping OUT's own where both have one. Within a row, the work
 kept in OUT/<model>-<family>-work/<row>/ (the embeddings, each finished task's probe, the embedding job's
 chunks) lets the next sitting go on from where this one stopped.
 
@@ -103,6 +106,21 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
             report["rows"].pop(key, None)
         return report
     return new
+
+
+def add_rows(report: dict, path: Path, benchmark: str, settings: dict, planned: list[str],
+             leave_out: set[str]) -> list[str]:
+    """Add to `report` the rows of the table file `path` it lacks (not those in `leave_out`: rows being redone),
+    in planned order; returns their keys. So a run writing its table never drops a row another wrote meanwhile
+    (a lent GPU's rows merged while a CPU run goes on, or a second run), and skips a row finished elsewhere."""
+    if not path.is_file():
+        return []
+    other = load_report(path, benchmark, settings, planned, set())
+    added = [key for key in other["rows"] if key not in report["rows"] and key not in leave_out]
+    if added:
+        rows = {**report["rows"], **{key: other["rows"][key] for key in added}}
+        report["rows"] = {key: rows[key] for key in sorted(rows, key=lambda k: (planned + list(rows)).index(k))}
+    return added
 
 
 def without_device(settings: dict) -> dict:
@@ -268,16 +286,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--out", default=str(REPO / "results"), help="folder of the result files (default: results/)")
+    parser.add_argument("--merge", action="append", default=[], metavar="FILE",
+                        help="add the rows of another sitting's table file (same model and settings; a GPU "
+                             "sitting's res.tgz, unpacked elsewhere) to OUT's, keeping OUT's own")
     args = parser.parse_args(argv)
     if args.data and args.family == "both":
         parser.error("--data names one family's folder: add --family transfer or --family sts-long")
+    if args.merge and args.family == "both":
+        parser.error("--merge names one family's table file: add --family transfer or --family sts-long")
+    known = [key for family, rows in (("transfer", TRANSFER_ROWS), ("sts-long", STS_LONG_ROWS))
+             if args.family in (family, "both") for key, _ in rows]
+    unknown = [key for key in (args.rows or "").split(",") if key and key not in known]
+    if unknown:
+        parser.error(f"--rows {','.join(unknown)}: not a row of {args.family} "
+                     f"(its rows: {', '.join(dict.fromkeys(known))})")
+    if args.redo and not args.rows:
+        parser.error("--redo recomputes the rows --rows names: name them (every row at once is --out to a new folder)")
 
     chosen = chosen_methods(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
-    wanted = set(args.rows.split(",")) if args.rows else None
-    redo = wanted if args.redo and wanted else set()
+    # the rows to run: those named, else every row still to do; with --merge and no --rows, none (it merges)
+    wanted = set(args.rows.split(",")) if args.rows else (set() if args.merge else None)
+    redo = set(wanted) if args.redo and wanted else set()
     name = Path(args.model).name  # a folder's name, or the model's
     settings = {"model": name, "dtype": args.dtype, "device": args.device, "limit": args.limit,
                 "tokenizer_sha256": model.tokenizer.checksum}
@@ -300,9 +332,25 @@ def main(argv: list[str] | None = None) -> int:
             family_settings = {**settings, **({"tasks": tasks} if args.tasks else {})}
             differences = None
         report = load_report(path, family, family_settings, planned, redo)
+        merged = [key for other in args.merge
+                  for key in add_rows(report, Path(other), family, family_settings, planned, redo)]
+        if merged:
+            print(f"{family}: merged {', '.join(merged)} from {', '.join(args.merge)}", file=sys.stderr)
+
+        def write_table() -> None:
+            add_rows(report, path, family, family_settings, planned, redo)  # rows another run wrote meanwhile
+            judged = (transfer_differences(report["rows"]) if differences is None
+                      else differences(report["rows"], loaded[1]))
+            report.update(claims_report(family, {**without_device(family_settings), "device": rows_devices(report)},
+                                        planned, list(report["rows"]), judged))
+            text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
+            write(path, report, text)
+
         for key, label in rows:
-            if (wanted and key not in wanted) or key in report["rows"]:
+            if (wanted is not None and key not in wanted) or key in report["rows"]:
                 continue
+            if key not in redo and key in add_rows(report, path, family, family_settings, planned, redo):
+                continue  # finished by another run since this one began
             method = row_method(key, chosen)
             work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
@@ -329,14 +377,14 @@ def main(argv: list[str] | None = None) -> int:
             report["rows"][key] = {"label": label, "method": method.describe(), **results,
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
-            judged = (transfer_differences(report["rows"]) if differences is None
-                      else differences(report["rows"], loaded[1]))
-            report.update(claims_report(family, {**without_device(family_settings), "device": rows_devices(report)},
-                                        planned, list(report["rows"]), judged))
-            text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
-            write(path, report, text)
+            write_table()
             import shutil
             shutil.rmtree(work, ignore_errors=True)  # the row is in the file: its kept work is no longer needed
+        if merged:
+            write_table()  # the merged rows are in, with their claims, even where no row ran here
+            import shutil
+            for key in merged:  # a row finished elsewhere: what a sitting here kept of it is no longer needed
+                shutil.rmtree(out / f"{name}-{family}-work" / key, ignore_errors=True)
         work_root = out / f"{name}-{family}-work"
         if work_root.is_dir() and not any(work_root.iterdir()):
             work_root.rmdir()  # every row finished: nothing left to resume

@@ -148,7 +148,8 @@ def test_a_transfer_row_begun_on_another_device_is_left_to_it_unless_redone(
     before = kept.read_bytes()
 
     real_load = tool.minidecoder.load  # "cuda" here: the model stays on the CPU, the row's settings say cuda
-    monkeypatch.setattr(tool.minidecoder, "load", lambda *args, **kwargs: real_load(*args, **{**kwargs, "device": "cpu"}))
+    monkeypatch.setattr(tool.minidecoder, "load",
+                        lambda *args, **kwargs: real_load(*args, **{**kwargs, "device": "cpu"}))
     capsys.readouterr()
     assert tool.main(common + ["--device", "cuda"]) == 0
     said = capsys.readouterr().err
@@ -162,3 +163,58 @@ def test_a_transfer_row_begun_on_another_device_is_left_to_it_unless_redone(
     saved = json.loads(report.read_text())
     assert saved["rows"]["prompteol"]["stamp"]["device"] == "cuda"
     assert sorted(saved["rows"]["prompteol"]["tasks"]) == ["SST2", "TREC"]
+
+
+def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitting_s(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Two sittings write one table: a CPU run that began before a lent GPU's rows were merged still writes
+    them back with its own (it re-reads the file before writing), and `--merge FILE` adds another sitting's
+    rows, their claims judged, keeping this table's own row where both have one."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    data = str(write_folder(tmp_path / "senteval"))
+
+    def run(out: Path, *more: str) -> int:
+        return tool.main(["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
+                          data, "--limit", "1000", "--out", str(out), *more])
+
+    gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
+    assert run(gpu, "--rows", "prompteol") == 0  # the GPU sitting's table, unpacked from res.tgz
+    gpu_table = json.loads((gpu / "tiny-llama-transfer.json").read_text())
+    real_evaluate = tool.evaluate_transfer
+
+    def merged_meanwhile(*args, **kwargs):  # while the CPU row runs, the GPU's table is put in place
+        (cpu / "tiny-llama-transfer.json").write_text((gpu / "tiny-llama-transfer.json").read_text())
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(tool, "evaluate_transfer", merged_meanwhile)
+    assert run(cpu, "--rows", "prompteol+tp") == 0
+    monkeypatch.setattr(tool, "evaluate_transfer", real_evaluate)
+    saved = json.loads((cpu / "tiny-llama-transfer.json").read_text())
+    assert saved["rows_done"] == ["prompteol", "prompteol+tp"]  # neither sitting's row lost
+    assert saved["rows"]["prompteol"] == gpu_table["rows"]["prompteol"]
+    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+
+    # --merge: the other way round, into a table that has one row of its own and one the other also has
+    (gpu / "tiny-llama-transfer-work" / "prompteol+tp").mkdir(parents=True)  # a row the GPU had begun
+    own = saved["rows"]["prompteol+tp"]
+    gpu_table["rows"]["prompteol"]["marker"] = "the GPU's copy"
+    (gpu / "tiny-llama-transfer.json").write_text(json.dumps(gpu_table))
+    cpu_only = json.loads((cpu / "tiny-llama-transfer.json").read_text())
+    cpu_only["rows"].pop("prompteol")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(cpu_only))  # only prompteol+tp, as a second sitting's file
+    assert run(gpu, "--merge", str(other)) == 0  # merges, runs no row
+    merged = json.loads((gpu / "tiny-llama-transfer.json").read_text())
+    assert merged["rows_done"] == ["prompteol", "prompteol+tp"] and merged["rows"]["prompteol+tp"] == own
+    assert merged["rows"]["prompteol"]["marker"] == "the GPU's copy"  # this table's own row is kept
+    assert any(claim["claim"] == "TP improves PromptEOL" for claim in merged["claims"])
+    assert "PromptEOL + TP" in (gpu / "tiny-llama-transfer.md").read_text()
+    assert not (gpu / "tiny-llama-transfer-work" / "prompteol+tp").exists()  # finished elsewhere: kept work gone
+
+    other.write_text(json.dumps({**cpu_only, "settings": {**cpu_only["settings"], "dtype": "bfloat16"}}))
+    with pytest.raises(SystemExit, match="other settings"):
+        run(gpu, "--merge", str(other))
+    with pytest.raises(SystemExit):
+        run(gpu, "--rows", "prompteol,nonesuch")  # a row no table has: refused, naming it, before any work
+    assert "--rows nonesuch: not a row of transfer (its rows: prompteol, prompteol+tp" in capsys.readouterr().err
