@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -57,7 +58,8 @@ from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
-from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer  # noqa: E402
+from minidecoder.evaluation.senteval_classifier import ClassifierConfig  # noqa: E402
+from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
@@ -119,7 +121,8 @@ def add_rows(report: dict, path: Path, benchmark: str, settings: dict, planned: 
     added = [key for key in other["rows"] if key not in report["rows"] and key not in leave_out]
     if added:
         rows = {**report["rows"], **{key: other["rows"][key] for key in added}}
-        report["rows"] = {key: rows[key] for key in sorted(rows, key=lambda k: (planned + list(rows)).index(k))}
+        order = planned + [key for key in rows if key not in planned]
+        report["rows"] = {key: rows[key] for key in order if key in rows}
     return added
 
 
@@ -167,13 +170,15 @@ def row_identity(settings: dict, weights: dict | None, method) -> str:
 
 
 def began_elsewhere(work: Path, settings: dict, weights: dict | None, method,
-                    loaded: list) -> tuple[str, list[str]] | None:
+                    keys: dict[str, str]) -> tuple[str, list[str]] | None:
     """(device, tasks) when a sitting on another device kept some of this row's tasks. A row's kept tasks
     resume only on the device that began it (its identity names the device: one row, one device), so running
-    it here would start it over, write over that work as its tasks finish and spend this sitting on it."""
+    it here would start it over, write over that work as its tasks finish and spend this sitting on it.
+    `keys`: each task's `task_key`, computed once for every row of the family."""
     for device in DEVICES:
         if device != settings["device"]:
-            kept = KeptWork(work, row_identity({**settings, "device": device}, weights, method)).kept_task_names(loaded)
+            identity = row_identity({**settings, "device": device}, weights, method)
+            kept = KeptWork(work, identity).kept_task_names(keys)
             if kept:
                 return device, kept
     return None
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             loaded = load_transfer_tasks(tasks, args.data, args.limit)
             family_settings = {**settings, **({"tasks": tasks} if args.tasks else {})}
             differences = None
+            keys = {task.name: task_key(task, ClassifierConfig()) for task in loaded}  # evaluate_transfer's probe
         report = load_report(path, family, family_settings, planned, redo)
         merged = [key for other in args.merge
                   for key in add_rows(report, Path(other), family, family_settings, planned, redo)]
@@ -354,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             method = row_method(key, chosen)
             work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
-            elsewhere = began_elsewhere(work, settings, weights, method, loaded) if family == "transfer" else None
+            elsewhere = began_elsewhere(work, settings, weights, method, keys) if family == "transfer" else None
             if elsewhere and key not in redo:
                 device, kept = elsewhere
                 print(f"{family}: {label} skipped: a sitting on {device} began it ({', '.join(kept)} kept in "
@@ -378,11 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
             write_table()
-            import shutil
             shutil.rmtree(work, ignore_errors=True)  # the row is in the file: its kept work is no longer needed
         if merged:
             write_table()  # the merged rows are in, with their claims, even where no row ran here
-            import shutil
             for key in merged:  # a row finished elsewhere: what a sitting here kept of it is no longer needed
                 shutil.rmtree(out / f"{name}-{family}-work" / key, ignore_errors=True)
         work_root = out / f"{name}-{family}-work"

@@ -175,10 +175,9 @@ class KeptWork:
                 return kept["result"]
         return None
 
-    def kept_task_names(self, tasks: Sequence[TransferTask],
-                        config: ClassifierConfig = ClassifierConfig()) -> list[str]:
-        """The names of `tasks` whose result this folder keeps under this identity."""
-        return [task.name for task in tasks if self.task_result(task.name, task_key(task, config)) is not None]
+    def kept_task_names(self, keys: dict[str, str]) -> list[str]:
+        """The names of the tasks (name -> `task_key`) whose result this folder keeps under this identity."""
+        return [name for name, key in keys.items() if self.task_result(name, key) is not None]
 
     def task_encode_seconds(self, name: str) -> float | None:
         """The embedding seconds kept beside task `name`'s result (None: kept by a version that kept none)."""
@@ -272,10 +271,12 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     if grain == "task":
         encode_seconds = sum(value for value in task_seconds.values() if value is not None)
         unknown = [name for name, value in task_seconds.items() if value is None]
-    else:  # one embedding: kept embeddings read back cover the tasks kept with them; a new one, only `todo`
+    else:  # one embedding: kept ones read back cover the tasks kept with them, a new one only `todo`
         encode_seconds = run_seconds or 0.0
-        unknown = [task.name for task in todo] if todo and run_seconds is None else []
-        unknown += [task.name for task in loaded if task not in todo and (run_computed or not todo)]
+        if run_seconds is None:  # nothing to embed, or read back from a store that kept no time
+            unknown = [task.name for task in loaded]
+        else:
+            unknown = [task.name for task in loaded if task not in todo] if run_computed else []
     scores = [entry["score"] for entry in results["tasks"].values()]
     complete = sorted(results["tasks"]) == sorted(TRANSFER_TASKS)
     results.update(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from minidecoder.evaluation import transfer
 from minidecoder.evaluation.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
 from test_retrieval import write_beir
@@ -129,21 +130,20 @@ def test_a_transfer_row_begun_on_another_device_is_left_to_it_unless_redone(
     are, rather than starting it over and writing over them; `--rows KEY --redo` starts it over there."""
     tool = load("reproduce_tasks")
     chosen(monkeypatch, tool)
-    transfer = tool.evaluate_transfer.__globals__  # the module whose probe_task the tool's runs call
     common = ["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
               str(write_folder(tmp_path / "senteval")), "--limit", "1000", "--out", str(tmp_path),
               "--rows", "prompteol"]
-    real_probe = transfer["probe_task"]
+    real_probe = transfer.probe_task
 
     def probe_then_stop(task, *args, **kwargs):
         if task.name == "TREC":
             raise KeyboardInterrupt  # the CPU sitting ends in TREC's probe: SST2 is kept
         return real_probe(task, *args, **kwargs)
 
-    monkeypatch.setitem(transfer, "probe_task", probe_then_stop)
+    monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
     with pytest.raises(KeyboardInterrupt):
         tool.main(common)
-    monkeypatch.setitem(transfer, "probe_task", real_probe)
+    monkeypatch.setattr(transfer, "probe_task", real_probe)
     kept = tmp_path / "tiny-llama-transfer-work" / "prompteol" / "task-SST2.kept.json"
     before = kept.read_bytes()
 

@@ -435,6 +435,12 @@ def test_a_row_that_spans_sittings_reports_the_embedding_time_of_every_sitting(
     assert again["encode_seconds"] == 10.0 and again["encode_seconds_unknown"] == ["SST2"]
     assert "in 10.0 s (not counting SST2: embedded by an earlier call that kept no time)" in \
         transfer.transfer_markdown(again, {"model": "m"})
+    if grain == "run":  # embeddings read back from a store that kept no time: no task's time is known
+        record = kept / "embeddings.kept.json"
+        record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "seconds"}))
+        (kept / "task-TREC.kept.json").unlink()
+        untimed = transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept, grain=grain)
+        assert untimed["encode_seconds"] == 0.0 and untimed["encode_seconds_unknown"] == ["SST2", "TREC"]
 
 
 def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Path,  # noqa: F811
