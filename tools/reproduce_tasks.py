@@ -38,6 +38,7 @@ differences), judged by `minidecoder.evaluation.claims.judge` for each claim of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -47,6 +48,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import fcntl  # POSIX: the table lock below
+except ImportError:  # Windows: one sitting per table at a time
+    fcntl = None
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -141,9 +147,26 @@ def write(path: Path, report: dict, markdown: str) -> None:
     each when indented: a 7-row transfer file over 5 MB) and PATH.md, the table a reader opens."""
     compact = json.dumps(_json_safe(report), separators=(",", ":")) + "\n"
     for target, text in ((path, compact), (path.with_suffix(".md"), markdown)):
-        temporary = target.with_name(target.name + ".tmp")
+        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # two sittings never share one
         temporary.write_text(text)
         os.replace(temporary, target)
+
+
+@contextlib.contextmanager
+def table_locked(path: Path):
+    """Hold an exclusive lock on the folder of the table file `path` while a run re-reads the file and writes it
+    back: two sittings sharing one table (two CPU rows at once, or a merge while a row runs) would otherwise each
+    read the file, add their row and write, and the later write would drop the earlier row. The folder, not a
+    lock file, so nothing is left beside the tables."""
+    if fcntl is None:
+        yield
+        return
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # closing releases the lock
 
 
 def encoder(model, method, work: Path, batch_size: int | None):
@@ -344,13 +367,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{family}: merged {', '.join(merged)} from {', '.join(args.merge)}", file=sys.stderr)
 
         def write_table() -> None:
-            add_rows(report, path, family, family_settings, planned, redo)  # rows another run wrote meanwhile
-            judged = (transfer_differences(report["rows"]) if differences is None
-                      else differences(report["rows"], loaded[1]))
-            report.update(claims_report(family, {**without_device(family_settings), "device": rows_devices(report)},
-                                        planned, list(report["rows"]), judged))
-            text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
-            write(path, report, text)
+            with table_locked(path):
+                add_rows(report, path, family, family_settings, planned, redo)  # rows another run wrote meanwhile
+                judged = (transfer_differences(report["rows"]) if differences is None
+                          else differences(report["rows"], loaded[1]))
+                report.update(claims_report(family, {**without_device(family_settings),
+                                                     "device": rows_devices(report)},
+                                            planned, list(report["rows"]), judged))
+                text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
+                write(path, report, text)
 
         for key, label in rows:
             if (wanted is not None and key not in wanted) or key in report["rows"]:
