@@ -38,21 +38,14 @@ differences), judged by `minidecoder.evaluation.claims.judge` for each claim of 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
-
-try:
-    import fcntl  # POSIX: the table lock below
-except ImportError:  # Windows: one sitting per table at a time
-    fcntl = None
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -63,6 +56,7 @@ from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
+from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
 from minidecoder.evaluation.senteval_classifier import ClassifierConfig  # noqa: E402
 from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
@@ -147,26 +141,7 @@ def write(path: Path, report: dict, markdown: str) -> None:
     each when indented: a 7-row transfer file over 5 MB) and PATH.md, the table a reader opens."""
     compact = json.dumps(_json_safe(report), separators=(",", ":")) + "\n"
     for target, text in ((path, compact), (path.with_suffix(".md"), markdown)):
-        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # two sittings never share one
-        temporary.write_text(text)
-        os.replace(temporary, target)
-
-
-@contextlib.contextmanager
-def table_locked(path: Path):
-    """Hold an exclusive lock on the folder of the table file `path` while a run re-reads the file and writes it
-    back: two sittings sharing one table (two CPU rows at once, or a merge while a row runs) would otherwise each
-    read the file, add their row and write, and the later write would drop the earlier row. The folder, not a
-    lock file, so nothing is left beside the tables."""
-    if fcntl is None:
-        yield
-        return
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(folder)  # closing releases the lock
+        write_whole(target, text.encode(), overwrite=True)
 
 
 def encoder(model, method, work: Path, batch_size: int | None):
@@ -367,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{family}: merged {', '.join(merged)} from {', '.join(args.merge)}", file=sys.stderr)
 
         def write_table() -> None:
-            with table_locked(path):
+            # under the table's lock: two sittings sharing one table (two CPU rows at once, or a merge while a
+            # row runs) would otherwise each read it, add their row and write, the later dropping the earlier's
+            with output_lock(path, wait=True):
                 add_rows(report, path, family, family_settings, planned, redo)  # rows another run wrote meanwhile
                 judged = (transfer_differences(report["rows"]) if differences is None
                           else differences(report["rows"], loaded[1]))

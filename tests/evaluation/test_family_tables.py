@@ -220,32 +220,27 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     assert "--rows nonesuch: not a row of transfer (its rows: prompteol, prompteol+tp" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("fcntl") is None, reason="the table lock is POSIX flock")
-def test_a_transfer_table_is_written_under_the_folder_lock(tiny_llama: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_transfer_table_is_written_under_its_lock(tiny_llama: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Two sittings at once (two CPU rows, or a merge while a row runs) each re-read the table and write it back;
-    the folder lock makes that one step, so the later writer sees the earlier one's row. While the table is
-    written, a second claim on the lock (a second open of the folder, as another process makes) is refused."""
-    import fcntl
+    the table's lock (`output_files.output_lock`) makes that one step, so the later writer sees the earlier
+    one's row. The lock is already held when the write begins (taken before the re-read)."""
     import os
+
+    from minidecoder.output_files import lock_holder
 
     tool = load("reproduce_tasks")
     chosen(monkeypatch, tool)
     real_write, checked = tool.write, []
 
-    def write_while_trying_the_lock(path: Path, *args) -> None:
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            with pytest.raises(BlockingIOError):
-                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            os.close(folder)
+    def write_checking_the_lock(path: Path, *args) -> None:
+        assert lock_holder(path) == os.getpid()
         checked.append(path.name)
         real_write(path, *args)
 
-    monkeypatch.setattr(tool, "write", write_while_trying_the_lock)
+    monkeypatch.setattr(tool, "write", write_checking_the_lock)
     assert tool.main(["--model", str(tiny_llama), "--family", "transfer", "--tasks", "TREC", "--data",
                       str(write_folder(tmp_path / "senteval")), "--limit", "1000", "--rows", "prompteol",
                       "--out", str(tmp_path)]) == 0
     assert checked == ["tiny-llama-transfer.json"]
-    assert not list(tmp_path.glob("*.tmp"))  # each writer's own temporary file, renamed into place
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.lock"))  # nothing left beside it
