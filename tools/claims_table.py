@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from minidecoder.evaluation.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, PAPERS, REVERSED, SOURCE,  # noqa: E402
                                            UNDECIDED, Claim)
+from minidecoder.output_files import write_whole  # noqa: E402
 
 NOT_RUN = "not yet run"
 SHORT = {HOLDS: "holds", REVERSED: "reversed", UNDECIDED: "n.s."}  # n.s.: not distinguishable from zero
@@ -194,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{target} is up to date with the tables beside it")
         return 0
-    tmp = target.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)  # atomic: a reader never sees half a file
+    write_whole(target, text.encode(), overwrite=True)  # whole: a reader never sees half a file
     print(f"wrote {target}")
     return 0
 

@@ -11,7 +11,6 @@ from a paired interval of (method - base): the same resamples for both rows, per
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED  # noqa: E402
 from minidecoder.evaluation.claims import BENCHMARK_CLAIMS, BENCHMARKS, judge  # noqa: E402
+from minidecoder.output_files import write_whole  # noqa: E402
 
 # HTP Table 1 / Figure 1's "TP w. Mean": TP on the bare text (`<PST> {text}`), the paper's start 1 / end 7,
 # the mean over the text's tokens (<PST> excluded) at the final layer, as Vanilla Mean reads it
@@ -86,13 +86,7 @@ def claims_report(benchmark: str, settings: dict, planned: list[str], done: list
             "rows_planned": planned, "rows_done": [key for key in planned if key in done], "claims": records}
 
 
-def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def write_claims(path: Path, report: dict, markdown: str) -> None:
-    """PATH.json (claims_table's input) and PATH.md (the table it links to)."""
-    write_atomically(path, json.dumps(report, indent=1, allow_nan=False, default=float) + "\n")
-    write_atomically(path.with_suffix(".md"), markdown)
+    """PATH.json (claims_table's input) and PATH.md (the table it links to), each whole or not at all."""
+    write_whole(path, (json.dumps(report, indent=1, allow_nan=False, default=float) + "\n").encode(), overwrite=True)
+    write_whole(path.with_suffix(".md"), markdown.encode(), overwrite=True)

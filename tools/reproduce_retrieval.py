@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
+from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 # family: [(row key, label, method, options)]
 ROWS = {
@@ -164,6 +165,15 @@ def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, floa
 
 
 def write_table(family: str, args: argparse.Namespace) -> Path:
+    """ROWS/table.md and the claims file, from every row kept so far. Under the claims file's lock: two
+    sittings (two rows at once, or a row beside a re-run) would otherwise each read the rows, and the later
+    write would drop the row the earlier one added."""
+    claims = args.results / f"{Path(args.model).name}-{family}.json"
+    with output_lock(claims, wait=True):
+        return _write_table(family, args, claims)
+
+
+def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     rows = load_rows(family, args.out)
     labels = {key: label for key, label, *_ in ROWS[family]}
     columns = list(next(iter(cells(family, r) for r in rows.values()), {}))
@@ -211,9 +221,9 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
             if record["score"] == "avg" or column == record["score"]:
                 lines.append(f"- {labels[record['method']]} vs {labels[record['base']]}, {column}: {got['diff']:+.2f} "
                              f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: {got['verdict']}")
-    path = args.out / "table.md"
-    path.write_text("\n".join(lines) + "\n")
-    write_claims(args.results / f"{Path(args.model).name}-{family}.json", report, path.read_text())
+    path, text = args.out / "table.md", "\n".join(lines) + "\n"
+    write_whole(path, text.encode(), overwrite=True)
+    write_claims(claims, report, text)
     return path
 
 

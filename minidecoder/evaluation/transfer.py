@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_fi
 from minidecoder.evaluation.senteval_classifier import (KFOLD, ClassifierConfig, ProbeResult, dev_selected,
                                                         fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, TransferTask, load_transfer_tasks
+from minidecoder.output_files import output_lock, write_file
 
 PROTOCOL = ("SentEval usepytorch=True, kfold=10, classifier {nhid: 0, optim: adam, batch_size: 64, tenacity: 5, "
             "epoch_size: 4}, seed 1111, L2 grid 1e-5..1e-2 (SentEval's pytorch grid), loss mean-reduced")
@@ -155,9 +157,9 @@ class KeptWork:
         start = time.perf_counter()
         vectors = compute()
         seconds = time.perf_counter() - start
-        _write_atomically(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
-        _write_atomically(self.texts_path, lambda handle: handle.write(
-            json.dumps({"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
+        _keep(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
+        _keep(self.texts_path, lambda handle: handle.write(json.dumps(
+            {"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
         return vectors, seconds, True
 
     def _task_path(self, name: str) -> Path:
@@ -187,15 +189,21 @@ class KeptWork:
     def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
         """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
         seconds its embedding took."""
-        _write_atomically(self._task_path(name), lambda handle: handle.write(
-            json.dumps({"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
+        _keep(self._task_path(name), lambda handle: handle.write(json.dumps(
+            {"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
 
 
-def _write_atomically(path: Path, write: Callable) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        write(handle)
-    temporary.replace(path)
+def _keep(path: Path, write: Callable) -> None:
+    """`write(handle)` fills a temporary file of this process's own, published at `path` once whole, under the
+    file's lock, waited for: another sitting keeping the same file must not cost this one the hour it
+    embedded, and a write that fails leaves the kept file as it was."""
+    def whole(tmp: Path) -> None:
+        with tmp.open("wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    with output_lock(path, wait=True):
+        write_file(path, whole, overwrite=True)
 
 
 def task_key(task: TransferTask, config: ClassifierConfig) -> str:

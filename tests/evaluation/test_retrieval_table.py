@@ -65,6 +65,36 @@ def test_retrieval_rows_are_kept_and_the_comparison_is_paired(tiny_llama: Path, 
         tool.main(argv)
 
 
+def test_the_table_and_claims_are_written_under_the_claims_files_lock(tiny_llama: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sittings (two rows at once) each read every kept row and write the table; the claims file's lock
+    (output_files.output_lock, waited for) makes that one step, so the later writer's table has both rows.
+    The lock is held from before the rows are read."""
+    from minidecoder.output_files import lock_holder
+
+    tool, data, results = load_tool(), write_beir(tmp_path / "data"), tmp_path / "results"
+    claims = results / f"{tiny_llama.name}-retrieval.json"
+    real_load, real_claims, checked = tool.load_rows, tool.write_claims, []
+
+    def load_checking_the_lock(*args):
+        assert lock_holder(claims) == os.getpid()
+        checked.append("rows read")
+        return real_load(*args)
+
+    def claims_checking_the_lock(path: Path, *args) -> None:
+        assert path == claims and lock_holder(claims) == os.getpid()
+        checked.append("claims written")
+        real_claims(path, *args)
+
+    monkeypatch.setattr(tool, "load_rows", load_checking_the_lock)
+    monkeypatch.setattr(tool, "write_claims", claims_checking_the_lock)
+    assert tool.main(["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data),
+                      "--out", str(tmp_path / "table"), "--rows", "mean", "--results", str(results)]) == 0
+    assert checked[-2:] == ["rows read", "claims written"]
+    assert json.loads(claims.read_text())["rows_done"] == ["mean"]
+    assert sorted(path.name for path in results.iterdir()) == [claims.name, claims.with_suffix(".md").name]
+
+
 def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> None:
     from minidecoder.evaluation.cmteb import pair_bootstrap
     from minidecoder.evaluation.cmteb_data import load_pair_set
