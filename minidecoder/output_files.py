@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from minidecoder.errors import OutputError
 
@@ -257,22 +258,31 @@ def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bo
         yield OutputClaim(paths, overwrite)
 
 
-def write_whole(path: str | Path, data: bytes, overwrite: bool = False) -> Path:
+def write_whole(path: str | Path, data: bytes, overwrite: bool = False, wait: bool = False) -> Path:
     """`data` written under a temporary name, then published at `path` (see `publish`), under its lock."""
-    def write(tmp: Path) -> None:
+    return write_streamed(path, lambda handle: handle.write(data), overwrite, wait)
+
+
+def write_streamed(path: str | Path, write: Callable[[BinaryIO], object], overwrite: bool = False,
+                   wait: bool = False) -> Path:
+    """`write(handle)` fills a temporary file, flushed to disk, then published at `path` under its lock (as
+    `write_whole`, for data written in pieces, such as `np.save`, rather than held whole as bytes)."""
+    def fill(tmp: Path) -> None:
         with tmp.open("wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-    return write_file(path, write, overwrite)
+    return write_file(path, fill, overwrite, wait)
 
 
-def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False) -> Path:
+def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False,
+               wait: bool = False) -> Path:
     """`write(tmp)` fills a temporary file beside `path`, which is then published at `path` under the
-    path's lock (taken here unless this process holds it). A failed write leaves nothing behind."""
+    path's lock (taken here unless this process holds it; with `wait`, another process's lock is waited
+    for rather than refused). A failed write leaves nothing behind."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with output_lock(path):
+    with output_lock(path, wait=wait):
         try:
             write(tmp)
             publish(tmp, path, overwrite)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +54,7 @@ from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_fi
 from minidecoder.evaluation.senteval_classifier import (KFOLD, ClassifierConfig, ProbeResult, dev_selected,
                                                         fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, TransferTask, load_transfer_tasks
-from minidecoder.output_files import output_lock, write_file
+from minidecoder.output_files import write_streamed
 
 PROTOCOL = ("SentEval usepytorch=True, kfold=10, classifier {nhid: 0, optim: adam, batch_size: 64, tenacity: 5, "
             "epoch_size: 4}, seed 1111, L2 grid 1e-5..1e-2 (SentEval's pytorch grid), loss mean-reduced")
@@ -194,16 +193,9 @@ class KeptWork:
 
 
 def _keep(path: Path, write: Callable) -> None:
-    """`write(handle)` fills a temporary file of this process's own, published at `path` once whole, under the
-    file's lock, waited for: another sitting keeping the same file must not cost this one the hour it
-    embedded, and a write that fails leaves the kept file as it was."""
-    def whole(tmp: Path) -> None:
-        with tmp.open("wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-    with output_lock(path, wait=True):
-        write_file(path, whole, overwrite=True)
+    # whole, through a temporary file of this process's own, under the file's lock, waited for: another sitting
+    # keeping the same file must not cost this one the hour it embedded, and a failed write leaves it as it was
+    write_streamed(path, write, overwrite=True, wait=True)
 
 
 def task_key(task: TransferTask, config: ClassifierConfig) -> str:

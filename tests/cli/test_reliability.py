@@ -16,6 +16,7 @@ import torch
 import minidecoder
 from minidecoder.errors import ContextLengthError, MinidecoderError
 from cli_runner import cli
+from lock_holder import lock_held
 from repo_paths import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -179,31 +180,16 @@ def test_3_convert_into_a_full_disk_is_a_message_and_leaves_nothing(tmp_path) ->
 
 
 # ---- 4. two runs on one output -----------------------------------------------------------------------------
-HOLDER = """
-import sys, time
-from minidecoder.output_files import output_lock
-with output_lock(sys.argv[1]):
-    print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
-"""
-
-
 def test_4_a_second_run_on_the_same_output_is_told_who_holds_it_or_waits(tiny_llama, tmp_path, capsys) -> None:
     source = lines(tmp_path / "in.txt", ["one", "two"])
     output = tmp_path / "v.npy"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(output), "2"], stdout=subprocess.PIPE, text=True,
-                              env=ENV)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held(output, 2) as holder:
         argv = ["embed", "--model", str(tiny_llama), "--method", "mean", "--input", str(source), "--output",
                 str(output), "--no-progress"]
         code, err = cli(capsys, *argv)
         assert code == 2 and f"another run (process {holder.pid}) is writing" in err and "--wait" in err
         code, err = cli(capsys, *argv, "--wait")  # waits for the holder (2 s), then runs
         assert code == 0 and "waiting for process" in err and output.exists()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # ---- 5. a resume across changed weights --------------------------------------------------------------------

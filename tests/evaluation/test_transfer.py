@@ -398,37 +398,16 @@ def test_kept_embeddings_serve_any_texts_they_cover_and_only_under_their_identit
         transfer.evaluate_transfer(bag_of_words, [], grain="chunk")
 
 
-HOLDER = """
-import sys, time
-from pathlib import Path
-from minidecoder.output_files import output_lock
-with output_lock(sys.argv[1]):
-    print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
-    Path(sys.argv[3]).touch()  # the last thing it does holding the lock
-"""
-
-
 def test_a_kept_task_waits_for_another_sittings_lock_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
     """Another sitting writing the same kept file holds its lock (output_files.output_lock): this one waits
     for it, then writes through a temporary file of its own, so neither write is torn and nothing is left."""
-    import os
-    import subprocess
-    import sys
+    from lock_holder import lock_held
 
     store = transfer.KeptWork(tmp_path, "model A")
-    task = tmp_path / "task-TREC.kept.json"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
     let_go = tmp_path.parent / f"{tmp_path.name}-let-go"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(task), "1.5", str(let_go)], stdout=subprocess.PIPE,
-                              text=True, env=env)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held(tmp_path / "task-TREC.kept.json", 1.5, let_go):
         store.keep_task("TREC", "key", {"acc": 91.0}, encode_seconds=2.0)
         assert let_go.exists()  # it wrote only once the holder had finished
-    finally:
-        holder.kill()
-        holder.wait()
     assert store.task_result("TREC", "key") == {"acc": 91.0} and store.task_encode_seconds("TREC") == 2.0
     assert sorted(path.name for path in tmp_path.iterdir()) == ["task-TREC.kept.json"]
 
