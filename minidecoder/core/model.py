@@ -100,6 +100,7 @@ class Context:
     cache: KVCache | None = None
     positions: torch.Tensor | None = None  # (B, T)
     explicit_attention: bool = False  # take `Attention._eager` even where the fused kernel could run
+    scratch: dict = field(default_factory=dict)  # tables a fast path derives once per forward (fast.fused)
 
 
 @dataclass

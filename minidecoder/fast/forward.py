@@ -8,7 +8,8 @@ is called) and `hidden` / `recorded` (states put back in the batch's layout); th
                     shifted (fast.prefix_cache.shifted); states are assembled back (prefix_cache.assemble)
     buckets         rows and leading columns of padding added (fast.graphs.bucket); the step acts on the
                     batch's rows only (`OnRows`); states are read without the padding
-    block calls     site-free ones compiled (fast.compiled) or replayed from a captured graph (fast.graphs)
+    block calls     site-free ones fused (fast.fused, the GPU default), compiled (fast.compiled) or replayed
+                    from a captured graph (fast.graphs)
     blocked fusion  a folding block records q and k; its patterns are recomputed a few heads at a time
 
 Tested equal to the plain `Forward` for every method with each plan field forced on alone
@@ -26,6 +27,7 @@ from minidecoder.core.model import KVCache, Sites
 from minidecoder.fast import prefix_cache
 from minidecoder.fast.blocked_fusion import head_group_patterns
 from minidecoder.fast.compiled import compiled_block_forward
+from minidecoder.fast.fused import fused_block_forward
 from minidecoder.fast.device import pinned, to_device
 from minidecoder.fast.graphs import graph_bank
 from minidecoder.fast.options import FastPaths, fast_paths_of
@@ -96,16 +98,18 @@ class FastForward(Forward):
                                   longest=self.plan.longest)
 
     def block(self, i: int, h: torch.Tensor) -> tuple[torch.Tensor, Iterable[torch.Tensor]]:
-        """Block i as the plan says: a site-free call compiled or replayed from a graph, a folding block's
-        patterns a few heads at a time, any other call the plain loop's own."""
+        """Block i as the plan says: a site-free call compiled, replayed from a graph or fused, a folding
+        block's patterns a few heads at a time, any other call the plain loop's own."""
         folding = self.step.folds and i in self.step.blocks
         layer, ctx = self.model.layers[i], self.first_ctx if i == 0 else self.ctx
-        site_free = not folding and not self.record.get(i) and ctx.cache is None  # (a cached call runs plain)
-        if self.plan.block_call != "plain" and site_free and not self.step.edits(i):
+        site_free = not folding and not self.record.get(i) and not self.step.edits(i)
+        if site_free and ctx.cache is None:  # (a call through a KV cache is never compiled or captured)
             if self.plan.block_call == "graph":  # a bounded set of shapes, so a bounded set of captures
                 return graph_bank(self.model).forward(layer, h, ctx), []
             if self.plan.block_call == "compiled":
                 return compiled_block_forward(layer, h, ctx), []
+        if site_free and self.plan.fused:  # eager, so a cached call too
+            return fused_block_forward(layer, h, ctx), []
         if not (folding and self.plan.heads_per_fold):
             return super().block(i, h)
         # blocked fusion: the block records q and k; its patterns are recomputed a few heads at a time
@@ -189,6 +193,6 @@ def executor(paths: FastPaths | None) -> type[Forward]:
     """The forward a model's settings ask for: the plain loop when every fast path is off (then nothing of
     this folder runs), else this executor."""
     if paths is not None and paths.prefix_cache is False and not paths.explicit_attention and not paths.compiled and paths.buckets is not True \
-            and paths.graphs is not True and paths.blocked_fusion_from is None:
+            and paths.graphs is not True and paths.blocked_fusion_from is None and paths.fused is not True:
         return Forward
     return FastForward

@@ -18,6 +18,7 @@ A setting left at None is decided per device (`for_device`, and per batch where 
     buckets, graphs   off                                   off: opt-in (`load(graphs=True)`, `--graphs`);
                                                             buckets follow graphs unless set
     compiled, packed  opt-in at load                        compiled opt-in; packed is CPU-only
+    fused             off (bit-exact float32 kept)          on (fast.fused: merged GEMMs, fused norms)
     blocked_fusion    from 256 tokens                       from 256 tokens
 
 Why buckets and graphs are opt-in on a GPU too (issue 33): padding a batch to a bucket shape adds half its
@@ -44,6 +45,8 @@ class FastPaths:
     packed: bool = False  # the blocks' linear layers are fast.packed.PackedLinear (set at load; informative)
     buckets: bool | None = None  # batches padded to a bounded set of shapes (fast.graphs.bucket); None: as graphs
     graphs: bool | None = None  # small site-free block calls replayed from CUDA graphs (fast.graphs); None: off
+    fused: bool | None = None  # site-free block calls run fast.fused (merged projections, fused elementwise work);
+    #                            None: on a GPU only (a CPU keeps the plain block's bit-exact float32 numbers)
     blocked_fusion_from: int | None = 256  # ReBA: fold patterns one head at a time from this many tokens on;
     #                                        0 = always, None = never (fast.blocked_fusion)
 
@@ -52,7 +55,15 @@ class FastPaths:
         batch, `prefix_cache.pays`). Graphs are off unless asked for, on every device; buckets follow graphs
         (a graph needs a bounded set of shapes) unless set themselves."""
         graphs = bool(self.graphs)
-        return dataclasses.replace(self, graphs=graphs, buckets=graphs if self.buckets is None else self.buckets)
+        fused = fused_on(self, device)
+        return dataclasses.replace(self, graphs=graphs, buckets=graphs if self.buckets is None else self.buckets,
+                                   fused=fused)
+
+
+def fused_on(paths: FastPaths, device) -> bool:
+    """Whether site-free block calls run fused (fast.fused) on `device`: as set, else on CUDA only."""
+    import torch
+    return paths.fused if paths.fused is not None else torch.device(device).type == "cuda"
 
 
 def describe(model) -> dict[str, str]:
@@ -87,6 +98,8 @@ def describe(model) -> dict[str, str]:
         "graphs": graphs,
         "compiled": "on" if paths.compiled else "off",
         "packed": "on" if paths.packed else "off",
+        "fused": ("on (merged q/k/v and gate/up GEMMs, fused norms and RoPE)" if paths.fused
+                  else "off (the plain Block.forward)"),
         "blocked_fusion_from": "never" if paths.blocked_fusion_from is None else f"{paths.blocked_fusion_from} tokens",
         "why": why,
     }

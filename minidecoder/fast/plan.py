@@ -8,6 +8,8 @@
     block_call        how a site-free block call runs: "plain", "compiled" (fast.compiled) or "graph" (a
                       captured CUDA graph, fast.graphs; only on a bucket, and only for calls of at most
                       GRAPH_MAX_TOKENS rows x columns: above that a block's work hides its launches)
+    fused             a site-free block call that is neither compiled nor captured (a call through a KV cache
+                      included) runs fused (fast.fused: the GPU default)
     heads_per_fold    patterns handed to a folding step a few heads at a time (fast.blocked_fusion), or
                       None: a block's whole (B, H, T, S) pattern at once
 
@@ -26,7 +28,7 @@ import torch
 from minidecoder.fast import prefix_cache
 from minidecoder.fast.attention import explicit_is_faster
 from minidecoder.fast.graphs import bucket
-from minidecoder.fast.options import FastPaths
+from minidecoder.fast.options import FastPaths, fused_on
 
 try:
     from minidecoder.fast.graphs import GRAPH_MAX_TOKENS
@@ -42,6 +44,7 @@ class Plan:
     bucket: tuple[int, int] | None = None  # (rows, columns) the batch is padded to (None: as it is)
     explicit: bool = False  # the explicit attention kernel for every block call
     block_call: str = "plain"  # a site-free block call: "plain", "compiled" or "graph"
+    fused: bool = False  # a site-free call that is neither compiled nor captured runs fast.fused (a cached one too)
     heads_per_fold: int | None = None  # a folding step gets this many heads at a time (None: all at once)
     longest: int = 0  # positions the longest row reaches, prefix included (host-known: no read-back)
 
@@ -92,5 +95,5 @@ def plan(config, device, dtype: torch.dtype, paths: FastPaths, ids: torch.Tensor
     folding = any(step.folds for step in steps)
     blocked = folding and paths.blocked_fusion_from is not None and T >= paths.blocked_fusion_from
     explicit = paths.explicit_attention and explicit_is_faster(torch.device(device), dtype, columns + p)
-    return Plan(prefix=p, bucket=padded, explicit=explicit, block_call=call, heads_per_fold=1 if blocked else None,
-                longest=real)
+    return Plan(prefix=p, bucket=padded, explicit=explicit, block_call=call, fused=fused_on(paths, device),
+                heads_per_fold=1 if blocked else None, longest=real)

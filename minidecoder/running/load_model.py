@@ -14,7 +14,7 @@ from minidecoder.errors import InputError
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
          ignore_config_keys: tuple[str, ...] = (), progress: bool = True, compile: bool = False,
          pack_weights: bool = False, check_finite: bool = True, graphs: bool = False,
-         buckets: bool | None = None) -> Decoder:
+         buckets: bool | None = None, fused: bool | None = None) -> Decoder:
     """Load a checkpoint: None (the default model), a known model name, a folder, or a Hub id.
 
     A folder needs config.json and safetensors; without tokenizer files (tokenizer.json or tokenizer.model)
@@ -32,6 +32,9 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         on a CPU: the same static buffers, no capture). Off by default on every device: graphs pay only for block
         calls of a few hundred tokens, and their buffers take memory; `fast.options.describe(model)` says why.
     buckets: pad batches to a bounded set of shapes (what graphs need); None: as `graphs`.
+    fused: site-free block calls of the method loop run with merged q/k/v and gate/up GEMMs and fused norms and
+        RoPE (minidecoder.fast.fused); None: on a GPU only, where it is measured faster (docs/benchmarks.md);
+        a CPU keeps the plain block, whose float32 numbers equal transformers' bit for bit.
     check_finite: refuse weights holding NaN or inf, naming them (on by default; one pass over the weights,
         docs/reliability.md gives its cost). False loads such a checkpoint anyway, to inspect it.
     """
@@ -65,9 +68,13 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     if pack_weights:
         from minidecoder.fast.packed import pack_linear_weights
         pack_linear_weights(model)
-    from minidecoder.fast.options import FastPaths
+    from minidecoder.fast.options import FastPaths, fused_on
     model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights), graphs=bool(graphs),
-                                 buckets=None if buckets is None else bool(buckets))
+                                 buckets=None if buckets is None else bool(buckets),
+                                 fused=None if fused is None else bool(fused))
+    if fused_on(model.fast_paths, model.device):
+        from minidecoder.fast.fused import merge_projections
+        merge_projections(model)
     return model
 
 
