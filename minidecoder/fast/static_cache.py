@@ -18,9 +18,10 @@ by concatenation every step. So:
                paid once, not per call: the next call copies its prompt's cache into the same buffers (the
                addresses the graph reads) and replays. The step is made again when the model's device,
                dtype or parameter tensors change (a graph would read the old ones' memory), or when a call
-               needs more positions than it holds (sizes are rounded up to a multiple of SIZE_STEP, so
-               calls of similar length share one step). The buffers are the model's: two threads must not
-               decode on one model at once.
+               needs more positions than it holds, or fewer than half of them (sizes are rounded up to a
+               multiple of SIZE_STEP, so calls of similar length share one step; a short call never attends
+               over a long call's positions). The buffers are the model's: two threads must not decode on
+               one model at once.
 
 The prompt itself runs through the ordinary forward with the dynamic cache, which is then copied into the
 static one. Dynamic-NTK RoPE (its frequencies depend on the sequence length) takes the plain path.
@@ -128,15 +129,20 @@ class DecodeStep:
         return Context(cos_sin=tables, masks=masks, cache=self.cache, positions=positions)
 
     def _capture(self) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        # Every stream named on the model's device: torch.cuda.graph's own default capture stream is made once
+        # per process, on whichever device was current then.
+        device = self.model.device
+        current = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(current)
         with torch.cuda.stream(side):  # warm-up outside the graph; it rewrites the same cache entry
             for _ in range(2):
                 self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = self._step()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):  # a failed capture leaves no half-made graph behind
+            logits = self._step()
+        self.graph, self.logits = graph, logits
         self.captures += 1
 
 
@@ -155,10 +161,12 @@ def decode_step(model, cache: KVCache, length: int) -> DecodeStep:
     """The model's decode step, with the prompt's dynamic `cache` loaded, holding at least `length` positions:
     the one kept from an earlier call where it still fits this model, else a new one (kept for the next)."""
     step = _STEPS.get(model)
-    if step is not None and step.identity == identity(model) and step.cache.length >= length:
+    size = -(-length // SIZE_STEP) * SIZE_STEP
+    # Kept while it fits and is at most twice this call's size: a step only ever grown would make every later
+    # short call attend over the longest call's positions.
+    if step is not None and step.identity == identity(model) and length <= step.cache.length <= 2 * size:
         step.cache.load(cache)
         return step
-    size = -(-length // SIZE_STEP) * SIZE_STEP
     if getattr(model, "max_context", None) is not None:
         size = max(min(size, model.max_context), length)
     step = _STEPS[model] = DecodeStep(model, StaticKVCache.from_prefill(cache, size))

@@ -2,9 +2,10 @@
 
 The prompt runs once and fills the cache; each new token then runs alone against the cache
 (one query row, all earlier keys), so the cost per token is one row, not the whole sequence.
-With graphs on (`load(graphs=True)`, the model's `fast_paths.graphs`) each token runs as one replay of
-a captured decode step over a static cache (minidecoder.fast.static_cache), kept across calls, where on a
-GPU the host's kernel launches would otherwise set the pace; with graphs off, the dynamic cache.
+On a GPU each token runs as one replay of a captured decode step over a static cache
+(minidecoder.fast.static_cache), kept across calls, since there the host's kernel launches would
+otherwise set the pace (docs/benchmarks.md measures both); on a CPU the dynamic cache, unless graphs are on
+(`load(graphs=True)`), which runs the same static step uncaptured.
 
 One sequence a call: a batch of prompts (a (B, T) tensor or a list of lists with B > 1) is refused rather
 than run as one concatenated text; call `generate` once per prompt.
@@ -26,7 +27,8 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
     a list of ids or a list holding one list of ids).
-    static: decode over a static cache, one captured step a token (None: where the model's graphs are on)."""
+    static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
+        are on)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
@@ -42,13 +44,14 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     eos = _eos_ids(model)
     cache = KVCache.empty(model.num_layers)
     logits = model(ids, cache=cache).logits[:, -1]  # (1, V)
-    if static is None:  # graphs opt-in: off (None included) keeps the dynamic cache
-        static = bool(fast_paths_of(model).for_device(model.device).graphs)
+    if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
+        static = model.device.type == "cuda" or bool(fast_paths_of(model).for_device(model.device).graphs)
     if static and static_decoding_applies(model) and max_new_tokens > 1:
         step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once
         advance = lambda token, position: step(token, position)  # noqa: E731
     else:
-        advance = lambda token, position: model(torch.tensor([[token]], device=model.device),  # noqa: E731
+        # torch.full fills on the device: no copy from the host's pageable memory each token
+        advance = lambda token, position: model(torch.full((1, 1), token, device=model.device),  # noqa: E731
                                                 cache=cache).logits[:, -1]
     new: list[int] = []
     for k in range(max_new_tokens):

@@ -116,6 +116,25 @@ def test_decode_step_is_made_once_across_calls_and_again_when_the_model_changes(
     assert got == minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, static=False)
 
 
+def test_a_short_call_after_a_long_one_gets_a_step_of_its_own_size() -> None:
+    """The kept step is bounded: a call needing at most half its positions makes a step of its own size
+    instead of attending over the long call's positions for ever after."""
+    from minidecoder.fast.static_cache import SIZE_STEP
+
+    model = minidecoder.load(checkpoint("llama")[1])
+    long_prompt = random_ids(1, 2 * SIZE_STEP, seed=9)[0].tolist()
+    _, long_step = _tokens_and_step(model, long_prompt, static=True)
+    assert long_step.cache.length == 3 * SIZE_STEP  # 2 x SIZE_STEP + 12 positions, rounded up
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    got, short_step = _tokens_and_step(model, prompt, static=True)
+    assert short_step is not long_step and short_step.cache.length == SIZE_STEP
+    assert got == minidecoder.generate(model, prompt, max_new_tokens=12, stop_at_eos=False, static=False)
+    medium = random_ids(1, SIZE_STEP, seed=7)[0].tolist()  # 2 x SIZE_STEP positions: the kept step is too small
+    _, medium_step = _tokens_and_step(model, medium, static=True)
+    _, again = _tokens_and_step(model, prompt, static=True)  # 1 x SIZE_STEP needed, 2 x kept: within twice
+    assert again is medium_step
+
+
 def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where_off() -> None:
     from minidecoder.fast.options import fast_paths_overridden
 
