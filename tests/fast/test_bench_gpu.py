@@ -44,7 +44,8 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     assert fast["describe"]["device"] == "cpu" and fast["describe"]["buckets"] == fast["describe"]["graphs"] == "off"
     assert fast["token_budget"] == CPU_TOKENS
     configs = data["throughput"]["configs"]
-    assert set(configs) == {"minidecoder default", "minidecoder graphs=True"} | {f"{who} batch {b}" for who in
+    assert set(configs) == {"minidecoder default", "minidecoder graphs=True", "minidecoder fused=False (plain blocks)",
+                            "minidecoder prefix cache off"} | {f"{who} batch {b}" for who in
                                                       ("minidecoder", "reference", "transformers sorted")
                                                       for b in (32, 128, 512)}
     for name, r in configs.items():
