@@ -2,11 +2,11 @@
 and its projections merged, beneath the plain block it speeds up.
 
     plain Block.forward (core/model.py)                 fused_block_forward (here)
-    RMSNorm: two casts, square, mean, rsqrt, multiply,  F.rms_norm: one kernel, float32 inside; one cast
-             cast, scale (eight passes over memory)     (Llama: then the weight scale; Gemma: in float32)
+    RMSNorm: two casts, square, mean, rsqrt, multiply,  F.rms_norm: one kernel, float32 inside, the
+             cast, scale (eight passes over memory)     weight scale in it; one cast (Gemma: of its input)
     q, k, v: three GEMMs                                one GEMM over [W_q; W_k; W_v]
-    RoPE on q, then on k: neg, cat, mul, mul, add       q and k together: roll, mul, addcmul (no cat:
-                                                        rotate_half(x) * sin = roll(x) * (sign * sin))
+    RoPE on q, then on k: neg, cat, mul, mul, add       q and k together: x cos, then each half's
+                                                        rotate_half term added in place (no cat, no copy)
     gate, up: two GEMMs; act(gate) * up, a new tensor   one GEMM over [W_gate; W_up]; act and * up in
                                                         place on the gate half
     the residual adds allocate                          added in place into the fresh block outputs
@@ -120,15 +120,17 @@ def fused_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Te
 
 
 def rms_norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-    """`norm(x)` with one fused kernel (float32 inside) and the cast where the family casts (RMSNorm.forward)."""
+    """`norm(x)` in one fused kernel, float32 inside. The weight scales inside the kernel too, before the one
+    cast: Gemma scales there (in float32, by 1 + w); Llama casts first and scales in the weight dtype, so here
+    its result rounds once where the plain block rounds twice (a last-bit difference in bfloat16)."""
     if norm.unit_offset:  # Gemma: (x * (1 + w)) in float32, then cast
         return F.rms_norm(x.float(), norm.weight.shape, 1.0 + norm.weight.float(), norm.eps).type_as(x)
-    return F.rms_norm(x, norm.weight.shape, None, norm.eps) * norm.weight  # Llama: cast, then scale
+    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.eps)
 
 
 def _rotation(ctx: Context, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sign * sin of a layer type, (B, T, 1, D), made once per forward (every block of the type
-    shares them): rotate_half(x) = roll(x, D/2) * sign, sign = -1 on the first half, +1 on the second."""
+    shares them): rotate_half(x) sin = (-x2 sin1, x1 sin2) = (x2, x1) * (sign sin), sign = -1, then +1."""
     key = ("fused_rotation", kind)
     if key not in ctx.scratch:
         cos, sin = ctx.cos_sin[kind]  # (B, T, D)
@@ -139,8 +141,13 @@ def _rotation(ctx: Context, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """apply_rope on (B, T, heads, D): x cos + rotate_half(x) sin, as x cos + roll(x) (sign sin)."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
+    """apply_rope on (B, T, heads, D): x cos + rotate_half(x) sin, where rotate_half(x) sin is each half of x
+    times the other half's signed sin, added into x cos in place (no rolled or concatenated copy of x)."""
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], signed_sin[..., :half])  # first half: -x2 sin
+    out[..., half:].addcmul_(x[..., :half], signed_sin[..., half:])  # second half: +x1 sin
+    return out
 
 
 def _attention(block: Block, merged: MergedProjections, x: torch.Tensor, ctx: Context) -> torch.Tensor:
