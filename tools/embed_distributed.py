@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: minidecoder's default)")
     parser.add_argument("--method", default="prompteol")
     parser.add_argument("--option", action="append", default=[], help="method option name=value (JSON when it parses)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences a batch (default: each batch filled to the device's token budget)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
