@@ -152,7 +152,7 @@ def _embed_sharded(args: argparse.Namespace, output: Path) -> int:
                 progress=not args.no_progress, truncate=args.truncate, wait=args.wait,
                 extra_metadata=metadata, **_chunking(args))
     except BaseException:
-        distributed.dist.destroy_process_group()  # the other ranks' exchange fails at once instead of waiting
+        distributed.abandon_process_group()
         raise
     done = ("reused (finished earlier)" if summary["shard_reused"] else
             f"{summary['chunks_computed']} chunks computed, {summary['chunks_reused']} reused")

@@ -115,6 +115,13 @@ def leave_process_group() -> None:
         dist.destroy_process_group()
 
 
+def abandon_process_group() -> None:
+    """Leave at once after a failure, so the other ranks' next exchange fails now rather than waiting for
+    this rank (up to EXCHANGE_TIMEOUT)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def shard_path(output: str | Path, rank: int, world: int) -> Path:
     """Rank `rank`'s shard of `output`: out.npy -> out-00001-of-00004.npy."""
     output = Path(output)
@@ -174,7 +181,6 @@ def embed_sharded(model, method, input_path: str | Path, output_path: str | Path
                                              overwrite=overwrite, batch_size=batch_size, progress=progress,
                                              truncate=truncate, extra_metadata=extra_metadata, wait=wait,
                                              rows=(start, end)))
-            summary["shard"] = shard.name
     summaries = [summary]
     if world > 1:
         summaries = [None] * world

@@ -23,6 +23,9 @@ published through minidecoder.output_files (never replacing a file without `over
 that appeared during the run); then the folder is removed. The output and its sidecar are claimed
 (locked, checked) for the whole job.
 
+`rows=(start, end)` runs one shard of the input (its row numbers stay the input's): how
+minidecoder.running.distributed splits a job across ranks, each keeping its own folder.
+
 `KeptChunks` is that folder (manifest check, chunk files, Ctrl-C line): the job keeps its chunks in one,
 and a caller that computes its own chunks can too (`minidecoder sweep` keeps one per batch).
 `owned_work_folder` is the owner check of a command's kept-work folder (`eval sts` and `sweep` both use

@@ -145,6 +145,7 @@ def test_a_killed_rank_resumes_from_its_chunks_and_the_shards_equal_one_process(
     said = [rank.communicate(timeout=300) for rank in again]
     for rank, (out, err) in zip(again, said):
         assert rank.returncode == 0, out[-2000:] + err[-3000:]
+    assert "reused (finished earlier)" in said[0][0], said[0][0]  # rank 0 had finished before the exchange
     assert "1 chunks computed, 2 reused" in said[1][0], said[1][0]
     assert not kept.exists()  # a finished shard's chunks are removed once it is written
 
