@@ -29,6 +29,7 @@ import functools
 import torch
 
 from minidecoder.core.model import Block, Context
+from minidecoder.fast.hooks import with_block_hooks
 
 
 @functools.cache
@@ -43,31 +44,6 @@ def _shared_compiled_forward():
 
 def compiled_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Tensor:
     """`block(x, ctx)` through the compiled `Block.forward` (same code, elementwise work fused), with the
-    block's forward pre-hooks and forward hooks run around it as `nn.Module.__call__` runs them. The executor
-    sends no call through a KV cache here (see the module docstring)."""
-    if _has_other_hooks(block):  # kinds of hook only nn.Module.__call__ knows how to run: let it
-        return block(x, ctx)
-    # Calling Block.forward directly skips nn.Module.__call__, so the block's hooks (the sweep's block
-    # counter, a user's probe) are run here, and what they return replaces the inputs or the output.
-    args = (x, ctx)
-    for hook in block._forward_pre_hooks.values():
-        replaced = hook(block, args)
-        if replaced is not None:
-            args = replaced if isinstance(replaced, tuple) else (replaced,)
-    out = _shared_compiled_forward()(block, *args)
-    for hook in block._forward_hooks.values():
-        replaced = hook(block, args, out)
-        if replaced is not None:
-            out = replaced
-    return out
-
-
-def _has_other_hooks(block: Block) -> bool:
-    """Hooks beyond a block's plain pre- and forward hooks: global ones, ones taking keyword arguments, ones
-    called even when the forward raises, backward ones."""
-    from torch.nn.modules import module as nn_module
-
-    return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
-                or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
-                or block._forward_pre_hooks_with_kwargs or block._forward_hooks_with_kwargs
-                or block._forward_hooks_always_called or block._backward_hooks or block._backward_pre_hooks)
+    block's hooks run around it as `nn.Module.__call__` runs them (fast.hooks). The executor sends no call
+    through a KV cache here (see the module docstring)."""
+    return with_block_hooks(block, lambda x, ctx: _shared_compiled_forward()(block, x, ctx), x, ctx)
