@@ -18,7 +18,7 @@ and writing its shard `out-0000r-of-0000W.npy` (with the job's metadata) at the 
 `out.npy.shards.json`, which lists the shards and their rows (`load_sharded` reads them back as one array).
 Run the same command again after a crash or a kill: a finished shard is reused, an unfinished one resumes
 from its chunks. Chunks are the single-process job's own (the same rows, the same batches), so the vectors
-are those of one process (tests/running/test_distributed.py).
+are those of one process with as many threads (tests/running/test_distributed.py: bit for bit).
 
 Launch with torchrun, e.g. `torchrun --nproc_per_node 2 -m minidecoder embed --method prompteol --input
 texts.txt --output out.npy` or `tools/embed_distributed.py`. On one CPU machine, give each process its
@@ -98,11 +98,14 @@ def launched_by_torchrun() -> bool:
 
 def join_process_group(device: str | None) -> str | None:
     """Join the ranks torchrun started (environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); returns the
-    device this rank runs on: a bare "cuda" becomes this rank's own GPU, cuda:LOCAL_RANK."""
+    device this rank runs on: a bare "cuda" becomes this rank's own GPU, cuda:LOCAL_RANK. On a CPU each rank
+    takes its share of the machine's cores (torchrun gives each one thread)."""
     if device is not None and torch.device(device).type == "cuda" and torch.device(device).index is None:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.set_device(torch.device(device))  # nccl's collectives run on the current device
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     if not dist.is_initialized():
         dist.init_process_group(default_backend(device or "cpu"), timeout=EXCHANGE_TIMEOUT)
     return device

@@ -149,9 +149,10 @@ def test_a_killed_rank_resumes_from_its_chunks_and_the_shards_equal_one_process(
     assert "1 chunks computed, 2 reused" in said[1][0], said[1][0]
     assert not kept.exists()  # a finished shard's chunks are removed once it is written
 
+    threads = str(max(1, (os.cpu_count() or 1) // 2))  # a CPU rank's share of the cores: as many here
     one = subprocess.run([sys.executable, "-m", "minidecoder", *command, "--output", str(tmp_path / "one.npy")],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "OMP_NUM_THREADS": threads, "PYTHONPATH": str(ROOT)})
     assert one.returncode == 0, one.stderr[-3000:]
     listing = json.loads(shards_manifest_path(output).read_text(encoding="utf-8"))
     assert [shard["file"] for shard in listing["shards"]] == [shard_path(output, r, 2).name for r in range(2)]
