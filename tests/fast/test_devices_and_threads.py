@@ -26,16 +26,19 @@ from minidecoder.fast.graphs import GraphBank, graph_bank
 from minidecoder.fast.options import fast_paths_overridden
 from repo_paths import REPO
 
-GRAPHS = dict(buckets=True, graphs=True, prefix_cache=False)
-EAGER = dict(buckets=True, graphs=False, prefix_cache=False)
+GRAPHS = dict(buckets=True, graphs=True, prefix_cache=False, fused=False)
+EAGER = dict(buckets=True, graphs=False, prefix_cache=False, fused=False)  # the plain block, as a graph captures it
 
 
 # ---- two threads, one model ------------------------------------------------------------------------------
-def test_two_threads_calling_one_model_get_their_own_vectors(tiny_llama) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none): the CPU's buffer bank runs above"))])
+def test_two_threads_calling_one_model_get_their_own_vectors(tiny_llama, device: str) -> None:
     """Each thread embeds its own texts of one shape (so both use the same static buffers) again and again;
     every call must give that thread's vectors. With one shared input per shape and no lock, the threads
-    overwrote each other's input between copy-in and the block call: other texts' vectors in most calls."""
-    model = minidecoder.load(tiny_llama, progress=False, graphs=True)
+    overwrote each other's input between copy-in and the block call: other texts' vectors in most calls.
+    On a GPU each thread queues on a stream of its own, so the bank must also order the streams."""
+    model = minidecoder.load(tiny_llama, progress=False, graphs=True, device=device)
     texts = {"first": ["a man plays a flute.", "dogs run in a park.."],  # a token a character: equal lengths
              "second": ["rain falls on roofs.", "two kids play ball.."]}
     with fast_paths_overridden(model, **EAGER):
@@ -45,11 +48,13 @@ def test_two_threads_calling_one_model_get_their_own_vectors(tiny_llama) -> None
     start = threading.Barrier(len(texts))
 
     def caller(name: str) -> None:
+        own = torch.cuda.stream(torch.cuda.Stream(model.device)) if device == "cuda" else contextlib.nullcontext()
         try:
             start.wait(timeout=30)
-            for _ in range(calls):
-                got = minidecoder.embed(model, texts[name], "mean", batch_size=2)
-                wrong[name] += not torch.allclose(got, want[name], atol=1e-5, rtol=1e-5)
+            with own:
+                for _ in range(calls):
+                    got = minidecoder.embed(model, texts[name], "mean", batch_size=2)
+                    wrong[name] += not torch.allclose(got, want[name], atol=1e-5, rtol=1e-5)
         except Exception as error:  # noqa: BLE001 - reported below, with the thread's name
             errors.append(f"{name}: {type(error).__name__}: {error}")
 
