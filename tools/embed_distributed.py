@@ -3,6 +3,8 @@
     torchrun --nproc_per_node 2 tools/embed_distributed.py texts.txt out.pt --model smollm2-135m-instruct
     torchrun --nproc_per_node 4 tools/embed_distributed.py texts.txt out.pt --device cuda   # nccl, one GPU per rank
 
+Everything is gathered in memory on rank 0 and nothing survives a lost rank: for a corpus, run
+`torchrun --nproc_per_node 4 -m minidecoder embed ...` instead (sharded output, each rank resumable).
 Backend: gloo on CPU, nccl on CUDA (minidecoder.running.distributed.default_backend). On CPU each process gets
 cores // world threads. Method options are `--option name=value` (values parsed as JSON, else strings).
 """
@@ -30,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: minidecoder's default)")
     parser.add_argument("--method", default="prompteol")
     parser.add_argument("--option", action="append", default=[], help="method option name=value (JSON when it parses)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences a batch (default: each batch filled to the device's token budget)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)

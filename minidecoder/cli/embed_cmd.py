@@ -10,10 +10,16 @@ not a row), or JSON Lines (`.jsonl` / `.ndjson`) with `{"text": ...}` per line. 
 method, model and options as metadata). The output (and sidecar) is locked from before the model loads
 until it is written, and never replaced without `--overwrite`. `--opt key=value` values are read as JSON
 when they parse (`-2`, `true`, `[0, 4]`, `"text"`) and as plain strings otherwise.
+
+Under torchrun (`torchrun --nproc_per_node 4 -m minidecoder embed ... --output out.npy`) each rank embeds a
+contiguous run of the input's chunks and writes its shard, out-0000r-of-00004.npy, keeping its finished
+chunks as it goes; rank 0 then writes out.npy.shards.json listing them (minidecoder.running.distributed).
+After a crash or a killed rank, run the same command again: each rank resumes from what it kept.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shlex
@@ -41,6 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", required=True, metavar="FILE", help=".npy or .safetensors")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per forward pass (default: each batch filled up to the device's token budget)")
+    parser.add_argument("--chunk-size", type=int, default=None, metavar="ROWS",
+                        help="rows per kept chunk, the unit a rerun resumes from (default 1024)")
     parser.add_argument("--truncate", type=int, default=None, metavar="N",
                         help="keep the first N tokens of each text (default: a text longer than the model's context is an error)")
     add_output_options(parser, "the output file (and its .npy.json)")
@@ -89,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.running.jobs import job_outputs, scan_input
 
     check_sizes(args)
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise InputError(f"--chunk-size {args.chunk_size} must be at least 1", "e.g. --chunk-size 1024")
     output = Path(args.output)
+    from minidecoder.running.distributed import launched_by_torchrun
+    if launched_by_torchrun():
+        return _embed_sharded(args, output)
     check_not_inputs(job_outputs(output), [Path(args.input)])  # before "exists, pass --overwrite"
     check_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)
@@ -106,19 +119,67 @@ def _embed(args: argparse.Namespace, method, output: Path) -> int:
     # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.
     summary = run_embedding_job(
         model, method, args.input, output, overwrite=args.overwrite, batch_size=args.batch_size,
-        progress=not args.no_progress, truncate=args.truncate, wait=args.wait,
-        extra_metadata={"model_name": args.model if args.model is not None else "default",
-                        "command": shlex.join(["minidecoder", "embed", *_argv(args)])})
+        progress=not args.no_progress, truncate=args.truncate, wait=args.wait, **_chunking(args),
+        extra_metadata=_command_metadata(args))
     print(f"wrote {summary['rows']} x {summary['dim']} float32 embeddings ({method.name}) to {output}"
           + (f" (resumed: {summary['chunks_reused']} chunks reused)" if summary["chunks_reused"] else ""))
     return 0
+
+
+def _embed_sharded(args: argparse.Namespace, output: Path) -> int:
+    """Under torchrun: this rank's shard of the job, its chunks kept, and (rank 0) the shards manifest
+    (running.distributed.embed_sharded). Rerun the same command after a crash: every rank resumes."""
+    from minidecoder.cli.common import build_cli_method, load_model
+    from minidecoder.output_files import check_not_inputs, output_lock
+    from minidecoder.running import distributed
+    from minidecoder.running.jobs import job_outputs, scan_input
+
+    distributed.check_sharded_output(output, args.overwrite)
+    method = build_cli_method(args.method, args.opt)
+    scan_input(Path(args.input))
+    metadata = _command_metadata(args)  # the command as given (before "cuda" becomes this rank's own GPU)
+    args.device = distributed.join_process_group(args.device)
+    rank, world = distributed.dist.get_rank(), distributed.dist.get_world_size()
+    shard_files = job_outputs(distributed.shard_path(output, rank, world))
+    check_not_inputs([*shard_files, distributed.shards_manifest_path(output)], [Path(args.input)])
+    try:
+        with contextlib.ExitStack() as locks:  # another run on this rank's shard is named before the model loads
+            for path in shard_files:
+                locks.enter_context(output_lock(path, wait=args.wait))
+            model = load_model(args)
+            summary = distributed.embed_sharded(
+                model, method, args.input, output, overwrite=args.overwrite, batch_size=args.batch_size,
+                progress=not args.no_progress, truncate=args.truncate, wait=args.wait,
+                extra_metadata=metadata, **_chunking(args))
+    except BaseException:
+        distributed.abandon_process_group()
+        raise
+    done = ("reused (finished earlier)" if summary["shard_reused"] else
+            f"{summary['chunks_computed']} chunks computed, {summary['chunks_reused']} reused")
+    print(f"rank {rank} of {world}: rows {summary['rows_range'][0]}..{summary['rows_range'][1]} of {args.input} "
+          f"in {summary['shard']}: {done}")
+    if rank == 0:
+        print(f"wrote {summary['manifest']}, listing the {world} shards ({method.name}); "
+              "read them with minidecoder.running.distributed.load_sharded")
+    distributed.leave_process_group()
+    return 0
+
+
+def _chunking(args: argparse.Namespace) -> dict:
+    return {} if args.chunk_size is None else {"chunk_size": args.chunk_size}
+
+
+def _command_metadata(args: argparse.Namespace) -> dict:
+    return {"model_name": args.model if args.model is not None else "default",
+            "command": shlex.join(["minidecoder", "embed", *_argv(args)])}
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
     out = []
     for flag, value in [("--model", args.model), ("--method", args.method), ("--input", args.input),
                         ("--output", args.output), ("--dtype", args.dtype), ("--device", args.device),
-                        ("--batch-size", args.batch_size), ("--truncate", args.truncate)]:
+                        ("--batch-size", args.batch_size), ("--chunk-size", args.chunk_size),
+                        ("--truncate", args.truncate)]:
         if value is not None:
             out += [flag, str(value)]
     for pair in args.opt:

@@ -29,6 +29,7 @@ import functools
 import torch
 
 from minidecoder.core.model import Block, Context
+from minidecoder.fast.hooks import with_block_hooks
 
 
 @functools.cache
@@ -42,10 +43,7 @@ def _shared_compiled_forward():
 
 
 def compiled_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Tensor:
-    """`block(x, ctx)` through the compiled `Block.forward` (same code, elementwise work fused). The executor
-    sends no call through a KV cache here (see the module docstring)."""
-    # Calling Block.forward directly skips nn.Module.__call__, so a module's forward pre-hooks (the
-    # sweep's block counter, a user's probe) are called here to keep seeing every block.
-    for hook in block._forward_pre_hooks.values():
-        hook(block, (x, ctx))
-    return _shared_compiled_forward()(block, x, ctx)
+    """`block(x, ctx)` through the compiled `Block.forward` (same code, elementwise work fused), with the
+    block's hooks run around it as `nn.Module.__call__` runs them (fast.hooks). The executor sends no call
+    through a KV cache here (see the module docstring)."""
+    return with_block_hooks(block, lambda x, ctx: _shared_compiled_forward()(block, x, ctx), x, ctx)

@@ -22,6 +22,10 @@ replays them with one launch. A graph is fixed to its tensors' shapes and addres
                runs eagerly, with the same results.
     replay     copy h into the static input, replay, copy the static output out (a copy: no kept hidden
                state may alias a buffer the next replay overwrites).
+    callers    the buffers are the bank's, not a caller's: one caller at a time holds them (a lock around
+               filling the context, capture, copy-in, replay and copy-out), and on a GPU a caller on another
+               stream first waits for the last caller's stream, so two threads calling one model never read
+               each other's inputs. Every capture and replay runs on the model's device, whichever is current.
 
 Where a replay would be wrong, the block runs eagerly instead: a module hook on the block (hooks are Python:
 they fire at capture, never at replay, so `evaluation.sweep.BlockCounter` would count nothing), autograd
@@ -45,6 +49,7 @@ check everything around the capture (tests/fast/test_graphs.py); the capture its
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 import weakref
 from collections import OrderedDict
@@ -75,7 +80,7 @@ class _BufferCall:
     def __init__(self, block: Block, shape: "_Shape") -> None:
         self.block, self.shape = block, shape
 
-    def replay(self) -> None:
+    def run(self) -> None:
         self.shape.out.copy_(self.block.forward(self.shape.h, self.shape.ctx))
 
 
@@ -128,6 +133,8 @@ class GraphBank:
         self.parameters: dict[int, tuple[int, ...]] = {}  # block index -> its parameters' addresses at capture
         self.captures = 0  # graphs made (on a CPU: buffer calls set up), recaptures included
         self.failed: str | None = None  # why captures stopped (then every call runs eagerly)
+        self.lock = threading.Lock()  # held by one caller from filling the buffers to copying the output out
+        self.last_stream = None  # the stream the last caller's work on the buffers was queued on (a GPU's)
 
     @property
     def bytes(self) -> int:
@@ -146,6 +153,11 @@ class GraphBank:
         if (self.failed is not None or h.shape[0] * h.shape[1] > GRAPH_MAX_TOKENS or torch.is_grad_enabled()
                 or _has_hooks(block)):
             return block(h, ctx)
+        with self.lock:  # the static buffers are shared by every caller: one at a time
+            self._after_the_last_caller(h.device)
+            return self._forward_locked(block, h, ctx)
+
+    def _forward_locked(self, block: Block, h: torch.Tensor, ctx: Context) -> torch.Tensor:
         addresses = _parameter_addresses(block)
         if self.parameters.get(block.layer_idx, addresses) != addresses:
             self.clear()  # a parameter was replaced: the graphs read the old addresses
@@ -161,18 +173,31 @@ class GraphBank:
                 self.clear()
                 warnings.warn(f"capturing a CUDA graph of block {block.layer_idx} failed ({self.failed}); graphs are "
                               "off for this model from here on and every block call runs eagerly (same results)",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=3)
                 return block(h, ctx)
             shape.graphs[block.layer_idx] = graph
             self.parameters[block.layer_idx] = addresses
             self.captures += 1
-        shape.h.copy_(h)
-        if self.capture:
-            with torch.cuda.device(h.device):  # replay on the current stream of the model's device
-                graph.replay()
-        else:
+        if not self.capture:  # a CPU's buffer call
+            shape.h.copy_(h)
+            graph.run()
+            return shape.out.clone()
+        with torch.cuda.device(h.device):  # replay on the current stream of the model's device
+            shape.h.copy_(h)
             graph.replay()
-        return shape.out.clone()
+            return shape.out.clone()
+
+    def _after_the_last_caller(self, device: torch.device) -> None:
+        """On a GPU, queue this caller's work on the buffers after the last caller's: the lock orders the
+        host's calls, but a caller on another stream would otherwise overwrite the static input before the
+        last caller's replay has read it."""
+        if not self.capture:
+            return
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device)
+            if self.last_stream is not None and self.last_stream != stream:
+                stream.wait_stream(self.last_stream)
+            self.last_stream = stream
 
     def _shape(self, h: torch.Tensor, ctx: Context) -> _Shape | None:
         """The static buffers of `h`'s shape holding `ctx`'s masks and RoPE tables (copied once a forward);
@@ -208,27 +233,36 @@ class GraphBank:
             return _BufferCall(block, shape)
         device = shape.h.device
         with torch.cuda.device(device):
+            caller = torch.cuda.current_stream(device)
             side = torch.cuda.Stream(device)  # the capture's own stream, on the model's device
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # warm-up: library workspaces and kernel choices, outside the graph
-                for _ in range(2):
-                    shape.out.copy_(block(shape.h, shape.ctx))
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=side):
-                shape.out.copy_(block(shape.h, shape.ctx))  # the result lands in the shared output buffer
-            torch.cuda.current_stream(device).wait_stream(side)
+            side.wait_stream(caller)
+            try:
+                with torch.cuda.stream(side):  # warm-up: library workspaces and kernel choices, outside the graph
+                    for _ in range(2):
+                        shape.out.copy_(block(shape.h, shape.ctx))
+                caller.wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=side):
+                    shape.out.copy_(block(shape.h, shape.ctx))  # the result lands in the shared output buffer
+            finally:
+                # torch.cuda.graph ends the capture before it restores the caller's stream, so a capture that
+                # fails to end would leave the side stream current: every later kernel of this thread would
+                # queue there. Put the caller's stream back however the capture ended.
+                torch.cuda.set_stream(caller)
+            caller.wait_stream(side)
         return graph
 
 
 _BANKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its GraphBank
+_BANKS_LOCK = threading.Lock()  # two threads' first calls on one model make one bank, not one each
 
 
 def graph_bank(model) -> GraphBank:
     """The model's bank of captured calls (made on first use; the CPU's keeps buffers and captures nothing).
     A model moved to another device or dtype gets a new bank (the captured addresses are the old ones')."""
     key = (model.device, model.dtype)
-    bank = _BANKS.get(model)
-    if bank is None or bank.key != key:
-        bank = _BANKS[model] = GraphBank(capture=model.device.type == "cuda", key=key)
-    return bank
+    with _BANKS_LOCK:
+        bank = _BANKS.get(model)
+        if bank is None or bank.key != key:
+            bank = _BANKS[model] = GraphBank(capture=model.device.type == "cuda", key=key)
+        return bank

@@ -16,7 +16,8 @@ A setting left at None is decided per device (`for_device`, and per batch where 
                                                             are >= 1,024 (a second, batch-1 pass costs launches)
     explicit_attention  up to 80 keys (fp32), 256 (bf16)    never (the fused kernel)
     buckets, graphs   off                                   off: opt-in (`load(graphs=True)`, `--graphs`);
-                                                            buckets follow graphs unless set
+                                                            buckets follow graphs unless set: then only a
+                                                            batch that runs as a graph is padded
     compiled, packed  opt-in at load                        compiled opt-in; packed is CPU-only
     fused             off (bit-exact float32 kept)          on (fast.fused: merged GEMMs, fused norms)
     blocked_fusion    from 256 tokens                       from 256 tokens
@@ -85,7 +86,8 @@ def describe(model) -> dict[str, str]:
         graphs = (f"on for block calls of <= {GRAPH_MAX_TOKENS} tokens (rows x columns; larger ones run eagerly), "
                   f"at most {GRAPH_BANK_MAX_BYTES / 2**20:.0f} MiB of static buffers"
                   + (" (captured CUDA graphs)" if gpu else " (buffers only: no CUDA graphs here)"))
-    buckets = ("on" + (" (following graphs)" if asked.buckets is None else "")) if paths.buckets else "off"
+    buckets = ("on" + (" (following graphs: only a batch that runs as a graph is padded)" if asked.buckets is None
+                       else "")) if paths.buckets else "off"
     why = ("graphs on: asked for at load (graphs=True / --graphs)" if paths.graphs else
            "buckets and graphs are opt-in on every device (load(graphs=True), --graphs): padding costs more "
            "FLOPs than graphs save at token-budget batch sizes, so the default is the eager, unpadded batch")

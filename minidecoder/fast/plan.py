@@ -3,11 +3,13 @@
     prefix            leading tokens every row shares, run once at batch 1 and reused through the KV cache
                       (fast.prefix_cache): cut before the first column any step names, off for a step that
                       reads every column (ReBA's fold) or hides keys from block 0
-    bucket            (rows, columns) the batch is padded to, when `FastPaths.buckets` is on (fast.graphs)
+    bucket            (rows, columns) the batch is padded to (fast.graphs): when `FastPaths.buckets` is set on, or,
+                      following graphs, only when the padded batch will run as a graph (padding a batch that then
+                      runs eagerly costs its FLOPs and saves nothing)
     explicit          the explicit attention kernel (short inputs on a CPU, fast.attention)
     block_call        how a site-free block call runs: "plain", "compiled" (fast.compiled) or "graph" (a
                       captured CUDA graph, fast.graphs; only on a bucket, and only for calls of at most
-                      GRAPH_MAX_TOKENS rows x columns: above that a block's work hides its launches)
+                      fast.graphs.GRAPH_MAX_TOKENS rows x columns: above that a block's work hides its launches)
     fused             a site-free block call that is neither compiled nor captured (a call through a KV cache
                       included) runs fused (fast.fused: the GPU default)
     heads_per_fold    patterns handed to a folding step a few heads at a time (fast.blocked_fusion), or
@@ -25,15 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from minidecoder.fast import prefix_cache
+from minidecoder.fast import graphs as graph_bank, prefix_cache
 from minidecoder.fast.attention import explicit_is_faster
-from minidecoder.fast.graphs import bucket
 from minidecoder.fast.options import FastPaths, fused_on
-
-try:
-    from minidecoder.fast.graphs import GRAPH_MAX_TOKENS
-except ImportError:  # placeholder until fast/graphs.py defines its threshold (issue 33); same name, same meaning
-    GRAPH_MAX_TOKENS = 1024
 
 TOKEN_MAJOR_SITES = frozenset({"resid_pre", "z", "attn_out", "resid_mid", "mlp_out", "resid_post"})  # (B, T, ...)
 
@@ -62,7 +58,7 @@ def shared_prefix(config, device, paths: FastPaths, ids: torch.Tensor, mask: tor
     """How many leading tokens every row shares and may run once (0: none), from the host's ids."""
     if paths.prefix_cache is False or mask is None or not columns_may_move(steps, record):
         return 0
-    p = prefix_cache.cacheable_prefix(config, ids, mask)
+    p = prefix_cache.cacheable_prefix(config, ids, mask, prefix_cache.shortest_template(device, paths.prefix_cache))
     if not p:
         return 0
     first = prefix_cache.first_real_positions(mask)
@@ -79,16 +75,19 @@ def plan(config, device, dtype: torch.dtype, paths: FastPaths, ids: torch.Tensor
     record = record or {}
     B, T = ids.shape
     p = 0 if cached else shared_prefix(config, device, paths, ids, mask, steps, record)
-    graphs = paths.graphs is True  # opt-in on every device (issue 33): never turned on by the device alone
-    buckets = graphs if paths.buckets is None else paths.buckets  # a graph needs a bounded set of shapes
+    graphs = paths.graphs is True  # opt-in on every device: never turned on by the device alone
     padded = None
-    if not cached and not p and buckets and columns_may_move(steps, record):
-        padded = bucket(B, T)
+    if not cached and not p and paths.buckets is not False and columns_may_move(steps, record):
+        shape = graph_bank.bucket(B, T)
+        graphed = graphs and shape[0] * shape[1] <= graph_bank.GRAPH_MAX_TOKENS
+        # buckets left to follow graphs pad a batch only where a graph then runs on it (a graph needs a
+        # bounded set of shapes; an eager call gains nothing from the padding and pays its FLOPs)
+        padded = shape if paths.buckets or graphed else None
     columns = padded[1] if padded else T - p
     real = T if mask is None else int(mask.sum(dim=1).max())  # real tokens of the longest row
     if cached:
         call = "plain"
-    elif graphs and padded and padded[0] * padded[1] <= GRAPH_MAX_TOKENS:
+    elif graphs and padded and padded[0] * padded[1] <= graph_bank.GRAPH_MAX_TOKENS:
         call = "graph"
     else:
         call = "compiled" if paths.compiled else "plain"

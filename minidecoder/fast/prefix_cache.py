@@ -19,7 +19,7 @@ batch itself, not from the template. A row whose tokenization of the template/te
 (`: "` + `'Hello` may merge into one token) shortens the shared run for the batch by that token; the
 cached part is by construction identical in every row, so the fast path cannot be silently wrong.
 
-When it is off (the plain loop runs instead): a batch of one row, a template run shorter than
+When it is off (the plain loop runs instead): a batch of one row, on a CPU a template run shorter than
 `MIN_PREFIX` tokens (`cacheable_prefix`: one row whose first characters merged with the template's last
 token shortens the cached run by that token, never switches it off), a GPU batch where it saves fewer than
 `GPU_MIN_SAVED_TOKENS` tokens (`pays`), a model with sliding-window layers whose window the batch exceeds (the window
@@ -51,6 +51,15 @@ MIN_PREFIX = 4
 # the tokens saved alone. Not yet measured on a GPU (no session has been lent one since this rule was
 # written): `tools/bench_gpu.py` times PromptEOL with the cache on and off to set it.
 GPU_MIN_SAVED_TOKENS = 1024
+
+
+def shortest_template(device, forced: bool | None) -> int:
+    """The shortest template run `cacheable_prefix` accepts: MIN_PREFIX (the CPU's rule, and the forced
+    setting's), or 1 under a GPU's own rule, where the tokens saved alone decide (`pays`): a 3-token
+    template over 400 rows saves 1,197 tokens."""
+    if forced is None and getattr(device, "type", device) == "cuda":
+        return 1
+    return MIN_PREFIX
 
 
 def pays(device, p: int, rows: int, forced: bool | None) -> bool:
@@ -153,8 +162,9 @@ def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return min(int(runs.min()), shortest - 1)
 
 
-def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor) -> int:
-    """The prefix length the fast path may cache for this batch, or 0 where it must not run.
+def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor, shortest: int = MIN_PREFIX) -> int:
+    """The prefix length the fast path may cache for this batch, or 0 where it must not run; `shortest`:
+    the shortest template run worth caching (`shortest_template`).
 
     The cached run is what every row shares (`shared_prefix_length`). Whether it is long enough is asked of
     the run most rows share, the template's: a text's first characters may merge with the template's last
@@ -175,7 +185,7 @@ def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor) -> int:
         return 0
     _, runs = _runs(ids, mask)
     template = min(int(runs.median()), p + 1)  # most rows' run; at most the one merged token past the shared run
-    return p if template >= MIN_PREFIX else 0
+    return p if template >= shortest else 0
 
 
 def split(ids: torch.Tensor, mask: torch.Tensor, p: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError
+from minidecoder.fast.device import to_host_later
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
 from minidecoder.running import memory
@@ -170,10 +171,7 @@ class _Results:
         if vectors.device.type != "cuda":
             self._store(index, vectors.float().cpu())
             return
-        host = torch.empty(vectors.shape, dtype=torch.float32, pin_memory=True)
-        host.copy_(vectors.float(), non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
+        host, event = to_host_later(vectors)  # on the model's device, whichever is current
         self.pending.append((index, host, event))
         while len(self.pending) > self.LAG:
             self._take()

@@ -23,6 +23,9 @@ published through minidecoder.output_files (never replacing a file without `over
 that appeared during the run); then the folder is removed. The output and its sidecar are claimed
 (locked, checked) for the whole job.
 
+`rows=(start, end)` runs one shard of the input (its row numbers stay the input's): how
+minidecoder.running.distributed splits a job across ranks, each keeping its own folder.
+
 `KeptChunks` is that folder (manifest check, chunk files, Ctrl-C line): the job keeps its chunks in one,
 and a caller that computes its own chunks can too (`minidecoder sweep` keeps one per batch).
 `owned_work_folder` is the owner check of a command's kept-work folder (`eval sts` and `sweep` both use
@@ -39,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -65,13 +69,15 @@ FORMATS = (".npy", ".safetensors")
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
                       overwrite: bool = False, batch_size: int | None = None, progress: bool | Callable[[int, int], None] = False,
                       truncate: int | None = None, extra_metadata: dict[str, Any] | None = None,
-                      wait: bool = False, **options: Any) -> dict[str, Any]:
+                      wait: bool = False, rows: tuple[int, int] | None = None, **options: Any) -> dict[str, Any]:
     """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
 
     method: a registry name (with `**options`) or a Method object. progress: True for a bar on stderr,
     or a callable `progress(done_rows, total_rows)` called after each chunk. extra_metadata: more
     entries for the output's metadata (e.g. the command line); they are not part of the manifest.
     wait: when another run holds the output's lock, wait for it instead of refusing.
+    rows: (start, end) to embed only input rows [start, end), one shard of a job split across processes
+    (minidecoder.running.distributed); the manifest records them, and row numbers stay the input's.
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run, rows
     computed now, truncated rows.
     """
@@ -97,9 +103,42 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     check_output_free(output_path, overwrite)
     method.check(model)
     kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
+    _check_shard(rows, total, input_path)
     with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
-                           extra_metadata, kind, checksum, total, overwrite)
+                           extra_metadata, kind, checksum, total, overwrite, rows)
+
+
+def _check_shard(rows: tuple[int, int] | None, total: int, input_path: Path) -> None:
+    """A shard's (start, end) lies inside the input's rows and holds at least one."""
+    if rows is None:
+        return
+    start, end = rows
+    if not 0 <= start < end <= total:
+        raise InputError(f"rows={rows!r} is not a range of {input_path}'s {total} rows",
+                         f"give (start, end) with 0 <= start < end <= {total}")
+
+
+def job_manifest(model, method, batch_size: int | None, truncate: int | None, chunk_size: int,
+                 scanned: tuple[str, str, int], rows: tuple[int, int] | None = None) -> dict[str, Any]:
+    """What a job's results depend on (its work folder's manifest.json, and the output's metadata):
+    `scanned` is `scan_input`'s (format, sha256, rows); `rows` a shard's (start, end), recorded only then."""
+    kind, checksum, total = scanned
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "model": model_identity(model),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "device": model.device.type,
+        "fast_paths": _jsonable(dataclasses.asdict(fast_paths_of(model))),  # graphs' buckets round differently
+        "method": _jsonable(method.describe()),
+        "batch_size": batch_size,
+        "truncate": truncate,
+        "chunk_size": chunk_size,
+        "input": {"format": kind, "sha256": checksum, "rows": total},
+    }
+    if rows is not None:
+        manifest["shard"] = {"rows": list(rows)}
+    return manifest
 
 
 def job_outputs(output_path: str | Path) -> list[Path]:
@@ -153,21 +192,12 @@ def check_output_free(output_path: Path, overwrite: bool) -> None:
 
 def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: int, batch_size: int, progress,
                 truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
-                total: int, overwrite: bool) -> dict[str, Any]:
+                total: int, overwrite: bool, rows: tuple[int, int] | None = None) -> dict[str, Any]:
     from minidecoder.running.embedding import embed
 
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "model": model_identity(model),
-        "dtype": str(model.dtype).replace("torch.", ""),
-        "device": model.device.type,
-        "fast_paths": _jsonable(dataclasses.asdict(fast_paths_of(model))),  # graphs' buckets round differently
-        "method": _jsonable(method.describe()),
-        "batch_size": batch_size,
-        "truncate": truncate,
-        "chunk_size": chunk_size,
-        "input": {"format": kind, "sha256": checksum, "rows": total},
-    }
+    manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows)
+    start, end = rows if rows is not None else (0, total)
+    total = end - start  # the rows this job embeds (a shard's, or all of them)
     work = output_path.parent / f".{output_path.name}.partial"
     num_chunks = (total + chunk_size - 1) // chunk_size
     kept = KeptChunks(work, manifest, num_chunks)
@@ -175,11 +205,11 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
     bar = _bar(total, progress)
     done = 0
     try:
-        for k, texts in enumerate(_chunks(_read_texts(input_path, kind), chunk_size)):
+        for k, texts in enumerate(_chunks(itertools.islice(_read_texts(input_path, kind), start, end), chunk_size)):
             if not kept.done(k):
                 report: dict[str, Any] = {}
                 vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report)
-                first_row = k * chunk_size
+                first_row = start + k * chunk_size  # the input's row numbers, in a shard too
                 info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
                                                                for r, n in report.get("truncated_rows", {}).items()}}
                 kept.save(k, vectors.numpy(), info)

@@ -80,3 +80,33 @@ def test_calls_with_sites_run_the_plain_code() -> None:
         untouched = FastForward(compiled, ids, None, keep={L}).hidden(L)
     assert seen == [(1, 5, compiled.config.num_heads, compiled.config.head_dim)], "the edit function never ran"
     assert not torch.equal(edited, untouched), "the edit did not change the output"
+
+
+def test_compiled_blocks_run_their_forward_hooks(monkeypatch) -> None:
+    """Calling Block.forward directly skips nn.Module.__call__: a forward hook (a user's probe) must still see
+    every compiled block call, and what it returns must replace the block's output, as on the plain path.
+    The compiled function is stood in for by the plain forward (compiling costs 10-30 s here), counted, so
+    the test knows the compiled route ran."""
+    from minidecoder.core.model import Block
+    from minidecoder.fast import compiled as compiled_module
+
+    routed = []
+
+    def counted_forward():
+        def forward(block, x, ctx):
+            routed.append(block.layer_idx)
+            return Block.forward(block, x, ctx)
+        return forward
+
+    monkeypatch.setattr(compiled_module, "_shared_compiled_forward", counted_forward)
+    folder = checkpoint("llama")[1]
+    results = {}
+    for compile in (False, True):
+        model = minidecoder.load(folder, progress=False, compile=compile)
+        seen = []
+        model.layers[1].register_forward_hook(lambda module, args, out: seen.append(out.shape) or out * 0.5)
+        with torch.inference_mode():
+            results[compile] = minidecoder.embed(model, TEXTS, "mean", batch_size=3)
+        assert len(seen) == 1, f"compile={compile}: the forward hook saw {len(seen)} of 1 block-1 calls"
+    assert 1 in routed, "no call went through the compiled route"
+    assert_close(results[True], results[False], atol=ATOL, rtol=RTOL)

@@ -16,7 +16,7 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.fast import attention, plan as plan_module
+from minidecoder.fast import attention, graphs as graphs_module
 from minidecoder.fast.forward import FastForward
 from minidecoder.fast.options import FastPaths
 from minidecoder.fast.plan import Plan
@@ -69,7 +69,7 @@ def test_the_executor_with_one_plan_field_on_equals_the_plain_loop(name: str, fi
     settings, applied = ALONE[field]
     # forced: the explicit kernel at any length, and graphs for block calls of any size
     monkeypatch.setitem(attention.EXPLICIT_ATTENTION_MAX_KEYS, torch.float32, 1 << 20)
-    monkeypatch.setattr(plan_module, "GRAPH_MAX_TOKENS", 1 << 20)
+    monkeypatch.setattr(graphs_module, "GRAPH_MAX_TOKENS", 1 << 20)
     with torch.inference_mode():
         passes = method.passes(model, TEXTS)
         plain = run_passes(model, passes)  # methods.loop.Forward: the loop a reader reads

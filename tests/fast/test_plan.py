@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from minidecoder.fast import plan as plan_module, prefix_cache
+from minidecoder.fast import graphs as graphs_module, prefix_cache
 from minidecoder.fast.graphs import bucket
 from minidecoder.fast.options import FastPaths
 from minidecoder.fast.plan import plan
@@ -69,9 +69,9 @@ def test_graphs_only_on_a_bucket_and_only_for_small_block_calls() -> None:
     small = plan(CONFIG, "cuda", torch.float32, graphs, IDS, MASK)
     assert small.bucket == bucket(*IDS.shape) and small.block_call == "graph"
     rows, columns = small.bucket
-    wide_ids = torch.ones(rows, plan_module.GRAPH_MAX_TOKENS // rows + 1, dtype=torch.long)
+    wide_ids = torch.ones(rows, graphs_module.GRAPH_MAX_TOKENS // rows + 1, dtype=torch.long)
     wide = plan(CONFIG, "cuda", torch.float32, graphs, wide_ids, None)
-    assert wide.bucket[0] * wide.bucket[1] > plan_module.GRAPH_MAX_TOKENS and wide.block_call == "plain"
+    assert wide.bucket[0] * wide.bucket[1] > graphs_module.GRAPH_MAX_TOKENS and wide.block_call == "plain"
     follows = plan(CONFIG, "cuda", torch.float32, FastPaths(prefix_cache=False, graphs=True), IDS, MASK)
     assert follows.bucket == small.bucket and follows.block_call == "graph"  # buckets follow graphs unless set
     unbounded = FastPaths(prefix_cache=False, graphs=True, buckets=False)
@@ -88,3 +88,37 @@ def test_the_explicit_kernel_for_short_inputs_on_a_cpu_and_a_cached_pass_runs_pl
     cached = plan(CONFIG, "cpu", torch.float32, FastPaths(compiled=True, buckets=True), IDS[:1], None, cached=True)
     assert cached.prefix == 0 and cached.bucket is None and cached.block_call == "plain"
     assert cached.longest == IDS.shape[1]
+
+
+def test_buckets_following_graphs_pad_only_a_batch_that_runs_as_a_graph() -> None:
+    """A batch too large for a graph runs eagerly: padded to a bucket it would compute more tokens for
+    nothing (mean at the token budget: 1.79x the real tokens padded against 1.23x unpadded)."""
+    follows = FastPaths(prefix_cache=False, graphs=True)
+    rows = 8
+    wide_ids = torch.ones(rows, graphs_module.GRAPH_MAX_TOKENS // rows + 3, dtype=torch.long)
+    wide = plan(CONFIG, "cuda", torch.float32, follows, wide_ids, None)
+    assert wide.bucket is None and wide.block_call == "plain"
+    asked = plan(CONFIG, "cuda", torch.float32, FastPaths(prefix_cache=False, graphs=True, buckets=True), wide_ids, None)
+    assert asked.bucket == bucket(*wide_ids.shape)  # buckets asked for themselves still pad
+
+
+def test_the_graph_threshold_is_read_where_it_is_defined(monkeypatch) -> None:
+    """One threshold, fast.graphs.GRAPH_MAX_TOKENS: the plan reads it there (it once kept a copy of its own)."""
+    follows = FastPaths(prefix_cache=False, graphs=True)
+    padded = bucket(*IDS.shape)
+    assert plan(CONFIG, "cuda", torch.float32, follows, IDS, MASK).block_call == "graph"
+    monkeypatch.setattr(graphs_module, "GRAPH_MAX_TOKENS", padded[0] * padded[1] - 1)
+    assert plan(CONFIG, "cuda", torch.float32, follows, IDS, MASK).block_call == "plain"
+
+
+def test_on_a_gpu_a_short_template_over_many_rows_is_cached() -> None:
+    """On a GPU the rule is the tokens saved, (rows - 1) x prefix >= GPU_MIN_SAVED_TOKENS, alone (as `describe`
+    says): a 3-token template over 600 rows saves 1,797 tokens, though it is shorter than the CPU's MIN_PREFIX."""
+    template = [1, 5, 6]
+    assert len(template) < prefix_cache.MIN_PREFIX
+    ids, mask = left_padded([template + [20 + i % 50, 30 + i % 7] for i in range(600)])
+    assert (600 - 1) * 3 >= prefix_cache.GPU_MIN_SAVED_TOKENS
+    assert plan(CONFIG, "cuda", torch.float32, FastPaths(), ids, mask).prefix == 3
+    assert plan(CONFIG, "cpu", torch.float32, FastPaths(), ids, mask).prefix == 0  # the CPU's rule: >= MIN_PREFIX
+    few, few_mask = left_padded([template + [20 + i] for i in range(5)])
+    assert plan(CONFIG, "cuda", torch.float32, FastPaths(), few, few_mask).prefix == 0  # 12 tokens saved
