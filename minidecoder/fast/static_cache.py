@@ -132,16 +132,20 @@ class DecodeStep:
         # Every stream named on the model's device: torch.cuda.graph's own default capture stream is made once
         # per process, on whichever device was current then.
         device = self.model.device
-        current = torch.cuda.current_stream(device)
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):  # warm-up outside the graph; it rewrites the same cache entry
-            for _ in range(2):
-                self._step()
-        current.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):  # a failed capture leaves no half-made graph behind
-            logits = self._step()
+        with torch.cuda.device(device):
+            current = torch.cuda.current_stream(device)
+            side = torch.cuda.Stream(device=device)
+            side.wait_stream(current)
+            try:
+                with torch.cuda.stream(side):  # warm-up outside the graph; it rewrites the same cache entry
+                    for _ in range(2):
+                        self._step()
+                current.wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=side):  # a failed capture leaves no half-made graph behind
+                    logits = self._step()
+            finally:  # torch.cuda.graph ends a capture before it restores the stream: a failed end left it
+                torch.cuda.set_stream(current)
         self.graph, self.logits = graph, logits
         self.captures += 1
 

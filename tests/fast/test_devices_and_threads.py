@@ -173,12 +173,7 @@ def _library_files() -> list:
         text = path.read_text(encoding="utf-8")
         if "torch.cuda" not in text and ".record(" not in text and ".replay(" not in text:
             continue  # nothing the rule could catch (the self-test above shows what it catches)
-        relative = path.relative_to(REPO).as_posix()
-        marks = ()
-        if relative == "minidecoder/fast/static_cache.py":  # the decode step: being moved onto its device
-            marks = pytest.mark.xfail(strict=True, reason="the decode step captures on the current device's "
-                                                          "stream; when it is fixed, remove this mark")
-        files.append(pytest.param(path, id=relative, marks=marks))
+        files.append(pytest.param(path, id=path.relative_to(REPO).as_posix()))
     return files
 
 
