@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minidecoder.core.model import Block, Context, RMSNorm
+from minidecoder.fast.hooks import with_block_hooks
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,15 @@ def merge_projections(model) -> None:
 
 def fused_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Tensor:
     """`block(x, ctx)` for a site-free call, fused (see the module docstring); the plain block where its
-    weights were not merged, or no longer are. The block's forward hooks run as `nn.Module.__call__` runs
-    them (the benchmarks count block calls with them)."""
+    weights were not merged, or no longer are. The block's hooks run around it as `nn.Module.__call__` runs
+    them (fast.hooks; the benchmarks count block calls with a pre-hook)."""
     merged = getattr(block, "merged", None)
     if merged is None or not merged.current(block) or merged.qkv_weight.device != x.device:
         return block(x, ctx)
-    for hook in block._forward_pre_hooks.values():
-        hook(block, (x, ctx))
+    return with_block_hooks(block, lambda x, ctx: _fused_block(block, merged, x, ctx), x, ctx)
+
+
+def _fused_block(block: Block, merged: MergedProjections, x: torch.Tensor, ctx: Context) -> torch.Tensor:
     attn_out = _attention(block, merged, rms_norm(block.input_layernorm, x), ctx)
     if block.sandwich_norms:  # Gemma: a norm after attention, another before the MLP
         attn_out, mlp_in_norm = rms_norm(block.post_attention_layernorm, attn_out), block.pre_feedforward_layernorm
@@ -112,11 +115,7 @@ def fused_block_forward(block: Block, x: torch.Tensor, ctx: Context) -> torch.Te
     mlp_out = _mlp(block, merged, rms_norm(mlp_in_norm, resid_mid))
     if block.sandwich_norms:
         mlp_out = rms_norm(block.post_feedforward_layernorm, mlp_out)
-    out = mlp_out.add_(resid_mid)  # resid_mid + mlp_out
-    for hook in block._forward_hooks.values():
-        result = hook(block, (x, ctx), out)
-        out = out if result is None else result
-    return out
+    return mlp_out.add_(resid_mid)  # resid_mid + mlp_out
 
 
 def rms_norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

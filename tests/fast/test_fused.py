@@ -116,3 +116,22 @@ def test_fused_is_the_cuda_default_and_equals_the_plain_blocks_on_cuda(name: str
         got = minidecoder.embed(fused, TEXTS, method, **options)
         want = minidecoder.embed(plain, TEXTS, method, **options)
         assert_close(got, want, atol=1e-4, rtol=1e-4, msg=lambda m: f"{method}: {m}")
+
+
+def test_a_forward_hook_sees_and_replaces_the_fused_output() -> None:
+    model = loaded("llama", True)
+    seen = []
+
+    def probe(module, args, out):
+        seen.append(module.layer_idx)
+        return out * 0 if module.layer_idx == 0 else None
+
+    model.layers[0].register_forward_hook(probe)
+    model.layers[1].register_forward_hook(probe)
+    ids = random_ids(batch=1, length=6)
+    with torch.inference_mode():
+        forward = FastForward(model, ids, None, keep={1, 2})
+        assert forward.plan.fused
+        after_block_0 = forward.hidden(1)
+        forward.hidden(2)
+    assert seen == [0, 1] and torch.count_nonzero(after_block_0) == 0
