@@ -7,7 +7,7 @@ import re
 from repo_paths import REPO
 
 SPEC = REPO / "docs" / "spec.md"
-CITATION = re.compile(r"docs/spec\.md\)?,? sections? (\d+(?:\.\d+)?)(?:\s*(?:-|,|and)\s*(\d+(?:\.\d+)?))?")
+CITATION = re.compile(r"docs/spec\.md[`)]?,? sections? (\d+(?:\.\d+)?)(?:\s*(?:-|,|and)\s*(\d+(?:\.\d+)?))?")
 # The forms the citations had before: a bare "spec 5.4", "spec section 3", "spec (docs/spec.md) section 2",
 # "shared/spec/methods.md section 11" (a path outside the checkout), "Spec `methods.md`", "(spec)".
 OTHER_FORMS = re.compile(r"\bspec \d|\bspec section|\bspec \(|shared/spec/|`methods\.md`|(?<!\w)\(spec\)|\bthe spec's\b",
@@ -64,6 +64,7 @@ def test_a_citation_is_checked_against_sections_and_their_items():
     assert unresolved("(docs/spec.md section 4.3)", sections) == ["'docs/spec.md section 4.3': no section 4.3"]
     assert unresolved("[docs/spec.md](docs/spec.md) sections 11-13", sections) == [
         "'docs/spec.md) sections 11-13': no section 13"]
+    assert unresolved("| `docs/spec.md` section 4.9 |", sections) == ["'docs/spec.md` section 4.9': no section 4.9"]
 
 
 def test_the_old_forms_are_recognised():
