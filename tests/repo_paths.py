@@ -2,4 +2,4 @@
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout: minidecoder/, tools/, README.md
-SHARED = REPO.parent / "shared"  # ../shared: the STS data and the methods spec
+SHARED = REPO.parent / "shared"  # ../shared: the evaluation data

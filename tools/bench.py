@@ -293,7 +293,7 @@ def worker_ref(name: str, folder: str, limit: int) -> dict:
     rss_loaded = maxrss_mb()
     L, E = model.config.num_hidden_layers, model.config.hidden_size
     template = PROMPTEOL
-    if method == "tp":  # TP by forward pre-hooks: <PST> row <- last row before blocks 1..6 (spec section 4)
+    if method == "tp":  # TP by forward pre-hooks: <PST> row <- last row before blocks 1..6 (docs/spec.md section 4)
         tok.add_tokens(["<PST>"])
         model.resize_token_embeddings(len(tok), mean_resizing=False)
         pst = tok.convert_tokens_to_ids("<PST>")

@@ -145,7 +145,7 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "claimed direction; **reversed**: on the other side; **n.s.**: not distinguishable from zero. The "
              f"paper column is the papers' difference ({SOURCE} for STS; the data folders' READMEs elsewhere), "
              "on far larger models. Each paper is judged on the benchmarks where it makes its claims "
-             "(shared/spec/methods.md section 11); a verdict on another benchmark is listed under \"outside "
+             "(docs/spec.md section 12); a verdict on another benchmark is listed under \"outside "
              "its paper's claims\" and is not a verdict on what the paper claimed.",
              "",
              "Command: `python tools/claims_table.py` (after any table sitting; `--check` says whether this file "

@@ -34,7 +34,7 @@ from minidecoder.cli.common import (add_model_options, add_output_options, build
                                     claim_cli_outputs, load_model, model_stamp)
 from minidecoder.errors import Interrupted
 
-# Methods that take a task's instruction as "{instruct} {text}" (spec section 11, HTP Appendix B: Vanilla
+# Methods that take a task's instruction as "{instruct} {text}" (docs/spec.md section 11, HTP Appendix B: Vanilla
 # Mean, Vanilla Last, Echo Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt
 # on both sides and take none unless --instruction names one. The instruction is joined to the text, as the
 # spec writes it, so it is part of what mean and Echo pool and of HTP's first sentence block; HTP's reference

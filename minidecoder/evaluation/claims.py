@@ -6,7 +6,7 @@ benchmark, judged on one score of that benchmark's table (`score`: "avg", the he
 benchmark's sets, unless the paper claims it per set). Where the spec or the data's README gives both
 published numbers, the claim carries the papers' difference:
 
-    STS (shared/spec/methods.md section 10; Llama-2-7B, fp32, Avg. of seven): PromptEOL 70.03 -> +TP
+    STS (docs/spec.md section 10; Llama-2-7B, fp32, Avg. of seven): PromptEOL 70.03 -> +TP
     77.19; Pretended CoT 76.86 -> +TP 77.54, +CP-NS 77.45; Knowledge 77.14 -> +TP 77.54, +CP-NS 77.56;
     PromptEOL +CP-NS 75.27; MetaEOL 75.96 -> +TP 77.91; Echo 66.05; mean pooling 47.06.
     transfer (shared/data/senteval/README.md; TP Table 5, CP Table 6, Llama-2-7B, Avg. of seven):
@@ -26,7 +26,7 @@ models, the long-input curve) the claim is the direction only. The verdict reads
 
 and, where the paper gives a size, whether that size lies below, inside or above the interval.
 
-`PAPERS` says on which benchmarks each paper makes its claims (spec section 11). A claim on another
+`PAPERS` says on which benchmarks each paper makes its claims (docs/spec.md section 12). A claim on another
 benchmark (HTP and ReBA-2 against mean pooling on STS: HTP's paper says it lags on STS, ReBA claims
 C-MTEB) is still judged, but labelled as outside its paper's claims, so that no reader takes it for a
 verdict on what the paper claimed.
@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOURCE = "shared/spec/methods.md section 10 (Llama-2-7B, fp32, STS Avg. of seven)"
+SOURCE = "docs/spec.md section 10 (Llama-2-7B, fp32, STS Avg. of seven)"
 
-# Published STS Avg. per reproduce.py row key (spec section 10); rows absent here have no number there.
+# Published STS Avg. per reproduce.py row key (docs/spec.md section 10); rows absent here have no number there.
 PAPER_AVG: dict[str, float] = {
     "mean": 47.06, "prompteol": 70.03, "prompteol+tp": 77.19, "prompteol+cp": 75.27,
     "pretended_cot": 76.86, "pretended_cot+tp": 77.54, "pretended_cot+cp": 77.45,
@@ -68,7 +68,7 @@ class Paper:
     benchmarks: tuple[tuple[str, str], ...]  # (benchmark key, where in the paper) for each benchmark it claims on
 
 
-# Spec section 11: which paper claims what, where. The order is the order of results/claims.md.
+# docs/spec.md section 12: which paper claims what, where. The order is the order of results/claims.md.
 PAPERS: tuple[Paper, ...] = (
     Paper("tp", "TP", "Token Prepending (TP)", (("sts", "STS table"), ("transfer", "Table 5"))),
     Paper("cp", "CP", "Contrastive Prompting (CP)", (("sts", "STS table"), ("transfer", "Table 6"))),
@@ -93,7 +93,7 @@ class Claim:
 
     @property
     def paper_delta(self) -> float | None:
-        """The papers' (method - base): on STS from the spec's Llama-2-7B numbers when both are there,
+        """The papers' (method - base): on STS from docs/spec.md section 10's Llama-2-7B numbers when both are there,
         elsewhere the published difference the claim carries."""
         if self.benchmark == "sts" and self.method in PAPER_AVG and self.base in PAPER_AVG:
             return round(PAPER_AVG[self.method] - PAPER_AVG[self.base], 2)
@@ -145,7 +145,7 @@ def _on(benchmark: str, method: str, base: str, text: str, paper: str, score: st
                  published_delta(benchmark, method, base, score))
 
 
-# The claims each paper makes off STS (spec section 11 and the data folders' READMEs). Their tables'
+# The claims each paper makes off STS (docs/spec.md section 12 and the data folders' READMEs). Their tables'
 # row keys: transfer prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp), knowledge(+tp);
 # retrieval mean, last, echo, prompteol+tp, mean+tp, htp; classification echo, prompteol, prompteol+tp,
 # htp; sts-long last, mean, prompteol, mean+tp, htp (scores per length "1" .. "16"); cmteb last, mean,

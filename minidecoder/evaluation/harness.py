@@ -10,7 +10,7 @@ Encoding and scoring are separate on purpose:
 A sweep that gets many layers from one forward pass builds one `StsScorer` and calls it once per
 embedding set; `evaluate_sts` is the three lines above plus timing.
 
-Conventions (spec (docs/spec.md) section 9; the SimCSE-fork SentEval `STSEval.run` vendored by
+Conventions (docs/spec.md section 9; the SimCSE-fork SentEval `STSEval.run` vendored by
 PromptEOL and TP): similarity is the cosine of the two embeddings, NaN (a zero vector) scored as 0
 like SentEval's `np.nan_to_num`; STS12-16 are scored "all" (one Spearman over the concatenation of
 every subset of the year) and per subset; STS-B and SICK-R on their test split; "Avg." is the mean

@@ -12,7 +12,7 @@ rounding to five decimals). nDCG@10 is the headline; MAP@100 and recall@100/1000
 
 The search never holds the (queries x documents) matrix: documents are scored in chunks and the top k
 kept as it goes (`exact_top_k`). Queries take the task's instruction as "{instruct} {text}" when the
-caller passes one (spec section 11: Vanilla Mean/Last, Echo Mean, HTP); documents take none.
+caller passes one (docs/spec.md section 11: Vanilla Mean/Last, Echo Mean, HTP); documents take none.
 A 95% interval over queries comes with each metric (percentile bootstrap, `bootstrap.mean_interval`).
 """
 from __future__ import annotations

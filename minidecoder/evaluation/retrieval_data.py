@@ -18,7 +18,7 @@ from pathlib import Path
 from minidecoder.errors import InputError
 from minidecoder.evaluation.data_files import field, json_line, numbered_lines, require_file, resolve_data_folder
 
-# HTP Table 10: each set's query instruction (spec section 11)
+# HTP Table 10: each set's query instruction (docs/spec.md section 11)
 INSTRUCTIONS = {
     "scifact": "Given a scientific claim, retrieve documents that support or refute the claim",
     "nfcorpus": "Given a question, retrieve relevant documents that answer the question",

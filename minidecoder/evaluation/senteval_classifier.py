@@ -3,7 +3,7 @@
 TP (Table 5) and CP (Table 6) score the transfer tasks "in line with prior works (SimCSE; MetaEOL)":
 SentEval with `usepytorch=True, kfold=10` and the classifier
 `{'nhid': 0, 'optim': 'adam', 'batch_size': 64, 'tenacity': 5, 'epoch_size': 4}`, seed 1111
-(spec (../shared/spec/methods.md) section 11). This module restates, step for step, what those settings run in
+(docs/spec.md section 11). This module restates, step for step, what those settings run in
 facebookresearch/SentEval (read for this module: `senteval/tools/classifier.py`, `PyTorchClassifier`
 and `MLP`; `senteval/tools/validation.py`, `InnerKFoldClassifier`, `KFoldClassifier`, `SplitClassifier`):
 

@@ -1,7 +1,7 @@
 """HTP's long-context STS (HTP Figure 1, section 3.1): STS-B test pairs made long, Spearman x100 per length.
 
 The HTP paper defers the construction to an appendix it does not print; this is the construction the spec
-fixes (../shared/spec/methods.md section 11), seed-free and deterministic so any reader rebuilds it:
+fixes (docs/spec.md section 11), seed-free and deterministic so any reader rebuilds it:
 
 1. read the STS-B test pairs (sts_data.py, as SentEval reads them; 1,379 pairs);
 2. sort them by gold score, a **stable** sort (ties keep file order);

@@ -1,8 +1,8 @@
 """Hyper-parameter sweeps on STS-B dev, sharing every block that two grid points compute alike.
 
 A grid is the product of a few option axes of one method (`layer`, TP's `end`, CP's `steer_layer` and
-`alpha`, or any other option); each point is scored by Spearman x100 on **STS-B dev only** (spec
-`methods.md` section 9: tune on dev, never on a test split).
+`alpha`, or any other option); each point is scored by Spearman x100 on **STS-B dev only** (docs/spec.md
+section 9: tune on dev, never on a test split).
 
 No rule here knows a method. Each point is the method with the point's options, and its forwards are
 its own `passes` (minidecoder.methods.loop.Pass). Per batch, the sweep advances every point's passes

@@ -1,6 +1,6 @@
 """ReBA's fused attention matrix, computed one head at a time: peak memory grows with T^2 once.
 
-ReBA (arXiv 2502.20726, spec (docs/spec.md) section 7) needs, for every block and every head, the
+ReBA (arXiv 2502.20726, docs/spec.md section 7) needs, for every block and every head, the
 post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
 ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold`; the
 method loop either hands it each block's whole (B, H, T, T) pattern from the eager path, or, from

@@ -1,5 +1,5 @@
 """Contrastive Prompting (CP): Cheng et al., "Contrastive Prompting Enhances Sentence Embeddings in
-LLMs through Inference-Time Steering", arXiv 2505.12831 (spec (docs/spec.md) section 6).
+LLMs through Inference-Time Steering", arXiv 2505.12831 (docs/spec.md section 6).
 
     auxiliary prompt ─ blocks 0..l ─ site of block l, last token ─────────────────── b   (then stop)
     normal prompt    ─ blocks 0..l-1 ─ block l: site a ─> a' = f(a, b) ─ blocks l+1.. ─ last token
@@ -43,7 +43,7 @@ NR_EPS = 1e-7  # the reference adds it to ||a - b|| (`original_norm / (new_norm 
 def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float) -> torch.Tensor:
     """a' for the normal prompt's activation a given the auxiliary prompt's b: (B, H, D) at the head
     site (per head, TransformerLens' z), (B, E) at the others."""
-    diff = a - b  # spec 6.3: the contrast, what the normal prompt has and the auxiliary one lacks
+    diff = a - b  # docs/spec.md section 6.3: the contrast, what the normal prompt has and the auxiliary one lacks
     if mode == "ns":
         return alpha * diff  # Norm Scaling, the paper's v-hat = alpha * dv (reference `scaled`)
     if mode == "nr_head":  # reference `sub_head_norm`: NR within each head
@@ -55,7 +55,7 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float) -> torch.Te
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SteerLastToken(Step):
-    """At block l, each row's last-token value a of `site` becomes steer(a, b) (spec 6.3)."""
+    """At block l, each row's last-token value a of `site` becomes steer(a, b) (docs/spec.md section 6.3)."""
 
     blocks: frozenset[int]  # {l}
     site: str  # a model.Sites name: z, mlp_out or resid_post

@@ -3,7 +3,7 @@
 Springer et al., "Repetition Improves Language Model Embeddings" (arXiv 2402.15449). A causal model's
 token states cannot see later tokens; in the second copy of a repeated text every token has already
 seen the whole sentence once, so pooling only that copy gives states that "know" the full text.
-Zero-shot template (spec section 3, confirmed by the paper's author):
+Zero-shot template (docs/spec.md section 3, confirmed by the paper's author):
 
     Rewrite the following paragraph: {text}. The rewritten paragraph: {text}
 

@@ -1,15 +1,15 @@
-"""Hierarchical Token Prepending (HTP): Ding et al. 2025, code snap-research/HTP. Spec `methods.md` section 5.
+"""Hierarchical Token Prepending (HTP): Ding et al. 2025, code snap-research/HTP. Spec: docs/spec.md section 5.
 
 TP (minidecoder.methods.tp) gives one sentence one summary slot. HTP splits a text into blocks of
 sentences, gives each block m a local placeholder `<PST>_m` at its start, and puts M global
 `<B-PST>_1..M` placeholders before the whole text. Before each block i in [start, end):
 
-    <PST>_m   <- h[last token of text-block m]        (spec 5.3)
+    <PST>_m   <- h[last token of text-block m]        (docs/spec.md section 5.3)
     <B-PST>_m <- <PST>_m  (= the same row)
 
 so every token of block m+1.. can read a summary of the blocks before it through its local PST, and
 every token of the text can read all block summaries through the B-PSTs. The embedding is the mean
-over the text tokens, placeholders excluded, at an output layer (spec 5.4).
+over the text tokens, placeholders excluded, at an output layer (docs/spec.md section 5.4).
 
     ids:  <s> <B-PST>_1 <B-PST>_2 <PST>_1 A cat sat . <PST>_2 It purred . </s>
                                           ^^^^^^^^^^^         ^^^^^^^^^^^  mean over these
@@ -23,7 +23,7 @@ Reference code (snap-research/HTP, commit f018c92b), read for every convention:
   *separately* and concatenated; M `<B-PST>` ids are put before the text piece's ids (M = number of
   `<PST>` in it); `eos_positions` = [p - 1 for the next PST p] + [`text_end_idx`], where
   `text_end_idx` is one past the text piece: the last block's source is the first token *after* the
-  text (option `last_block_source="after_text"`; default: the text's last token, per the spec).
+  text (option `last_block_source="after_text"`; default: the text's last token, per docs/spec.md section 5.3).
   `embed_mask` is 1 on the text piece except the placeholders: the mean pool's rows.
   `tp_sentence` (no B-PST) is `local_only`; `tp_sentence_omit_pst` (PSTs removed after the block ends
   are found) is `global_only`; `add_pst_every_k_tokens_with_tokenizer` is `every_n_tokens` (there the
@@ -78,7 +78,7 @@ PST, BPST = "<PST>", "<B-PST>"
 
 # ---- the paper's loop -----------------------------------------------------------------------------
 def htp_step(inputs: "HTPInputs", blocks: set[int]) -> CopyRows:
-    """HTP's intervention in the block loop (spec 5.3; reference `MistralModel.forward`, plan
+    """HTP's intervention in the block loop (docs/spec.md section 5.3; reference `MistralModel.forward`, plan
     `tp_sentence_begin`), a `CopyRows`:
 
         for i in blocks:                              # [start, end)
@@ -89,7 +89,7 @@ def htp_step(inputs: "HTPInputs", blocks: set[int]) -> CopyRows:
 
 
 def htp_embedding(h: torch.Tensor, inputs: "HTPInputs") -> torch.Tensor:
-    """(B, E): mean of hidden_states[layer] (B, T, E) over the text tokens, placeholders excluded (spec 5.4)."""
+    """(B, E): mean of hidden_states[layer] (B, T, E) over the text tokens, placeholders excluded (docs/spec.md section 5.4)."""
     h = h.float()  # summed in float32
     pool = inputs.pool.to(h.device, non_blocking=True).unsqueeze(-1).float()  # (B, T, 1)
     return (h * pool).sum(dim=1) / pool.sum(dim=1)  # reference Pooling 'mean'
@@ -117,7 +117,7 @@ class HTP(Method):
     every_n_tokens: int | None = option(None, "instead of sentences, a block every N text tokens (paper Figure 8)")
     local_only: bool = option(False, "ablation: no global <B-PST> (reference plan tp_sentence)")
     global_only: bool = option(False, "ablation: no local <PST>, only the <B-PST>s (reference tp_sentence_omit_pst)")
-    last_block_source: str = option("last_text_token", "source of the last block's copy: last_text_token (spec) or "
+    last_block_source: str = option("last_text_token", "source of the last block's copy: last_text_token (docs/spec.md section 5.3) or "
                                                        "after_text (reference quirk: the first token after the text)")
     pst_init: str = option("mean", "input rows of <PST> and <B-PST>: mean (embedding-table mean, the reference's "
                                    "resize_token_embeddings), zeros, ones, uniform, gaussian (seeded), token:<text>")
@@ -183,7 +183,7 @@ class HTPInputs:
 
 
 def text_ids_with_placeholders(options, tokenizer, text: str, pst: int) -> list[int]:
-    """The text piece's ids with a local <PST> before every block (spec 5.1-5.2)."""
+    """The text piece's ids with a local <PST> before every block (docs/spec.md sections 5.1-5.2)."""
     if options.every_n_tokens is not None:
         ids = tokenizer.encode(text, add_special_tokens=False)
         n = options.every_n_tokens
@@ -195,7 +195,7 @@ def text_ids_with_placeholders(options, tokenizer, text: str, pst: int) -> list[
 
 
 def encode_htp(options, model, texts: list[str]) -> HTPInputs:
-    """The batch, the copy pairs (spec 5.3) and the pooled positions (spec 5.4) for `options` (an HTP);
+    """The batch, the copy pairs and the pooled positions (docs/spec.md sections 5.3, 5.4) for `options` (an HTP);
     the placeholders are added tokens of a copy of the tokenizer."""
     tokenizer = model.tokenizer.with_placeholders(PST, BPST)
     pst, bpst = tokenizer.token_to_id(PST), tokenizer.token_to_id(BPST)
@@ -244,7 +244,7 @@ def encode_htp(options, model, texts: list[str]) -> HTPInputs:
     pool = torch.zeros_like(batch.attention_mask)
     for b, ((first, last),) in enumerate(batch.text_spans):
         pool[b, first:last] = True
-    pool &= (batch.input_ids != pst) & (batch.input_ids != bpst)  # spec 5.4: placeholders excluded
+    pool &= (batch.input_ids != pst) & (batch.input_ids != bpst)  # docs/spec.md section 5.4: placeholders excluded
     rows = {pst: placeholder_row(model, options.pst_init, options.seed, index=0),  # <PST>: the first draw
             bpst: placeholder_row(model, options.pst_init, options.seed, index=1)}  # <B-PST>: the second
     return HTPInputs(batch, pairs, pool, blocks, rows)

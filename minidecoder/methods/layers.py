@@ -1,4 +1,4 @@
-"""The one layer-numbering convention (spec section 1), in one place.
+"""The one layer-numbering convention (docs/spec.md section 1), in one place.
 
 Output layer (`layer`): an index into the transformers `hidden_states` tuple of L+1 entries.
     0 = embedding output (Gemma: after the sqrt(hidden) scaling); k = raw output of block k counted

@@ -1,4 +1,4 @@
-"""The two plain baselines (spec (docs/spec.md) section 8): mean pooling and last-token pooling of any
+"""The two plain baselines (docs/spec.md section 8): mean pooling and last-token pooling of any
 output layer, on the bare text or inside a template.
 
     mean   average of the hidden states at `layer` over the `{text}` tokens (default) or over every
@@ -7,7 +7,7 @@ output layer, on the bare text or inside a template.
            own last token; with a prompt, what `prompt` computes).
 
 References: the mean-pooling baseline the TP paper reports (arXiv 2412.11556; 47.06 STS Avg. on
-Llama-2-7B, spec section 10) and ZBWpro/PretCoTandKE `evaluation.py` (`--avg`: `(hidden_states[-1] * mask).mean(1)`).
+Llama-2-7B, docs/spec.md section 10) and ZBWpro/PretCoTandKE `evaluation.py` (`--avg`: `(hidden_states[-1] * mask).mean(1)`).
 That reference line divides the masked sum by the padded width T rather than by the number of real
 tokens, so its vectors shrink with a batch's padding; minidecoder divides by the real count (a
 per-row constant factor in the reference, which cosine similarity ignores, but a batch-dependent one).

@@ -13,7 +13,7 @@
     CP auxiliary   Cheng et al. (arXiv 2505.12831), Table 4; the default is the reference's `negative_prompt`
                    (zifengcheng/CP, `evaluate_intervention.py`).
 
-The strings are those of spec section 3 (= the references' strings with `*sent 0*` written `{text}`).
+The strings are those of docs/spec.md section 3 (= the references' strings with `*sent 0*` written `{text}`).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ REFERENCE_LAYERS: dict[str, int] = {"prompteol": -1, "pretended_cot": -2, "knowl
                                     "ck": -2, "metaeol": -1}  # ck: CP's Knowledge + Pretended CoT
 
 # The eight prompts, verbatim from Yibin-Lei/MetaEOL `evaluation.py` with `*sent 0*` written `{text}`
-# (spec section 3). Order kept: `tasks` indexes this list.
+# (docs/spec.md section 3). Order kept: `tasks` indexes this list.
 METAEOL_TEMPLATES: list[str] = [
     # task 1: text categorization
     "In this task, you're presented with a text excerpt. Your task is to categorize the excerpt into a broad category such as 'Education', 'Technology', 'Health', 'Business', 'Environment', 'Politics', or 'Culture'. These categories help in organizing content for better accessibility and targeting. For this task, this sentence : \"{text}\" should be classified under one general category in one word:\"",

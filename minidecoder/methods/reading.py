@@ -10,7 +10,7 @@ of the prompt's last token (the position that would predict that word) at an out
 references' `hidden_states[layer][:, -1, :]` under left padding. The prompts and their provenance
 are in `minidecoder.methods.prompts`.
 
-Text handling (spec (docs/spec.md) section 2): every reference batcher prepares the sentence with the
+Text handling (docs/spec.md section 2): every reference batcher prepares the sentence with the
 SentEval steps of `minidecoder.methods.text.senteval_sentence` (append `.`, `"` -> `'`, final `?` -> `.`)
 before filling the template; `senteval_text=True` (the default) does the same, `False` embeds the
 text verbatim. Padding is on the left, as in the references; positions are derived from the mask

@@ -1,6 +1,6 @@
 """ReBA: repeat the text, fuse every attention map into one matrix, aggregate hidden states backward.
 
-Paper: arXiv 2502.20726 (spec (docs/spec.md) section 7). Reference code: cqdyf099/ReBA,
+Paper: arXiv 2502.20726 (docs/spec.md section 7). Reference code: cqdyf099/ReBA,
 `Code/models.py` (`LLM.get_attention_matrix`, `get_sentence_embedding`, `merge_token_embedding_by_attention`,
 `get_word_embedding`) and `2 Evaluation_MTEB.py` (`LLM_ours_mean_pool`, the C-MTEB sentence encoder).
 
@@ -46,7 +46,7 @@ ROWS = ("backward", "full")
 # ---- the paper's loop -----------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
 class FoldAttention(Step):
-    """ReBA's fusion (spec 7.2): for every block and every head, S = (P + P^T) / 2 and
+    """ReBA's fusion (docs/spec.md section 7.2): for every block and every head, S = (P + P^T) / 2 and
     A = max(A, S), elementwise; A starts at 0 and is one (B, T, T) float32 matrix."""
 
     blocks: frozenset[int]  # every block: the reference fuses all of the model's attention maps
@@ -212,7 +212,7 @@ def reba_word_embedding(model, text: str, char_start: int, char_end: int, repeti
 
     The span's tokens (those overlapping it) are the rows R. Defaults follow the reference's
     `merge_token_embedding_by_attention`: full rows of A, summed and normalized once (`pooled`);
-    rows='backward', weights='normalized' gives the spec's "e_i averaged over the span"."""
+    rows='backward', weights='normalized' gives docs/spec.md section 7.5's "e_i averaged over the span"."""
     if not 0 <= char_start < char_end <= len(text):
         raise InputError(f"character span [{char_start}, {char_end}) is not inside the text of {len(text)} characters",
                          "pass 0 <= char_start < char_end <= len(text)")

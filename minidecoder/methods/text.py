@@ -1,7 +1,7 @@
 """Text handling shared by the STS harness and the methods: the SentEval preparation of a sentence,
 templates with `{text}`, the checks every text must pass, and HTP's sentence splitting.
 
-SentEval preparation (spec (docs/spec.md) section 2).
+SentEval preparation (docs/spec.md section 2).
 
 Every prompt-based reference (PromptEOL, Pretended CoT / Knowledge, MetaEOL, TP, CP) receives a
 sentence from SentEval as a list of words and prepares it in its `batcher` in this exact order:
@@ -19,7 +19,7 @@ References (read for this module):
 The order matters at the edges: a sentence ending in `"` gets no `.` (the check runs before the
 quote is replaced), so it ends in `'`; a sentence ending in `?` keeps its `?` through the first
 step and only then turns into `.`. The references write the template with a `*sent 0*` marker;
-minidecoder writes `{text}` (spec section 3) and `fill_template` substitutes it the same way.
+minidecoder writes `{text}` (docs/spec.md section 3) and `fill_template` substitutes it the same way.
 """
 from __future__ import annotations
 
@@ -119,13 +119,13 @@ def require_text(texts: Sequence[str]) -> None:
 
 
 def prepare_texts(texts: Sequence[str], senteval_text: bool) -> list[str]:
-    """Validate, then apply the SentEval batcher steps (spec section 2) when `senteval_text`."""
+    """Validate, then apply the SentEval batcher steps (docs/spec.md section 2) when `senteval_text`."""
     require_text(texts)
     return [senteval_sentence(text) if senteval_text else text for text in texts]
 
 
 # ---- sentence splitting (HTP) ----------------------------------------------------------------------
-# Offline sentence splitting for HTP (spec (docs/spec.md) section 5.1).
+# Offline sentence splitting for HTP (docs/spec.md section 5.1).
 #
 # The HTP reference (snap-research/HTP, `parser/parser.py`, `add_pst_to_sentences`) splits with spaCy's
 # `en_core_web_sm` (a dependency parse). minidecoder uses **pysbd** instead: a rule-based port of the

@@ -1,5 +1,5 @@
 """Token Prepending (TP): Fu et al., "Token Prepending: A Training-Free Approach for Eliciting Better
-Sentence Embeddings from LLMs" (ACL 2025, arXiv 2412.11556). Spec `methods.md` section 4.
+Sentence Embeddings from LLMs" (ACL 2025, arXiv 2412.11556). Spec: docs/spec.md section 4.
 
     ids:   <s> This sentence : <PST> " a cat sat . " means in one word : "
     block i in [start, end):   h[<PST>] <- h[last]      (the whole residual row, before the block's norm)
@@ -97,7 +97,7 @@ class CopyRows(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class TPStep(CopyRows):
-    """TP's intervention in the block loop (spec 4.2; reference `senllm/modeling_llama.py`,
+    """TP's intervention in the block loop (docs/spec.md section 4.2; reference `senllm/modeling_llama.py`,
     `LlamaModel.forward`, plan "tp"), a `CopyRows` from each row's last token to its <PST>:
 
         for i in blocks:                    # [start, end), plus [resume_at, L) for paper Table 16
@@ -220,7 +220,7 @@ MEAN_READS = "the mean over the text tokens, <PST> and the template excluded"
 
 def mean_over_text(h: torch.Tensor, batch: PromptBatch, pst_id: int) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean of hidden_states[layer] over each row's {text} tokens, <PST> excluded
-    (pooling=mean; HTP's pool, spec 5.4, on TP's tokens), summed in float32 as HTP does."""
+    (pooling=mean; HTP's pool, docs/spec.md section 5.4, on TP's tokens), summed in float32 as HTP does."""
     pool = torch.zeros(batch.input_ids.shape, dtype=torch.bool)  # (B, T)
     for b, spans in enumerate(batch.text_spans):
         for start, end in spans:

@@ -114,7 +114,7 @@ def test_claim_sentences_are_built_from_the_intervals() -> None:
     """Intervals on each side of zero and across it: the sentence states the verdict and the numbers,
     and places the paper's size against the interval."""
     claim = next(c for c in CLAIMS if c.method == "prompteol+tp")
-    assert claim.paper_delta == 7.16  # 77.19 - 70.03, spec section 10
+    assert claim.paper_delta == 7.16  # 77.19 - 70.03, docs/spec.md section 10
     for (lo, hi), word, where in [((1.0, 3.0), HOLDS, "above"), ((-4.0, -2.0), REVERSED, "above"),
                                   ((-1.5, 8.0), UNDECIDED, "inside"), ((7.5, 9.0), HOLDS, "below")]:
         point = {"STS12": (lo + hi) / 2, "avg": (lo + hi) / 2}

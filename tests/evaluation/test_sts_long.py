@@ -1,4 +1,4 @@
-"""`eval sts-long`: the long pairs built as spec section 11 states (by hand), Spearman against scipy, the
+"""`eval sts-long`: the long pairs built as docs/spec.md section 11 states (by hand), Spearman against scipy, the
 bootstrap interval, errors, and the command with a fake model (plot included)."""
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ import minidecoder
 from minidecoder.errors import InputError
 from test_methods_prompts import ATOL, FAMILIES, TEXTS, close, ours, pair
 from senteval_reference import reference_batcher_step
-from repo_paths import SHARED
+from repo_paths import REPO
 
 ECHO = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
-SPEC = SHARED / "spec" / "methods.md"
+SPEC = REPO / "docs" / "spec.md"
 
 
 def metaeol_templates_from_spec() -> list[str]:
@@ -46,8 +46,6 @@ def templates() -> list[str]:
 
 def test_metaeol_templates_are_the_spec_strings(templates: list[str]) -> None:
     assert len(templates) == 8 and all(t.count("{text}") == 1 for t in templates)
-    if not SPEC.is_file():
-        pytest.skip(f"the spec is not beside this checkout ({SPEC})")
     assert templates == metaeol_templates_from_spec()
 
 

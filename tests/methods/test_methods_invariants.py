@@ -1,4 +1,4 @@
-"""Padding and batch composition do not change an embedding beyond float tolerance (spec section 2).
+"""Padding and batch composition do not change an embedding beyond float tolerance (docs/spec.md section 2).
 
 Rows are left-padded and positions are derived from the mask, so a padded row sees exactly its own
 tokens at its own positions; what remains is float rounding from different matrix shapes (and, on

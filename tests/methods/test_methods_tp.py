@@ -190,7 +190,7 @@ def test_custom_template_and_senteval_text() -> None:
     hf, folder = checkpoint("qwen2_window")
     template = 'After thinking step by step , this sentence : <PST> "{text}" means in one word:"'
     texts = ['he said "yes"', "is it raining ?", "no full stop"]
-    prepared = ["he said 'yes'", "is it raining .", "no full stop."]  # spec section 2, written out
+    prepared = ["he said 'yes'", "is it raining .", "no full stop."]  # docs/spec.md section 2, written out
     ours = md_embed(folder, texts, prompt=template, layer=-2, start=1, end=3)
     theirs = hf_tp_last_token(hf, folder, [template.replace("{text}", t) for t in prepared], -2, {1, 2},
                               gaussian_row(hf.config.hidden_size))

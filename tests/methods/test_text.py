@@ -1,4 +1,4 @@
-"""SentEval batcher text handling and template filling (spec section 2)."""
+"""SentEval batcher text handling and template filling (docs/spec.md section 2)."""
 from __future__ import annotations
 
 import doctest

@@ -1,0 +1,118 @@
+"""Every path the documentation names exists in the checkout, so a reader who follows one finds it.
+
+A path is a backticked span (or the script a backticked command runs, or a Markdown link) whose first
+part is a top-level entry of the checkout (`tools/bench.py`, `results/claims.md`) or a folder of the
+package, which the docs name without the `minidecoder/` prefix (`methods/tp.py`). Other spans are not
+paths of this checkout: file names inside a model folder (`config.json`), the papers' repositories
+(`snap-research/HTP`), placeholders (`results/<model>.json`) and what a command makes (`weights/...`).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from repo_paths import REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "results" / "README.md"]
+PACKAGE = REPO / "minidecoder"
+MADE_BY_A_COMMAND = ("weights/", "results/sweeps/", "results/sts/")  # written by the commands the docs show
+SCRIPT = re.compile(r"^(?:python3?|bash|torchrun(?: --\S+(?: \d+)?)*)\s+(\S+\.(?:py|sh))\b")
+
+
+def tracked() -> set[str]:
+    """The files and folders a fresh clone has (git's index, not the working tree with its outputs)."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    folders = {"/".join(f.split("/")[:i]) + "/" for f in files for i in range(1, f.count("/") + 1)}
+    return set(files) | folders
+
+
+def named_paths(text: str) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)  # fenced blocks: commands' output
+    spans = re.findall(r"`([^`\n]+)`", text)
+    found = [span for span in spans if " " not in span.strip()]
+    found += [m.group(1) for span in spans if (m := SCRIPT.match(span.strip()))]
+    found += [link for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in link]
+    return found
+
+
+def repo_path(name: str, doc_folder: str) -> str | None:
+    """`name` as a path from the checkout's root, or None when it is not a path of this checkout."""
+    name = re.split(r"::|:\d", name)[0].rstrip(".,;:")
+    if not name or re.search(r"[<>{}*$|]|\.\.\.|^~|^/|^\./", name):
+        return None
+    if name.startswith("../"):  # a Markdown link from inside docs/ or results/
+        name = name[3:] if doc_folder else name
+        if name.startswith("../"):
+            return None  # outside the checkout (../shared)
+    elif doc_folder and "/" not in name.rstrip("/") and (REPO / doc_folder / name).exists():
+        name = f"{doc_folder}/{name}"  # a link beside the doc
+    first = name.split("/")[0]
+    if (PACKAGE / first).is_dir() and first != "minidecoder" and "/" in name:
+        return f"minidecoder/{name}"
+    if (REPO / first).exists() and ("/" in name or (REPO / name).suffix == ".md"):
+        return name
+    return None
+
+
+def exists(path: str, have: set[str]) -> bool:
+    """In a fresh clone; `fast/plan.choose` (a module's function or class) counts when the module defines it."""
+    if path in have or path.rstrip("/") + "/" in have:
+        return True
+    folder, _, dotted = path.rpartition("/")
+    module, _, attribute = dotted.partition(".")  # `methods/reba.FoldAttention.fold`: the class is looked up
+    module, attribute = f"{folder}/{module}", attribute.split(".")[0]
+    if f"{module}.py" not in have or not attribute.isidentifier():
+        return False
+    source = (REPO / f"{module}.py").read_text(encoding="utf-8")
+    return re.search(rf"^\s*(?:def|class) {attribute}\b|^{attribute}\s*[:=]", source, flags=re.MULTILINE) is not None
+
+
+def missing_paths() -> list[str]:
+    have = tracked()
+    missing = []
+    for doc in DOCS:
+        folder = "" if doc.parent == REPO else doc.parent.name
+        for name in named_paths(doc.read_text(encoding="utf-8")):
+            path = repo_path(name, folder)
+            if path is not None and not path.startswith(MADE_BY_A_COMMAND) and not exists(path, have):
+                missing.append(f"{doc.relative_to(REPO)}: `{name}`")
+    return sorted(set(missing))
+
+
+def test_every_path_the_docs_name_exists():
+    missing = missing_paths()
+    assert not missing, "the docs name paths this checkout does not have:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("methods/tp.py", "minidecoder/methods/tp.py"),
+    ("tools/bench.py", "tools/bench.py"),
+    ("tests/evaluation/test_transfer.py::test_x", "tests/evaluation/test_transfer.py"),
+    ("minidecoder/convert/", "minidecoder/convert/"),
+    ("results/<model>.json", None),
+    ("snap-research/HTP", None),
+    ("config.json", None),
+    ("../shared/data/sts", None),
+    ("./x", None),
+])
+def test_what_counts_as_a_path(name, expected):
+    assert repo_path(name, "") == expected
+
+
+@pytest.mark.parametrize("path, found", [
+    ("minidecoder/methods/tp.py", True),
+    ("minidecoder/methods/", True),
+    ("minidecoder/convert/", False),  # moved to minidecoder/sources/convert/
+    ("minidecoder/methods/tp.CopyRows", True),
+    ("minidecoder/methods/tp.NoSuchStep", False),
+    ("minidecoder/methods/reba.FoldAttention.fold", True),
+])
+def test_a_named_path_or_function_is_looked_up(path, found):
+    assert exists(path, tracked()) is found
+
+
+def test_commands_and_links_name_their_paths():
+    text = "Run `python tools/bench.py --limit 8` or `torchrun --nproc_per_node 2 tools/embed_distributed.py x`; " \
+           "see [the spec](docs/spec.md#section) and `methods/tp.py`, not `pip install x`.\n```\n`tools/none.py`\n```\n"
+    assert named_paths(text) == ["methods/tp.py", "tools/bench.py", "tools/embed_distributed.py", "docs/spec.md"]
