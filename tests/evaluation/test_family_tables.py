@@ -87,6 +87,11 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
     line = next(line for line in validation.splitlines() if line.startswith("| PromptEOL |"))
     assert f"| {tasks['SST2']['dev']:.2f} [" in line and f"| {tasks['TREC']['dev']:.2f} [" in line
     assert "no interval" not in line
+    # --render judges the claims again from the rows the file holds, with no model: the same records
+    path = tmp_path / "tiny-llama-transfer.json"
+    before = json.loads(path.read_text())
+    assert tool.main(["--render", str(path)]) == 0
+    assert json.loads(path.read_text())["claims"] == before["claims"]
 
 
 @needs_data
