@@ -9,6 +9,10 @@ only gathers those records side by side, so a reader sees at once which claims h
 which are reversed on every model and which depend on the model. It computes no statistic itself and
 types no number: every cell is copied from a JSON's `claims`, and the counts are counted from them.
 
+A verdict on the mean over several sets names the sets whose leaving out changes its class ("fragile
+(decided by SET)", claims.judge's `fragile`); a comparison on a row that is not its paper's configuration
+(minidecoder/evaluation/provenance.py) prints its number and the reason instead of a verdict.
+
 Only tables on the full test sets enter the counts (`settings.limit` and `settings.dev_limit` both
 None): a limited run's interval answers a different question. A full table that is not complete yet
 enters with its finished claims; a claim whose rows are not done reads "not yet run".
@@ -23,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from minidecoder.evaluation.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, PAPERS, REVERSED, SOURCE,  # noqa: E402
-                                           UNDECIDED, Claim)
+from minidecoder.evaluation.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
+                                           SOURCE, UNDECIDED, Claim)
 from minidecoder.output_files import write_whole  # noqa: E402
 
 NOT_RUN = "not yet run"
@@ -59,16 +63,21 @@ def load_tables(results_dir: Path) -> tuple[list[dict], list[str]]:
 
 
 def cell(record: dict | None) -> str:
-    """One model's verdict on one claim: verdict, the decisive score's difference and its 95% interval."""
+    """One model's verdict on one claim: verdict, the decisive score's difference and its 95% interval, and
+    the sets that decide a fragile verdict; a comparison on a row its paper never ran: the number, no verdict."""
     if record is None:
         return NOT_RUN
     decisive = record["scores"][record.get("score", "avg")]
-    return f"**{SHORT[record['verdict']]}** {decisive['diff']:+.2f} [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]"
+    number = f"{decisive['diff']:+.2f} [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]"
+    if record["verdict"] == NOT_PAPER:
+        return f"{number}, **{NOT_PAPER}** ({record['not_paper']}); re-run pending"
+    fragile = record.get("fragile") or []
+    return f"**{SHORT[record['verdict']]}** {number}" + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 
 
 def tally(records: list[dict | None]) -> dict[str, int]:
-    """How many models' verdicts are holds / reversed / not distinguishable / not yet run."""
-    counts = {HOLDS: 0, REVERSED: 0, UNDECIDED: 0, NOT_RUN: 0}
+    """How many models' verdicts are holds / reversed / not distinguishable / withheld / not yet run."""
+    counts = {HOLDS: 0, REVERSED: 0, UNDECIDED: 0, NOT_PAPER: 0, NOT_RUN: 0}
     for record in records:
         counts[record["verdict"] if record else NOT_RUN] += 1
     return counts
@@ -83,6 +92,8 @@ def agreement(counts: dict[str, int], judged: int) -> str:
     """Which group a claim's verdicts across the models put it in (a key of GROUPS)."""
     if counts[NOT_RUN]:
         return "open"
+    if counts[NOT_PAPER]:
+        return "withheld"
     if counts[HOLDS] == judged:
         return "every"
     if counts[REVERSED] == judged:
@@ -98,11 +109,15 @@ def claim_table(claims: list[Claim], tables: list[dict], grouped: dict[str, list
     for claim in claims:
         records = [t["claims"].get((claim.method, claim.base, claim.score)) for t in tables]
         counts = tally(records)
-        pending = f", {counts[NOT_RUN]} not yet run" if counts[NOT_RUN] else ""
+        pending = (f", {counts[NOT_PAPER]} not the paper's setup" if counts[NOT_PAPER] else "") + \
+            (f", {counts[NOT_RUN]} not yet run" if counts[NOT_RUN] else "")
         lines.append(f"| {claim.text} | {paper_size(claim)} | " + " | ".join(cell(r) for r in records)
                      + f" | {counts[HOLDS]} / {counts[REVERSED]} / {counts[UNDECIDED]}{pending} |")
         if grouped is not None:
-            grouped[agreement(counts, len(tables) - counts[NOT_RUN])].append(f"{claim.text} ({claim.benchmark})")
+            group = agreement(counts, len(tables) - counts[NOT_RUN])
+            grouped[group].append(f"{claim.text} ({claim.benchmark})")
+            grouped["fragile"] += [f"{claim.text} ({claim.benchmark}) on {t['model']}: {SHORT[r['verdict']]}, decided by "
+                                   f"{', '.join(r['fragile'])}" for t, r in zip(tables, records) if r and r.get("fragile")]
     return lines
 
 
@@ -130,7 +145,9 @@ def entered(tables: list[dict], left_out: list[str]) -> list[str]:
 GROUPS = {"every": "Holds on every model judged", "reversed": "Reversed on every model judged",
           "none": "Holds on no model (reversed or not distinguishable on each)",
           "mixed": "Depends on the model (holds on some, not on others)",
-          "open": "Not yet judged on every model (rows not run)"}
+          "open": "Not yet judged on every model (rows not run)",
+          "withheld": "No verdict: judged only on rows that are not the paper's setup (re-run pending)",
+          "fragile": "Fragile: leaving one set out changes the verdict's class"}
 
 
 def render(tables: list[dict], left_out: list[str]) -> str:
@@ -147,6 +164,12 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "on far larger models. Each paper is judged on the benchmarks where it makes its claims "
              "(docs/spec.md section 12); a verdict on another benchmark is listed under \"outside "
              "its paper's claims\" and is not a verdict on what the paper claimed.",
+             "",
+             "**fragile (decided by SET)**: the claim is judged on the mean over several sets or tasks, and leaving "
+             "SET out (the mean over the others of the same per-resample differences) changes the verdict's class "
+             "(holds / n.s. / reversed). **not the paper's setup (WHY); re-run pending**: a row of the comparison "
+             "is not its paper's configuration (its table's provenance section says where each setting comes "
+             "from; minidecoder/evaluation/provenance.py), so the number is printed without a verdict.",
              "",
              "Command: `python tools/claims_table.py` (after any table sitting; `--check` says whether this file "
              "is stale).",

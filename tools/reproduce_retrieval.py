@@ -49,6 +49,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
+from minidecoder.evaluation.claims import WITHOUT, shown  # noqa: E402
+from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 # family: [(row key, label, method, options)]
@@ -217,10 +219,12 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
     report = family_claims(family, rows, args)
     for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ
-        for column, got in record["scores"].items():
-            if record["score"] == "avg" or column == record["score"]:
+        for column, got in record["scores"].items():  # each set, then Avg. (Avg. without each set: in "fragile")
+            if (record["score"] == "avg" and WITHOUT not in column) or column == record["score"]:
                 lines.append(f"- {labels[record['method']]} vs {labels[record['base']]}, {column}: {got['diff']:+.2f} "
-                             f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: {got['verdict']}")
+                             f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: "
+                             + (shown(record) if column == record["score"] else got["verdict"]))
+    lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
     write_claims(claims, report, text)

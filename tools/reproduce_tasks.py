@@ -53,7 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when 
 
 import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402
-from family_claims import TP_WITH_MEAN, claims_report, with_avg  # noqa: E402
+from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
+from minidecoder.evaluation.claims import shown  # noqa: E402
+from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
@@ -220,7 +222,7 @@ def sts_long_differences(rows: dict, sets) -> object:
 
 
 def table_markdown(report: dict, title: str, banner: str, caption: str, rows: list[tuple[str, str]],
-                   columns: list[str], cell, comparisons: str) -> str:
+                   columns: list[str], cell, comparisons: str, extra: tuple[str, ...] = ()) -> str:
     """A family's table file: its title, the limited-run banner, one line per row (`cell(row, column)`; a row
     not run yet says so), the paper's comparisons and the command of every row."""
     lines = [f"# {title}", ""]
@@ -232,8 +234,10 @@ def table_markdown(report: dict, title: str, banner: str, caption: str, rows: li
         row = report["rows"].get(key)
         cells = [cell(row, column) if row is not None else "not run" for column in columns]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['stamp']['device'] if row is not None else ''} |")
+    lines += extra
     lines += ["", f"## {comparisons} (paired 95% intervals of the difference)", "",
               "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
+    lines += provenance_lines(report["settings"]["benchmark"], rows)
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
     return "\n".join(lines)
 
@@ -252,7 +256,8 @@ def transfer_markdown(report: dict, model: str) -> str:
                           f"the first {report['settings']['limit']} rows of each file only",
                           "Accuracy x100 of SentEval's probe, 95% bootstrap interval over test items; rows configured "
                           "as chosen on STS-B dev (results/<model>.json).",
-                          TRANSFER_ROWS, [*TRANSFER_TASKS, "Avg."], cell, "The papers' comparisons")
+                          TRANSFER_ROWS, [*TRANSFER_TASKS, "Avg."], cell, "The papers' comparisons",
+                          tuple(cross_validation_lines(report, TRANSFER_ROWS, list(TRANSFER_TASKS))))
 
 
 def claim_lines(report: dict) -> list[str]:
@@ -261,7 +266,7 @@ def claim_lines(report: dict) -> list[str]:
     for claim in report.get("claims", []):
         decisive = claim["scores"][claim["score"]]
         lines.append(f"| {claim['claim']} ({claim['score']}) | {decisive['diff']:+.2f} | "
-                     f"[{decisive['lo']:+.2f}, {decisive['hi']:+.2f}] | {decisive['verdict']} |")
+                     f"[{decisive['lo']:+.2f}, {decisive['hi']:+.2f}] | {shown(claim)} |")
     return lines
 
 
@@ -273,6 +278,26 @@ def sts_long_markdown(report: dict, model: str) -> str:
                           "Spearman x100 per length k (k STS-B test pairs joined per long pair), 95% bootstrap "
                           "interval over long pairs.", STS_LONG_ROWS, [f"k={k}" for k in lengths],
                           lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons")
+
+
+def render(path: Path, data: str | None) -> int:
+    """Re-judge the claims of a table file from the rows it holds and rewrite its Markdown: no model loaded,
+    no row recomputed (after a change to the claims, their judging or the table's layout)."""
+    report = json.loads(path.read_text())
+    family, settings = report["settings"]["benchmark"], report["settings"]
+    for row in report["rows"].values():  # a file written before rows named their device: its settings' (load_report)
+        row["stamp"].setdefault("device", settings.get("device", "cpu"))
+    if family == "transfer":
+        judged = transfer_differences(report["rows"])
+    else:
+        from minidecoder.evaluation.sts_long import load_long_sts
+        judged = sts_long_differences(report["rows"], load_long_sts(data, settings["limit"], settings["lengths"])[1])
+    kept = {name: value for name, value in settings.items() if name not in ("benchmark", "bootstrap")}
+    report.update(claims_report(family, kept, report["rows_planned"], list(report["rows"]), judged))
+    name = settings["model"]
+    write(path, report, transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name))
+    print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="append", default=[], metavar="FILE",
                         help="add the rows of another sitting's table file (same model and settings; a GPU "
                              "sitting's res.tgz, unpacked elsewhere) to OUT's, keeping OUT's own")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="only re-judge the claims and rewrite the Markdown of a table file from its rows "
+                             "(no model, no row recomputed); --data names the STS folder for a sts-long file")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(Path(args.render), args.data)
     if args.data and args.family == "both":
         parser.error("--data names one family's folder: add --family transfer or --family sts-long")
     if args.merge and args.family == "both":

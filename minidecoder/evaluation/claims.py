@@ -26,6 +26,11 @@ models, the long-input curve) the claim is the direction only. The verdict reads
 
 and, where the paper gives a size, whether that size lies below, inside or above the interval.
 
+A verdict on the mean over several sets or tasks says how fragile it is: each set is left out in turn
+(`leave_one_out`: the mean over the others of the same per-resample differences), and a verdict whose
+class changes when one set is left out is "fragile (decided by SET)". A comparison with a row that is not
+its paper's configuration (provenance.py) gets no verdict: NOT_PAPER, with the reason, and its number.
+
 `PAPERS` says on which benchmarks each paper makes its claims (docs/spec.md section 12). A claim on another
 benchmark (HTP and ReBA-2 against mean pooling on STS: HTP's paper says it lags on STS, ReBA claims
 C-MTEB) is still judged, but labelled as outside its paper's claims, so that no reader takes it for a
@@ -34,6 +39,10 @@ verdict on what the paper claimed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from minidecoder.evaluation.provenance import not_the_papers
 
 SOURCE = "docs/spec.md section 10 (Llama-2-7B, fp32, STS Avg. of seven)"
 
@@ -47,6 +56,8 @@ PAPER_AVG: dict[str, float] = {
 PAPER_TIME: dict[str, float] = {"prompteol+tp": 1.04, "pretended_cot": 1.18, "metaeol": 8.17, "echo": 1.67}
 
 HOLDS, REVERSED, UNDECIDED = "holds", "reversed", "not distinguishable from zero at 95%"
+NOT_PAPER = "not the paper's setup"  # a comparison on a row its paper never ran: the number, no verdict
+WITHOUT = " without "  # "avg without MRPC": the mean over every set but MRPC
 
 
 # The benchmarks a claim can be judged on: key -> what its headline score is.
@@ -189,17 +200,63 @@ def size_against(delta: float | None, lo: float, hi: float) -> str:
     return f"paper {delta:+.2f}: {where} the interval"
 
 
-def judge(claim: Claim, point: dict[str, float], intervals: dict[str, tuple[float, float]]) -> dict:
-    """One claim's record: the point difference, interval and verdict for Avg. and every task.
-    point: {task or "avg": method - base}; intervals: {task or "avg": (lo, hi)} of the paired difference."""
+def leave_one_out(point: dict[str, float], replicates: dict[str, np.ndarray],
+                  level: float = 0.95) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """For each set, the mean over the other sets of the point difference and of the per-resample
+    differences, and that mean's percentile interval: {"avg without SET": ...}. `point` and `replicates`
+    hold one entry per set (no "avg"); fewer than two sets leave nothing to leave out."""
+    if len(replicates) < 2:
+        return {}, {}
+    tail = 100.0 * (1.0 - level) / 2.0
+    points, intervals = {}, {}
+    for left in replicates:
+        others = [name for name in replicates if name != left]
+        values = np.mean([replicates[name] for name in others], axis=0)
+        finite = values[np.isfinite(values)]
+        if not finite.size:
+            continue
+        lo, hi = np.percentile(finite, [tail, 100.0 - tail])
+        points[f"avg{WITHOUT}{left}"] = float(np.mean([point[name] for name in others]))
+        intervals[f"avg{WITHOUT}{left}"] = (float(lo), float(hi))
+    return points, intervals
+
+
+def decided_by(scores: dict[str, dict], score: str) -> list[str]:
+    """The sets whose leaving out changes the class of the verdict on `score` (empty: not fragile)."""
+    verdict_of = scores[score]["verdict"]
+    return [name.removeprefix(score + WITHOUT) for name, got in scores.items()
+            if name.startswith(score + WITHOUT) and got["verdict"] != verdict_of]
+
+
+def judge(claim: Claim, point: dict[str, float], intervals: dict[str, tuple[float, float]],
+          not_paper: str | None = None) -> dict:
+    """One claim's record: the point difference, interval and verdict for Avg., every task and, where the
+    intervals hold them, Avg. without each task (`leave_one_out`). point: {task or "avg": method - base};
+    intervals: {task or "avg": (lo, hi)} of the paired difference. `not_paper`: why the comparison is not
+    the paper's (None: read from provenance.py); when it says so, every verdict is NOT_PAPER."""
+    if not_paper is None:
+        not_paper = not_the_papers(claim.benchmark, claim.method, claim.base)
     per = {}
     for name, (lo, hi) in intervals.items():
-        per[name] = {"diff": point[name], "lo": lo, "hi": hi, "verdict": verdict(lo, hi, claim.direction)}
+        per[name] = {"diff": point[name], "lo": lo, "hi": hi,
+                     "verdict": NOT_PAPER if not_paper else verdict(lo, hi, claim.direction)}
     decisive = per[claim.score]
-    return {"method": claim.method, "base": claim.base, "claim": claim.text, "direction": claim.direction,
-            "benchmark": claim.benchmark, "score": claim.score, "paper_delta": claim.paper_delta,
-            "verdict": decisive["verdict"], "size": size_against(claim.paper_delta, decisive["lo"], decisive["hi"]),
-            "scores": per}
+    record = {"method": claim.method, "base": claim.base, "claim": claim.text, "direction": claim.direction,
+              "benchmark": claim.benchmark, "score": claim.score, "paper_delta": claim.paper_delta,
+              "verdict": decisive["verdict"], "size": size_against(claim.paper_delta, decisive["lo"], decisive["hi"]),
+              "fragile": [] if not_paper else decided_by(per, claim.score), "scores": per}
+    if not_paper:
+        record["not_paper"] = not_paper
+    return record
+
+
+def shown(record: dict) -> str:
+    """The verdict as a table prints it: with the sets that decide it when it is fragile; for a comparison
+    on a row its paper never ran, the reason and no verdict."""
+    if record["verdict"] == NOT_PAPER:
+        return f"{NOT_PAPER} ({record['not_paper']}); re-run pending"
+    fragile = record.get("fragile") or []
+    return record["verdict"] + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 
 
 def sentence(record: dict, method_label: str, base_label: str) -> str:
@@ -207,5 +264,5 @@ def sentence(record: dict, method_label: str, base_label: str) -> str:
     name = record.get("score", "avg")
     decisive = record["scores"][name]
     what = "Avg." if name == "avg" else name
-    return (f"- **{record['claim']}** ({method_label} vs {base_label}): **{record['verdict']}**; {what} difference "
+    return (f"- **{record['claim']}** ({method_label} vs {base_label}): **{shown(record)}**; {what} difference "
             f"{decisive['diff']:+.2f}, 95% interval [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]; {record['size']}.")

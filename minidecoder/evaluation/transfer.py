@@ -115,6 +115,8 @@ def task_result(task: TransferTask, probe: ProbeResult, task_index: int) -> dict
     entry = {
         "score": probe.test_accuracy,  # SentEval's 'acc' (k-fold tasks: mean of fold accuracies)
         "dev": probe.dev_accuracy,  # SentEval's 'devacc'
+        # the items 'devacc' scores (the folds' items; SST2: its dev split), for its interval beside the test's
+        "dev_items": int(len(task.splits[{"inner_kfold": "all", "kfold": "train"}.get(task.scheme, "dev")])),
         "pooled_accuracy": 100.0 * float(correct.mean()),
         "ci95": list(percentile_interval(accuracy_replicates(correct, task_index))),
         "scheme": task.scheme,

@@ -6,14 +6,18 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from repo_paths import REPO
-from minidecoder.evaluation.claims import ALL_CLAIMS, CLAIMS, judge
+from minidecoder.evaluation.claims import ALL_CLAIMS, BENCHMARK_CLAIMS, CLAIMS, HOLDS, NOT_PAPER, UNDECIDED, judge
 
 SPEC = importlib.util.spec_from_file_location("claims_table", REPO / "tools" / "claims_table.py")
 claims_table = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(claims_table)
+SPEC = importlib.util.spec_from_file_location("family_claims", REPO / "tools" / "family_claims.py")
+family_claims = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(family_claims)
 
 
 def record(claim, lo: float, hi: float) -> dict:
@@ -62,12 +66,13 @@ def test_cells_counts_and_groups_follow_the_records(tmp_path: Path) -> None:
 
 
 def write_benchmark_table(folder: Path, model: str, benchmark: str, intervals: dict) -> None:
-    """A family table's JSON: settings.benchmark names it; claims judged on their own score."""
+    """A family table's JSON: settings.benchmark names it; claims judged on their own score, as if their rows
+    were the paper's configuration (not_paper "")."""
     claims = []
     for claim in ALL_CLAIMS:
         if claim.benchmark == benchmark and claim.text in intervals:
             lo, hi = intervals[claim.text]
-            claims.append(judge(claim, {claim.score: (lo + hi) / 2}, {claim.score: (lo, hi)}))
+            claims.append(judge(claim, {claim.score: (lo + hi) / 2}, {claim.score: (lo, hi)}, not_paper=""))
     bootstrap = {"resamples": 1000, "seed": 0, "level": 0.95, "interval": "percentile"}
     data = {"settings": {"model": model, "benchmark": benchmark, "limit": None, "dev_limit": None,
                          "bootstrap": bootstrap}, "rows_planned": ["a"], "rows_done": ["a"], "claims": claims}
@@ -122,3 +127,57 @@ def test_a_corrupt_table_is_named_not_a_traceback(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="broken.json is not readable JSON.*git checkout"):
         claims_table.main(["--results", str(tmp_path)])
     assert not (tmp_path / "claims.md").exists()
+
+
+def write_claims_file(folder: Path, model: str, report: dict) -> None:
+    """A family's claims file as family_claims.claims_report makes it, on the full data."""
+    report["settings"].update(limit=None, dtype="float32")
+    (folder / f"{model}-{report['settings']['benchmark']}.json").write_text(json.dumps(report, default=float))
+
+
+def test_a_verdict_one_task_decides_is_marked_fragile(tmp_path: Path) -> None:
+    """Leave each task out in turn: CP (NS) over PromptEOL on transfer holds on the Avg. of three tasks, but only
+    because of MR (MR +3, SST2 and TREC about 0); without MR the mean is not distinguishable from zero, so the
+    verdict is "holds; fragile (decided by MR)". Leaving out SST2 or TREC keeps it holding: they decide nothing."""
+    draws = np.random.default_rng(0).normal(size=(3, 1000))
+    replicates = {"MR": 3.0 + 0.3 * draws[0], "SST2": 0.8 * draws[1], "TREC": 0.8 * draws[2]}
+
+    def differences(method: str, base: str):
+        point = {name: float(np.mean(values)) for name, values in replicates.items()}
+        return family_claims.with_avg(point, {name: values.copy() for name, values in replicates.items()})
+
+    report = family_claims.claims_report("transfer", {"model": "m", "limit": None}, ["prompteol", "prompteol+cp"],
+                                         ["prompteol", "prompteol+cp"], differences)
+    [record] = report["claims"]
+    assert record["claim"] == "CP (NS) improves PromptEOL" and record["verdict"] == HOLDS
+    assert record["scores"]["avg without MR"]["verdict"] == UNDECIDED
+    assert record["scores"]["avg without SST2"]["verdict"] == HOLDS == record["scores"]["avg without TREC"]["verdict"]
+    assert record["fragile"] == ["MR"]
+    write_claims_file(tmp_path, "m", report)
+    text = claims_table.render(*claims_table.load_tables(tmp_path))
+    line = next(line for line in text.splitlines() if line.startswith("| CP (NS) improves PromptEOL |")
+                and "fragile" in line)
+    assert "**holds**" in line and "fragile (decided by MR)" in line
+    assert "CP (NS) improves PromptEOL (transfer) on m: holds, decided by MR" in text
+
+
+def test_a_comparison_on_a_row_its_paper_never_ran_prints_its_number_without_a_verdict(tmp_path: Path) -> None:
+    """TP's transfer rows use the STS-chosen TP end (provenance.py flags them: TP section 5.8 ends TP deeper for
+    transfer), so "TP improves PromptEOL" on transfer gets no verdict even where its interval lies above zero;
+    CP's row is not flagged, and the same interval holds."""
+    tp, cp = (next(c for c in BENCHMARK_CLAIMS if c.benchmark == "transfer" and c.method == key)
+              for key in ("prompteol+tp", "prompteol+cp"))
+    withheld = judge(tp, {"avg": 1.0}, {"avg": (0.5, 1.5)})
+    assert withheld["verdict"] == NOT_PAPER and "TP end chosen on STS" in withheld["not_paper"]
+    assert withheld["scores"]["avg"]["verdict"] == NOT_PAPER
+    assert judge(cp, {"avg": 1.0}, {"avg": (0.5, 1.5)})["verdict"] == HOLDS
+    bootstrap = {"resamples": 1000, "seed": 0, "level": 0.95, "interval": "percentile"}
+    data = {"settings": {"model": "m", "benchmark": "transfer", "limit": None, "bootstrap": bootstrap},
+            "rows_planned": ["a"], "rows_done": ["a"], "claims": [withheld]}
+    (tmp_path / "m-transfer.json").write_text(json.dumps(data))
+    text = claims_table.render(*claims_table.load_tables(tmp_path))
+    line = next(line for line in text.splitlines() if line.startswith("| TP improves PromptEOL |")
+                and "+1.00" in line)
+    assert "+1.00 [+0.50, +1.50], **not the paper's setup** (prompteol+tp: TP end chosen on STS" in line
+    assert "re-run pending" in line and "**holds**" not in line and line.endswith("| 0 / 0 / 0, 1 not the paper's setup |")
+    assert "TP improves PromptEOL (transfer)" in text[text.index("**No verdict: judged only on rows"):]

@@ -73,9 +73,25 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
                       "prompteol,prompteol+tp", "--out", str(tmp_path)]) == 0
     line, record = rendered_row(tmp_path, "tiny-llama-transfer.json", "tp", "transfer", "TP improves PromptEOL")
     avg = record["scores"]["avg"]
-    assert set(record["scores"]) == {"SST2", "TREC", "avg"} and f"[{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
+    assert set(record["scores"]) == {"SST2", "TREC", "avg", "avg without SST2", "avg without TREC"}
+    assert f"[{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
+    assert record["scores"]["avg without SST2"]["diff"] == pytest.approx(record["scores"]["TREC"]["diff"])
     saved = json.loads((tmp_path / "tiny-llama-transfer.json").read_text())
     assert saved["rows_done"] == ["prompteol", "prompteol+tp"] and "knowledge+tp" in saved["rows_planned"]
+    # each task's validation accuracy sits beside its test accuracy, with the items it scores: TREC's 10 folds
+    # cross-validate its training set, SST2 scores its dev split
+    tasks = saved["rows"]["prompteol"]["tasks"]
+    assert tasks["TREC"]["dev_items"] == tasks["TREC"]["train_items"] and tasks["SST2"]["dev_items"] == 12
+    table = (tmp_path / "tiny-llama-transfer.md").read_text()
+    validation = table[table.index("## Validation accuracy on the training data"):table.index("## The papers'")]
+    line = next(line for line in validation.splitlines() if line.startswith("| PromptEOL |"))
+    assert f"| {tasks['SST2']['dev']:.2f} [" in line and f"| {tasks['TREC']['dev']:.2f} [" in line
+    assert "no interval" not in line
+    # --render judges the claims again from the rows the file holds, with no model: the same records
+    path = tmp_path / "tiny-llama-transfer.json"
+    before = json.loads(path.read_text())
+    assert tool.main(["--render", str(path)]) == 0
+    assert json.loads(path.read_text())["claims"] == before["claims"]
 
 
 @needs_data

@@ -491,8 +491,9 @@ def test_all_seven_tasks_are_known() -> None:
 
 
 def test_reproduce_tasks_judges_a_claim_by_a_paired_interval() -> None:
-    """tools/reproduce_tasks.py: TP's claim on PromptEOL 'holds' when TP is right on every item PromptEOL is
-    right on and on 60 more of 300, 'reversed' the other way round, per task and for Avg."""
+    """tools/reproduce_tasks.py: CP's claim on PromptEOL 'holds' when CP is right on every item PromptEOL is
+    right on and on 60 more of 300, 'reversed' the other way round, per task and for Avg. (CP's row is its
+    paper's setup; TP's transfer rows are not, so their claims get no verdict: provenance.py)."""
     import importlib.util
 
     from repo_paths import REPO
@@ -507,11 +508,11 @@ def test_reproduce_tasks_judges_a_claim_by_a_paired_interval() -> None:
         accuracy = 100 * float((predictions == gold).mean())
         return {"tasks": {"MR": {"score": accuracy, "predictions": predictions.tolist(), "gold": gold.tolist()}}}
 
-    claims = tool.transfer_claims({"prompteol+tp": row(better), "prompteol": row(worse)})
-    assert [c["method"] for c in claims] == ["prompteol+tp"]
+    claims = tool.transfer_claims({"prompteol+cp": row(better), "prompteol": row(worse)})
+    assert [c["method"] for c in claims] == ["prompteol+cp"]
     scores = claims[0]["scores"]
     assert scores["MR"]["diff"] == pytest.approx(20.0) and scores["MR"]["verdict"] == "holds"
     assert scores["avg"]["lo"] > 0 and scores["avg"]["verdict"] == "holds"
-    reversed_claim = tool.transfer_claims({"prompteol+tp": row(worse), "prompteol": row(better)})[0]
+    reversed_claim = tool.transfer_claims({"prompteol+cp": row(worse), "prompteol": row(better)})[0]
     assert reversed_claim["scores"]["avg"]["verdict"] == "reversed"
 
