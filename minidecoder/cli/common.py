@@ -151,6 +151,19 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+# The flags that make a kept job's vectors (its manifest checks each again, after the model loads): a resume
+# with another value of any of them is refused before the model loads, every difference named by its flag.
+EMBEDDING_FLAGS = ("--model", "--method", "--opt", "--dtype", "--device", "--batch-size", "--truncate", "--compile",
+                   "--pack-weights", "--graphs")
+
+
+def resume_settings(args: argparse.Namespace, input_flags: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """{flag: value} a kept-work folder is owned with (`running.jobs.check_work_owner`): the flags that choose
+    the texts (`input_flags`) and those that make their vectors, where the command has them."""
+    return {flag: getattr(args, flag[2:].replace("-", "_")) for flag in (*input_flags, *EMBEDDING_FLAGS)
+            if hasattr(args, flag[2:].replace("-", "_"))}
+
+
 def model_stamp(args: argparse.Namespace, model, method) -> dict:
     """The stamp's model and method part, as every eval command and the sweep write it."""
     return {

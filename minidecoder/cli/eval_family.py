@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model, model_stamp)
+                                    claim_cli_outputs, load_model, model_stamp, resume_settings)
 from minidecoder.errors import Interrupted
 
 # Methods that take a task's instruction as "{instruct} {text}" (spec section 11, HTP Appendix B: Vanilla
@@ -71,7 +71,8 @@ class Family:
         return f"minidecoder eval {self.name}"
 
     def settings(self, args: argparse.Namespace) -> dict:
-        return {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in self.input_flags}
+        """What the kept work is owned with: `input_flags` and the flags that make the vectors."""
+        return resume_settings(args, self.input_flags)
 
 
 def family_parser(benchmarks: argparse._SubParsersAction, family: Family, help: str,

@@ -454,7 +454,8 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
         if previous != manifest:
-            differences = _differences(previous, manifest) if isinstance(previous, dict) else ["the manifest is unreadable"]
+            differences = _named_differences(previous, manifest) if isinstance(previous, dict) \
+                else ["the manifest is unreadable"]
             raise InputError(
                 f"{work} holds an interrupted job with other settings, so it cannot be resumed: "
                 + "; ".join(differences),
@@ -476,6 +477,37 @@ def _clear_work(work: Path) -> None:
     for entry in work.iterdir():
         if entry.name != OWNER_FILE:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+# A manifest's fields in the words of the options that set them: a refusal names what the user can change
+# (`--opt layer was -1, now 2`), never a job field (`input.rows`, `method.layer`)
+MANIFEST_WORDS = {"version": "the job format (an earlier minidecoder kept it)", "model": "the model (--model)",
+                  "dtype": "--dtype", "device": "--device", "batch_size": "--batch-size", "truncate": "--truncate",
+                  "chunk_size": "the chunk size", "fast_paths": "the fast paths (--compile, --pack-weights, --graphs)",
+                  "input": "the texts to embed (the input file, or the flags that choose the data)"}
+
+
+def _named_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Every manifest field that differs, in `MANIFEST_WORDS`; the method's by --method and --opt."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
+        if a == b:
+            continue
+        if key == "method" and isinstance(a, dict) and isinstance(b, dict):
+            out += [("--method" if option == "method" else f"--opt {option}") + f" was {x!r}, now {y!r}"
+                    for option, x, y in ((o, a.get(o, "(absent)"), b.get(o, "(absent)")) for o in sorted(set(a) | set(b)))
+                    if x != y]
+        elif key not in MANIFEST_WORDS:
+            out += _differences({key: a}, {key: b})
+        elif isinstance(a, dict) and isinstance(b, dict):
+            if key == "fast_paths":
+                out.append(f"{MANIFEST_WORDS[key]} differ ({'; '.join(_differences(a, b))})")
+            else:  # the model's and the input's: checksums and counts, nothing a user would recognise
+                out.append(f"{MANIFEST_WORDS[key]} differs")
+        else:
+            out.append(f"{MANIFEST_WORDS[key]} was {a!r}, now {b!r}")
+    return out
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
