@@ -70,8 +70,8 @@ def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | No
             if not text.strip():
                 raise InputError(f"{path} line {number} has an empty sentence", "remove that line or give it text")
         first.append(a), second.append(b), labels.append(label)
-    require_rows(path, len(labels), "sentence pairs", f"its {dropped} pairs are all neutral or unlabelled, which C-MTEB "
-                 "drops" if dropped else "it is empty")
+    require_rows(path, len(labels), "sentence pairs", f"every one of its {dropped} pairs is neutral or unlabelled, "
+                 "which C-MTEB drops" if dropped else "it is empty")
     limit = limit_that_cut(limit, [len(labels)])
     if limit is not None:
         first, second, labels = first[:limit], second[:limit], labels[:limit]

@@ -161,7 +161,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         "model": model_identity(model),
         "dtype": str(model.dtype).replace("torch.", ""),
         "device": model.device.type,
-        "fast_paths": _jsonable(dataclasses.asdict(fast_paths_of(model))),  # graphs' buckets round differently
+        "fast_paths": _jsonable(fast_paths_ran(model)),  # graphs' buckets round differently
         "method": _jsonable(method.describe()),
         "batch_size": batch_size,
         "truncate": truncate,
@@ -441,6 +441,15 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
     finally:  # however the block ends, a folder with no finished chunk is nothing to keep
         if not holds_kept_work(work):
             shutil.rmtree(work, ignore_errors=True)
+
+
+def fast_paths_ran(model) -> dict[str, Any]:
+    """The model's fast paths as they run on its device, for the manifest and the sidecar: graphs=True off CUDA
+    pads to buckets and reuses static buffers but captures nothing, so it is recorded as such, never as true."""
+    paths = dataclasses.asdict(fast_paths_of(model))
+    if paths["graphs"] and model.device.type != "cuda":
+        paths["graphs"] = f"buffers only (no CUDA graphs on {model.device.type})"
+    return paths
 
 
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
