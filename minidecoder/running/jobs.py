@@ -510,10 +510,11 @@ def _named_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif key not in MANIFEST_WORDS:
             out += _differences({key: a}, {key: b})
         elif isinstance(a, dict) and isinstance(b, dict):
-            if key == "fast_paths":
-                out.append(f"{MANIFEST_WORDS[key]} differ ({'; '.join(_differences(a, b))})")
-            else:  # the model's and the input's: checksums and counts, nothing a user would recognise
+            if key == "input":  # checksums and counts of the texts: nothing a user would recognise
                 out.append(f"{MANIFEST_WORDS[key]} differs")
+            else:  # the model's files by name (`weights.model.safetensors.sha256`), the fast paths by option
+                verb = "differ" if key == "fast_paths" else "differs"
+                out.append(f"{MANIFEST_WORDS[key]} {verb} ({'; '.join(_differences(a, b))})")
         else:
             out.append(f"{MANIFEST_WORDS[key]} was {a!r}, now {b!r}")
     return out
