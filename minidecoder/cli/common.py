@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from minidecoder.errors import InputError
+from minidecoder.errors import InputError, Interrupted
 
 # --opt integers must fit in 64 bits (torch's seeds and int64 tensors): a larger one failed deep in the
 # method after the model had loaded.
@@ -175,3 +175,16 @@ def model_stamp(args: argparse.Namespace, model, method) -> dict:
         "batch_size": args.batch_size,
         "tokenizer_sha256": model.tokenizer.checksum,
     }
+
+
+def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
+    """The `Interrupted` (the line saying what was kept) in `interrupt`'s chain: a second Ctrl-C that lands
+    while the first one's line is on its way up (in an `except` or a `finally` it passes) is a plain
+    KeyboardInterrupt whose context holds that line, and the line must still be the one printed."""
+    seen: set[int] = set()
+    while interrupt is not None and id(interrupt) not in seen:
+        if isinstance(interrupt, Interrupted) and str(interrupt):
+            return interrupt
+        seen.add(id(interrupt))
+        interrupt = interrupt.__context__
+    return None

@@ -142,6 +142,31 @@ def test_red_team_ctrl_c_and_sigkill_inside_a_run_resume_to_identical_scores(tin
             assert json.loads(prefix.with_suffix(".json").read_text())["results"]["embedding"]["chunks_reused"] == 1
 
 
+def test_red_team_a_second_ctrl_c_on_the_way_out_keeps_the_first_ones_line(tiny_llama, tmp_path, capsys) -> None:
+    """Found: a second Ctrl-C landing while the first one's line was on its way up (an `except` or `finally` it
+    passes) printed "interrupted while scoring" or "nothing new was kept" though a chunk was kept; the line is
+    now the first one's (found in the interrupt's chain), or, where the second Ctrl-C beat the job's own line,
+    the chunks counted on disk; and the same command resumes to identical scores."""
+    import time
+
+    argv = ["eval", "sts-long", "--lengths", "1,2", "--data", str(sts_data(tmp_path / "data", pairs=600)),
+            "--method", "mean", "--model", str(tiny_llama), "--no-progress"]
+    assert cli(capsys, *argv, "--output", str(tmp_path / "whole"))[0] == 0
+    for number, delay in enumerate((0.0, 0.001, 0.005)):
+        prefix = tmp_path / f"twice-{number}"
+        run = stalled("minidecoder.running.embedding:embed:1", NEVER, *argv, "--output", str(prefix))
+        run.send_signal(signal.SIGINT)
+        time.sleep(delay)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+        # -2: the second Ctrl-C came after the line, as the interpreter ended (a shell shows 130 for both)
+        assert run.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
+        line = err.strip().splitlines()[-1]  # the job's line, the family's, or (a Ctrl-C beat both) counted on disk
+        assert "1 of 2 chunks" in line or "1 chunk of sentences is kept" in line, (delay, err)
+        assert cli(capsys, *argv, "--output", str(prefix))[0] == 0
+        assert scores(prefix, "sts-long") == scores(tmp_path / "whole", "sts-long")
+
+
 # ---- red team: two sittings writing one table at once -----------------------------------------------------------
 SITTING = """
 import importlib.util, json, sys
