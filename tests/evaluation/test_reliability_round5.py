@@ -202,3 +202,17 @@ def test_red_team_mrpc_with_or_without_its_bom_and_latin1_trec_read_as_senteval_
     trec = "".join(f"{c}:x caf\xe9 {c.lower()} question {i} ?\n" for i in range(60) for c in ["HUM", "LOC"][i % 2:][:1])
     root = write_folder(tmp_path / "c", **{"TREC__train_5500.label": trec.encode("latin-1")})
     assert "café hum question 0 ?" in load_transfer_task("TREC", root).splits["train"].texts  # SentEval reads latin-1
+
+
+def test_2_a_kept_retrieval_row_whose_limit_cut_nothing_joins_the_run_that_asks_for_it(tmp_path) -> None:
+    """The row's stamp says the data was whole (limit None); its command says --limit 100000: the same run, resumed,
+    takes the row; a run asking for another limit is still refused."""
+    import argparse
+
+    reproduce_retrieval = tool("reproduce_retrieval")
+    stamp = {"model": "tiny-llama", "dtype": "float32", "limit": None, "corpus_limit": None,
+             "command": "minidecoder eval retrieval --model tiny-llama --method mean --limit 100000"}
+    asked = argparse.Namespace(model="tiny-llama", dtype="float32", limit=100000, corpus_limit=None, out=tmp_path)
+    reproduce_retrieval.refuse_other_settings("mean", stamp, asked)
+    with pytest.raises(SystemExit, match=r"limit 100000 \(this run: 20\)"):
+        reproduce_retrieval.refuse_other_settings("mean", stamp, argparse.Namespace(**{**vars(asked), "limit": 20}))
