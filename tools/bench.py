@@ -450,7 +450,10 @@ def main(argv: list[str] | None = None) -> None:
         names = [n for n in names if n in wanted or CONFIGS[n][2] in wanted or n.split(":")[1].split("@")[0].split("!")[0] in wanted]
     if args.dtype:
         names = [n for n in names if CONFIGS[n][1] == args.dtype or n.startswith("mem:")]
-    peaks = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
+    # the matmul peak of each dtype the chosen configurations run, and no other: a bfloat16 matmul on a CPU
+    # without AVX-512 BF16 runs at a fraction of a GFLOP/s, over a minute a measurement
+    dtypes = sorted({CONFIGS[name][1] for name in names})
+    peaks = {dtype: matmul_peak(getattr(torch, dtype)) for dtype in dtypes}
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.repeat):  # interleaved, so that a burst of load hits every configuration alike
@@ -461,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
                   file=sys.stderr, flush=True)
             if args.json:  # every finished run kept, so a run cut off at a time limit leaves what it measured
                 args.json.write_text(json.dumps({"partial": True, "runs": runs}, indent=1))
-    peaks_after = {"float32": matmul_peak(torch.float32), "bfloat16": matmul_peak(torch.bfloat16)}
+    peaks_after = {dtype: matmul_peak(getattr(torch, dtype)) for dtype in dtypes}
     results = {n: median_of(runs[n]) for n in names}
     header = dict(date=datetime.datetime.now().isoformat(timespec="minutes"), machine=platform.processor() or
                   platform.machine(), cpus=os.cpu_count(), threads=args.threads, torch=torch.__version__,

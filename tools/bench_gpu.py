@@ -33,7 +33,7 @@ runs (median kept), so no capture falls in a timed run and none piles up across 
                (method.embed_batch) and minidecoder.embed; pass or fail with the error's text
   methods      every method at its default settings against its work ratio to PromptEOL (useful FLOPs of
                its passes over PromptEOL's, on the same sentences)
-  reba_batch   ReBA's time per text at batch 2 and batch 8 on eight ~320-token texts
+  reba_batch   ReBA's time per text at batch 2 and batch 8 on eight ~320-token texts (~64 on a CPU)
   generation   greedy decoding at batch 1, 128 new tokens: minidecoder.generate at its defaults and with
                static=True (the captured decode step, kept across calls: captured in the warm-up, replayed in
                the timed runs, which the row's `decode steps made` shows) against transformers'
@@ -815,7 +815,8 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
     # ---- ReBA batch 2 vs 8 ------------------------------------------------------------------------------------
     with record.section("reba_batch") as out:
         if out is not None:
-            texts = long_texts(model.tokenizer, rows=8, tokens=320, path=sts_path)
+            # on a CPU, a smoke run: bfloat16 there without AVX-512 BF16 runs at a fraction of a GFLOP/s
+            texts = long_texts(model.tokenizer, rows=8, tokens=320 if cuda else 64, path=sts_path)
             lengths = [len(model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
             configs = {f"batch {b}": lambda b=b: minidecoder.embed(model, texts, "reba", batch_size=b) for b in (2, 8)}
             configs["default"] = lambda: minidecoder.embed(model, texts, "reba")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -107,12 +108,22 @@ def refuse_other_settings(key: str, stamp: dict, args: argparse.Namespace) -> No
     for; the device may differ (a row run on a GPU scores what the CPU does, to float rounding)."""
     asked = {"model": Path(args.model).name, "dtype": args.dtype, "limit": args.limit,
              "corpus_limit": args.corpus_limit if "corpus_limit" in stamp else None}
-    kept = {"model": Path(str(stamp.get("model"))).name, "dtype": stamp.get("dtype"), "limit": stamp.get("limit"),
-            "corpus_limit": stamp.get("corpus_limit")}
+    kept = {"model": Path(str(stamp.get("model"))).name, "dtype": stamp.get("dtype"),
+            "limit": limit_asked(stamp, "limit"), "corpus_limit": limit_asked(stamp, "corpus_limit")}
     differ = [f"{name} {kept[name]!r} (this run: {asked[name]!r})" for name in asked if kept[name] != asked[name]]
     if differ:
         raise SystemExit(f"{key}: the kept row {args.out / key}.json was made with {', '.join(differ)}; a table "
                          "mixes no settings: pass another --out, or move that row away to recompute it")
+
+
+def limit_asked(stamp: dict, name: str) -> int | None:
+    """The limit a kept row was made with: its stamp's, or, where the stamp says the data was whole (a limit that
+    cut nothing is stamped None), the one its command gave."""
+    given = shlex.split(stamp.get("command") or "")
+    flag = "--" + name.replace("_", "-")
+    if stamp.get(name) is not None or flag not in given:
+        return stamp.get(name)
+    return int(given[given.index(flag) + 1])
 
 
 def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> bool:
@@ -280,7 +291,10 @@ def _pair_bootstrap(name: str, reports: list[dict], data: str | None):
 
 def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) -> dict:
     """What RESULTS/<model>-<family>.json holds: the claims file tools/claims_table.py reads."""
-    chosen = {"limit": args.limit, "corpus_limit": args.corpus_limit, "tasks": args.tasks}
+    stamps = [report["stamp"] for report in rows.values()]  # a limit that cut nothing is stamped None: full data
+    stamped = {name: next((stamp[name] for stamp in stamps if stamp.get(name) is not None), None)
+               for name in ("limit", "corpus_limit")}
+    chosen = {**(stamped if stamps else {"limit": args.limit, "corpus_limit": args.corpus_limit}), "tasks": args.tasks}
     limited = {flag: value for flag, value in chosen.items() if value is not None}
     devices = sorted({row_device(report) for report in rows.values()}) or [args.device]
     settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": " and ".join(devices),

@@ -57,6 +57,7 @@ from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, w
 from minidecoder.evaluation.claims import shown  # noqa: E402
 from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
+from minidecoder.evaluation.data_files import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
@@ -73,9 +74,15 @@ STS_LONG_ROWS = [("last", "Last token"), ("mean", "Mean pooling"), ("prompteol",
                  ("mean+tp", "TP w. Mean"), ("htp", "HTP")]
 
 
+def table_name(model: str) -> str:
+    """The name every file of a model goes by: a folder's last part, or the model's name (what tools/reproduce.py
+    names results/<name>.json by), so `--model /abs/checkpoint` and `--model checkpoint` find the same files."""
+    return Path(model).name
+
+
 def chosen_methods(model: str) -> dict[str, dict]:
-    """Each STS row's dev-chosen method (results/<model>.json, written by tools/reproduce.py)."""
-    path = REPO / "results" / f"{model}.json"
+    """Each STS row's dev-chosen method (results/<name>.json, written by tools/reproduce.py)."""
+    path = REPO / "results" / f"{table_name(model)}.json"
     if not path.is_file():
         raise SystemExit(f"reproduce_tasks: {path} is missing; its rows' dev-chosen configurations are what this "
                          f"tool scores. Run `python tools/reproduce.py --model {model}` first.")
@@ -343,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     # the rows to run: those named, else every row still to do; with --merge and no --rows, none (it merges)
     wanted = set(args.rows.split(",")) if args.rows else (set() if args.merge else None)
     redo = set(wanted) if args.redo and wanted else set()
-    name = Path(args.model).name  # a folder's name, or the model's
+    name = table_name(args.model)
     settings = {"model": name, "dtype": args.dtype, "device": args.device, "limit": args.limit,
                 "tokenizer_sha256": model.tokenizer.checksum}
     # the weights' checksums (hashed once): a transfer task kept from an earlier sitting (committed, see
@@ -357,12 +364,14 @@ def main(argv: list[str] | None = None) -> int:
         if family == "sts-long":
             from minidecoder.evaluation.sts_long import LENGTHS, evaluate_sts_long, load_long_sts
             loaded = load_long_sts(args.data, args.limit)
-            family_settings = {**settings, "lengths": list(LENGTHS)}
+            # the limit where it cut the data (`data_files.limit_that_cut`): one that kept every pair is a full table
+            family_settings = {**settings, "limit": loaded[0].limit, "lengths": list(LENGTHS)}
             differences = sts_long_differences
         else:
             tasks = args.tasks.split(",") if args.tasks else list(TRANSFER_TASKS)
             loaded = load_transfer_tasks(tasks, args.data, args.limit)
-            family_settings = {**settings, **({"tasks": tasks} if args.tasks else {})}
+            family_settings = {**settings, "limit": run_limit(task.limit for task in loaded),
+                               **({"tasks": tasks} if args.tasks else {})}
             differences = None
             keys = {task.name: task_key(task, ClassifierConfig()) for task in loaded}  # evaluate_transfer's probe
         report = load_report(path, family, family_settings, planned, redo)

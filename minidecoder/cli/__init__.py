@@ -13,6 +13,7 @@ does, its ending is decided here, once:
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import importlib
 import os
@@ -21,7 +22,7 @@ import signal
 import sys
 import threading
 
-from minidecoder.errors import Interrupted, MinidecoderError
+from minidecoder.errors import MinidecoderError
 
 # Order is the order of `--help`.
 SUBCOMMANDS = ["demo", "logits", "generate", "fetch", "convert", "embed", "eval", "sweep", "explain"]
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
         print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
+        atexit.unregister(_ignore_ctrl_c)  # once, however many runs a process makes
+        atexit.register(_ignore_ctrl_c)  # run before the finalizers registered earlier (torch's, at import)
         return TERMINATED_STATUS if _started_by_sigterm(interrupt) else INTERRUPTED_STATUS
     except BrokenPipeError:
         return _stdout_closed()
@@ -103,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _ignore_ctrl_c() -> None:
+    """At exit after a Ctrl-C: the line is printed and the process is ending, so a second Ctrl-C landing in the
+    interpreter's finalizers (torch's library cleanup) would only print "Exception ignored ... Traceback"."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _catch_sigterm():
@@ -116,8 +126,11 @@ def _catch_sigterm():
 def interrupted_line(interrupt: KeyboardInterrupt, command: str | None) -> str:
     """What was kept and how to resume: the command's own `Interrupted` line, else its module's
     `INTERRUPTED`, else NOTHING_KEPT."""
-    if isinstance(interrupt, Interrupted) and str(interrupt):
-        return str(interrupt)
+    from minidecoder.cli.common import first_interrupted
+
+    kept = first_interrupted(interrupt)  # a second Ctrl-C on the way up keeps the first one's line
+    if kept is not None:
+        return str(kept)
     if command not in SUBCOMMANDS:
         return "interrupted while reading the command line; nothing was done"
     module = importlib.import_module(f"minidecoder.cli.{command}_cmd")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from minidecoder.errors import InputError
+from minidecoder.errors import InputError, Interrupted
 
 # --opt integers must fit in 64 bits (torch's seeds and int64 tensors): a larger one failed deep in the
 # method after the model had loaded.
@@ -151,6 +151,19 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+# The flags that make a kept job's vectors (its manifest checks each again, after the model loads): a resume
+# with another value of any of them is refused before the model loads, every difference named by its flag.
+EMBEDDING_FLAGS = ("--model", "--method", "--opt", "--dtype", "--device", "--batch-size", "--truncate", "--compile",
+                   "--pack-weights", "--graphs")
+
+
+def resume_settings(args: argparse.Namespace, input_flags: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """{flag: value} a kept-work folder is owned with (`running.jobs.check_work_owner`): the flags that choose
+    the texts (`input_flags`) and those that make their vectors, where the command has them."""
+    return {flag: getattr(args, flag[2:].replace("-", "_")) for flag in (*input_flags, *EMBEDDING_FLAGS)
+            if hasattr(args, flag[2:].replace("-", "_"))}
+
+
 def model_stamp(args: argparse.Namespace, model, method) -> dict:
     """The stamp's model and method part, as every eval command and the sweep write it."""
     return {
@@ -162,3 +175,16 @@ def model_stamp(args: argparse.Namespace, model, method) -> dict:
         "batch_size": args.batch_size,
         "tokenizer_sha256": model.tokenizer.checksum,
     }
+
+
+def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
+    """The `Interrupted` (the line saying what was kept) in `interrupt`'s chain: a second Ctrl-C that lands
+    while the first one's line is on its way up (in an `except` or a `finally` it passes) is a plain
+    KeyboardInterrupt whose context holds that line, and the line must still be the one printed."""
+    seen: set[int] = set()
+    while interrupt is not None and id(interrupt) not in seen:
+        if isinstance(interrupt, Interrupted) and str(interrupt):
+            return interrupt
+        seen.add(id(interrupt))
+        interrupt = interrupt.__context__
+    return None

@@ -44,12 +44,13 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.classification import evaluate_classification
+    from minidecoder.evaluation.data_files import run_limit
 
     tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False)
              for data in loaded}
     for result in tasks.values():
         result.pop("data_dir"), result.pop("data_files")
-    return {"tasks": tasks, "limit": args.limit, "data_dir": str(loaded[0].data_dir),
+    return {"tasks": tasks, "limit": run_limit(data.limit for data in loaded), "data_dir": str(loaded[0].data_dir),
             "data_files": [f for data in loaded for f in data.files]}
 
 

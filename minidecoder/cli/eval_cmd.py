@@ -115,7 +115,9 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
 
 
 def kept_settings(args: argparse.Namespace) -> dict:
-    """The flags that choose the sentences a kept job embeds, so that a resume with others is refused by
-    flag (`--limit was 300, now 30`), not by the job's fields (`input.rows`); the job's manifest checks
-    the rest (model, method, dtype, batch size) under their own names."""
-    return {"--tasks": args.tasks, "--limit": args.limit}
+    """The flags that choose the sentences a kept job embeds and those that make their vectors, so that a
+    resume with others is refused by flag (`--limit was 300, now 30`, `--method was 'mean', now 'last'`),
+    all at once and before the model loads, never by the job's fields (`input.rows`)."""
+    from minidecoder.cli.common import resume_settings
+
+    return resume_settings(args, ("--tasks", "--limit"))

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model, model_stamp)
+                                    claim_cli_outputs, first_interrupted, load_model, model_stamp,
+                                    resume_settings)
 from minidecoder.errors import Interrupted
 
 # Methods that take a task's instruction as "{instruct} {text}" (docs/spec.md section 11, HTP Appendix B: Vanilla
@@ -71,7 +72,8 @@ class Family:
         return f"minidecoder eval {self.name}"
 
     def settings(self, args: argparse.Namespace) -> dict:
-        return {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in self.input_flags}
+        """What the kept work is owned with: `input_flags` and the flags that make the vectors."""
+        return resume_settings(args, self.input_flags)
 
 
 def family_parser(benchmarks: argparse._SubParsersAction, family: Family, help: str,
@@ -188,9 +190,11 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
         try:
             results = family.evaluate(encode, loaded, args, Kept(work, identity))
         except KeyboardInterrupt as stop:  # past the embedding job (whose own line says what it kept)
-            if isinstance(stop, Interrupted):
+            if first_interrupted(stop) is not None:  # that line, or a second Ctrl-C on its way up
                 raise
-            raise Interrupted(_scoring_interrupted(work, args, prefix)) from stop  # `from`: SIGTERM stays 143
+            # `from`: SIGTERM stays 143; not embedded yet: a second Ctrl-C beat the job's own line
+            raise Interrupted(_scoring_interrupted(work, args, prefix) if job else
+                              _embedding_interrupted(work, args, prefix)) from stop
         results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
         metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
                     **({"instruction": args.instruction} if hasattr(args, "instruction") else {}),
@@ -218,6 +222,17 @@ def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> 
         finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
         return f"interrupted while scoring; the embeddings{finished} are kept in {work}; {again} to resume from them"
     return f"interrupted while scoring; nothing was kept, so {again} (it embeds the texts again)"
+
+
+def _embedding_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
+    """The line for a Ctrl-C inside the embedding job that its own line did not reach (a second Ctrl-C landed
+    while the job was saying what it kept): the chunks kept, counted on disk."""
+    again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    chunks = len(list(work.rglob("chunk-*.npy"))) if work.is_dir() else 0
+    if chunks:
+        return (f"interrupted while embedding; {chunks} chunk{'s' if chunks > 1 else ''} of sentences "
+                f"{'are' if chunks > 1 else 'is'} kept in {work}; {again} to resume from them")
+    return f"interrupted while embedding; nothing was kept; {again}"
 
 
 def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:

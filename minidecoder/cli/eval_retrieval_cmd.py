@@ -51,13 +51,16 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+    from minidecoder.evaluation.data_files import run_limit
     from minidecoder.evaluation.retrieval import evaluate_retrieval
 
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False) for data in loaded}
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
             result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
-    return {"sets": sets, "limit": args.limit, "corpus_limit": args.corpus_limit,
+    # the limits that cut some set (`data_files.limit_that_cut`): one that scored everything is a full run
+    return {"sets": sets, "limit": run_limit(data.limit for data in loaded),
+            "corpus_limit": run_limit(data.corpus_limit for data in loaded),
             "data_dir": str(loaded[0].data_dir), "data_files": [f for data in loaded for f in data.files]}
 
 

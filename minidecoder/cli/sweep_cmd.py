@@ -27,7 +27,8 @@ import shutil
 from pathlib import Path
 
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
-                                    check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options)
+                                    check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options,
+                                    resume_settings)
 from minidecoder.cli.eval_family import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else default_prefix("sweep", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
-    check_work_owner(work_folder(prefix), OWNER, {"--limit": args.limit})  # never taken over; named by flag
+    check_work_owner(work_folder(prefix), OWNER, resume_settings(args, ("--limit",)))  # never taken over; by flag
     resolve_data_dir(args.data)
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
@@ -189,7 +190,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     }
     try:
         with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
-                               {"--limit": args.limit}):
+                               resume_settings(args, ("--limit",))):
             result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress,
                                dev=dev, work=work)
     except JobInterrupted as stop:

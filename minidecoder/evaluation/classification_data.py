@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.data_files import numbered_lines, require_file, resolve_data_folder
+from minidecoder.evaluation.data_files import limit_that_cut, numbered_lines, require_file, require_rows, resolve_data_folder
 
 EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")  # dair-ai/emotion's ClassLabel order
 # HTP Table 11's instructions
@@ -48,7 +48,7 @@ def resolve_mteb_dir(data_dir: str | Path | None) -> Path:
 
 def load_classification_set(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> ClassificationSet:
     """Read and check one task; `limit` keeps the first N test items (the train split stays whole: MTEB
-    samples from all of it)."""
+    samples from all of it; a limit that keeps every item is no limit, `limit_that_cut`)."""
     if name not in MTEB_NAMES:
         raise InputError(f"unknown classification task {name!r}", "choose from " + ", ".join(TASKS))
     root = resolve_mteb_dir(data_dir)
@@ -65,8 +65,10 @@ def load_classification_set(name: str, data_dir: str | Path | None = None, limit
     splits = {}
     for split, path in paths.items():
         texts, names = reader(require_file(path, f"{name} {split} file"))
+        require_rows(path, len(texts), f"{name} {split} rows")
         index = {label: i for i, label in enumerate(labels)}
         splits[split] = (texts, [_label(path, line, label, index) for line, label in names])
+    limit = limit_that_cut(limit, [len(splits["test"][0])])
     if limit is not None:
         texts, ids = splits["test"]
         splits["test"] = (texts[:limit], ids[:limit])

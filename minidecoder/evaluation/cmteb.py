@@ -25,6 +25,7 @@ import torch
 
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, item_interval
 from minidecoder.evaluation.cmteb_data import PairSet
+from minidecoder.evaluation.data_files import run_limit
 from minidecoder.evaluation.harness import encode_sentences
 
 Encoder = Callable[[list[str]], torch.Tensor]  # texts -> (N, E)
@@ -71,7 +72,7 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
     return {
         "sets": out,
         "avg_sts": float(np.mean(sts)) if sts else None,
-        "limit": sets[0].limit if sets else None,
+        "limit": run_limit(data.limit for data in sets),
         "data_dir": str(sets[0].data_dir) if sets else None,
         "data_files": [data.file for data in sets],
     }

@@ -8,7 +8,8 @@
 
 Each set is read as the split C-MTEB evaluates (test, or validation for AFQMC and Ocnli). An STS label
 outside the mteb task's [min_score, max_score], an OCNLI label outside its four, an empty sentence or a
-line that does not parse is an error naming the file and line.
+line that does not parse is an error naming the file and line; so is a file with no pairs, and an STS set
+whose (kept) labels are all equal, which no correlation can score.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.data_files import field, json_line, numbered_lines, require_file, resolve_data_folder
+from minidecoder.evaluation.data_files import (field, json_line, limit_that_cut, numbered_lines, require_file, require_rows,
+                                               resolve_data_folder)
 
 # name: (file under the folder, format, split C-MTEB evaluates, label range or None for Ocnli)
 SETS = {
@@ -51,7 +53,7 @@ def resolve_cmteb_dir(data_dir: str | Path | None) -> Path:
 
 
 def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> PairSet:
-    """Read and check one set; `limit` keeps its first N pairs."""
+    """Read and check one set; `limit` keeps its first N pairs (a limit that keeps them all is none)."""
     if name not in SETS:
         raise InputError(f"unknown C-MTEB set {name!r}", "choose from " + ",".join(SETS))
     root = resolve_cmteb_dir(data_dir)
@@ -68,8 +70,16 @@ def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | No
             if not text.strip():
                 raise InputError(f"{path} line {number} has an empty sentence", "remove that line or give it text")
         first.append(a), second.append(b), labels.append(label)
+    require_rows(path, len(labels), "sentence pairs", f"every one of its {dropped} pairs is neutral or unlabelled, "
+                 "which C-MTEB drops" if dropped else "it is empty")
+    limit = limit_that_cut(limit, [len(labels)])
     if limit is not None:
         first, second, labels = first[:limit], second[:limit], labels[:limit]
+    if bounds is not None and len(set(labels)) == 1:  # mteb's Spearman against a constant is nan, said nowhere
+        cut = f"the first {limit} of " if limit is not None else ""
+        raise InputError(f"{path}: {cut}its pairs all have the label {labels[0]:g}, so their Spearman correlation "
+                         "with any similarity is undefined (mteb would print nan)",
+                         "use a larger --limit, or none" if limit is not None else "restore the file")
     return PairSet(name, "pair-classification" if bounds is None else "sts", split, first, second, labels, root,
                    relative, limit, dropped)
 

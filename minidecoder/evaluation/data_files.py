@@ -7,11 +7,16 @@ missing file, a line that does not parse or text that is not UTF-8 reads the sam
     folder = resolve_data_folder("--data", "beir", "the folder holding scifact/ and nfcorpus/")
     for number, line in numbered_lines(folder / "scifact" / "queries.jsonl"): ...
     record = json_line(path, number, line)
+
+and every reader of an eval family (these, SentEval's transfer and STS files) ends a file with the same two:
+`require_rows` (a file with no rows, empty or a header alone, is an error naming it, never an empty array
+handed to scikit-learn) and `limit_that_cut` (the one stamp rule: a run is limited only where its --limit
+left items of the data unscored).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from minidecoder.errors import InputError, describe_unusable_file
@@ -78,3 +83,24 @@ def field(path: Path, number: int, record: dict, key: str) -> str:
         raise InputError(f"{path} line {number} has no string {key!r} field (got {value!r})",
                          f"give every line a {key!r} string")
     return str(value)
+
+
+def require_rows(path: Path, rows: int, what: str = "rows", why: str = "it is empty or a header alone") -> int:
+    """`rows` if the file gave any, else an InputError naming the file, what it lacks and `why`."""
+    if rows == 0:
+        raise InputError(f"{path} holds no {what} ({why})",
+                         "restore the file, or point --data at a complete copy of the data (the folder's README "
+                         "lists its files)")
+    return rows
+
+
+def limit_that_cut(limit: int | None, sizes: Iterable[int]) -> int | None:
+    """The limit a run is stamped with: `limit` where it left some of the data unscored (a file, set or split of
+    `sizes` holds more items than it), else None. A --limit at least the size of everything scores every item:
+    a full run, comparable to published results, and the claims tools count it."""
+    return limit if limit is not None and any(size > limit for size in sizes) else None
+
+
+def run_limit(limits: Iterable[int | None]) -> int | None:
+    """The stamp's limit of a run over several sets: the limit where any set was cut, else None."""
+    return next((limit for limit in limits if limit is not None), None)

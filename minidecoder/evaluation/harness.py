@@ -167,7 +167,7 @@ class StsScorer:
                 # what upstream SentEval calls "mean" and "wmean"; reported by some older papers
                 per_task[task.name]["subset_mean"] = float(values.mean())
                 per_task[task.name]["subset_wmean"] = float((values * weights).sum() / weights.sum())
-        return aggregate(per_task, limit=self.tasks[0].limit if self.tasks else None)
+        return aggregate(per_task, limit=next((t.limit for t in self.tasks if t.limit is not None), None))  # any cut
 
 
 def aggregate(per_task: dict, limit: int | None) -> dict:

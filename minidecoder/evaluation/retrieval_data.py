@@ -8,7 +8,7 @@ Only the queries the split's qrels name are evaluated (BEIR's `GenericDataLoader
 name must exist (a judged document absent from the corpus would silently score as never retrieved), and
 every document must hold text (an empty one would be embedded as a prompt alone). `limit` keeps the
 first N judged queries; `corpus_limit` keeps the judged documents of the kept queries plus the first M
-other documents (a quick look; stamped as such).
+other documents (a quick look; stamped as such, unless it kept every query and document).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.data_files import field, json_line, numbered_lines, require_file, resolve_data_folder
+from minidecoder.evaluation.data_files import field, json_line, limit_that_cut, numbered_lines, require_file, resolve_data_folder
 
 # HTP Table 10: each set's query instruction (docs/spec.md section 11)
 INSTRUCTIONS = {
@@ -66,6 +66,7 @@ def load_beir_set(name: str, data_dir: str | Path | None = None, split: str = "t
     if missing:
         raise InputError(f"{paths['qrels']} names {len(missing)} queries absent from {paths['queries']} "
                          f"(first: {missing[0]!r})", "use the qrels and queries of the same BEIR set")
+    limit = limit_that_cut(limit, [len(judged)])  # a limit that keeps every query is no limit
     if limit is not None:
         judged = judged[:limit]
         qrels = {qid: qrels[qid] for qid in judged}
@@ -77,6 +78,7 @@ def load_beir_set(name: str, data_dir: str | Path | None = None, split: str = "t
                          "use the qrels and corpus of the same BEIR set (a judged document that cannot be "
                          "retrieved would silently lower every score)")
     doc_ids = list(corpus)
+    corpus_limit = limit_that_cut(corpus_limit, [len(doc_ids)])
     if corpus_limit is not None:
         wanted = {did for docs in qrels.values() for did in docs}
         head = set(doc_ids[:corpus_limit])

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minidecoder.errors import InputError, describe_unusable_file
+from minidecoder.evaluation.data_files import limit_that_cut, require_rows
 from minidecoder.sources.paths import sts_data_dir
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -169,8 +170,8 @@ def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTas
             s1s.append(" ".join(columns[0].split()))
             s2s.append(" ".join(columns[1].split()))
             gold.append(_gold(score, data_dir / gold_name, number))
-        subsets[subset] = _limited(StsSubset(subset, s1s, s2s, gold), limit)
-    return StsTask(name, "all", subsets, data_dir, files, limit)
+        subsets[subset] = StsSubset(subset, s1s, s2s, require_pairs(data_dir / gold_name, gold))
+    return _limited(StsTask(name, "all", subsets, data_dir, files), limit)
 
 
 def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -> tuple[list[str], list[str], list[float]]:
@@ -203,20 +204,32 @@ def load_sts_benchmark(split: str, data_dir: Path, limit: int | None = None) -> 
     name = "STSBenchmark" if split == "test" else f"STSBenchmark-{split}"
     relative = f"STSBenchmark/sts-{split}.csv"
     s1s, s2s, gold = _load_columns(data_dir / relative, skip_header=False, s1=5, s2=6, score=4)
-    return StsTask(name, split, {split: _limited(StsSubset(split, s1s, s2s, gold), limit)}, data_dir, [relative], limit)
+    gold = require_pairs(data_dir / relative, gold)
+    return _limited(StsTask(name, split, {split: StsSubset(split, s1s, s2s, gold)}, data_dir, [relative]), limit)
 
 
 def load_sick_relatedness(data_dir: Path, limit: int | None = None) -> StsTask:
     """SICK-R test: header line, sentences columns 1 and 2, relatedness column 3."""
     relative = "SICK/SICK_test_annotated.txt"
     s1s, s2s, gold = _load_columns(data_dir / relative, skip_header=True, s1=1, s2=2, score=3)
-    return StsTask("SICKRelatedness", "test", {"test": _limited(StsSubset("test", s1s, s2s, gold), limit)}, data_dir, [relative], limit)
+    gold = require_pairs(data_dir / relative, gold)
+    return _limited(StsTask("SICKRelatedness", "test", {"test": StsSubset("test", s1s, s2s, gold)}, data_dir, [relative]),
+                    limit)
 
 
-def _limited(subset: StsSubset, limit: int | None) -> StsSubset:
-    if limit is None:
-        return subset
-    return StsSubset(subset.name, subset.sentences1[:limit], subset.sentences2[:limit], subset.gold[:limit])
+def require_pairs(path: Path, gold: list[float]) -> list[float]:
+    """`gold` if the file gave pairs, else an InputError naming it (empty, a header alone, or no pair with gold)."""
+    require_rows(path, len(gold), "scored sentence pairs", "it is empty, a header alone, or has no gold score")
+    return gold
+
+
+def _limited(task: StsTask, limit: int | None) -> StsTask:
+    """The task with the first `limit` pairs of each subset, stamped with the limit only where it cut one."""
+    task.limit = limit_that_cut(limit, [len(subset.gold) for subset in task.subsets.values()])
+    if task.limit is not None:
+        task.subsets = {name: StsSubset(name, subset.sentences1[:limit], subset.sentences2[:limit], subset.gold[:limit])
+                        for name, subset in task.subsets.items()}
+    return task
 
 
 def load_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> StsTask:

@@ -50,6 +50,7 @@ import torch
 from tqdm import tqdm
 
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
+from minidecoder.evaluation.data_files import run_limit
 from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
 from minidecoder.evaluation.senteval_classifier import (KFOLD, ClassifierConfig, ProbeResult, dev_selected,
                                                         fits_needed, inner_kfold, kfold_then_test)
@@ -284,7 +285,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     results.update(
         avg=float(np.mean(scores)) if complete else None,
         avg_over=list(results["tasks"]) if complete else [],
-        limit=limit if not loaded else loaded[0].limit,
+        limit=limit if not loaded else run_limit(task.limit for task in loaded),
         skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
         texts=len({text for task in loaded for text in task.texts()}),  # distinct texts: a count needs no order
         encode_seconds=encode_seconds,

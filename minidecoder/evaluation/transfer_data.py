@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from minidecoder.errors import InputError, describe_unusable_file
+from minidecoder.evaluation.data_files import limit_that_cut, require_rows
 from minidecoder.sources.paths import senteval_data_dir
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -134,30 +135,34 @@ def _sorted(texts: list[str], labels: list[int], texts_b: list[str] | None = Non
 
 
 def load_binary(name: str, root: Path, limit: int | None) -> TransferTask:
-    texts, labels, skipped = [], [], {}
+    texts, labels, skipped, sizes = [], [], {}, []
     for label, relative in zip((1, 0), BINARY_FILES[name]):
         lines = _read(root / relative, "latin-1", splitlines=True)
         kept = [(number, line) for number, line in enumerate(lines, start=1) if line.split()]
+        sizes.append(require_rows(root / relative, len(kept), "sentences", "it is empty or blank"))
         if len(kept) < len(lines):
             skipped[relative] = [number for number, line in enumerate(lines, start=1) if not line.split()]
         kept = kept[:limit] if limit is not None else kept
         texts += [" ".join(line.split()) for _, line in kept]
         labels += [label] * len(kept)
     return TransferTask(name, "inner_kfold", ("0", "1"), {"all": _sorted(texts, labels)}, root,
-                        list(BINARY_FILES[name]), limit, skipped)
+                        list(BINARY_FILES[name]), limit_that_cut(limit, sizes), skipped)
 
 
-def _limited(lines: list[str], limit: int | None) -> list[str]:
+def _limited(lines: list[str], limit: int | None, path: Path, sizes: list[int]) -> list[str]:
+    """The rows a limit keeps; the file's size joins `sizes` (what `limit_that_cut` weighs), and a file with no
+    rows is an error naming it."""
+    sizes.append(require_rows(path, len(lines)))
     return lines if limit is None else lines[:limit]
 
 
 def load_sst2(root: Path, limit: int | None) -> TransferTask:
-    splits, files = {}, []
+    splits, files, sizes = {}, [], []
     for split in ("train", "dev", "test"):
         relative = f"SST/binary/sentiment-{split}"
         path = root / relative
         texts, labels = [], []
-        for number, line in enumerate(_limited(_read(path, "utf-8"), limit), start=1):
+        for number, line in enumerate(_limited(_read(path, "utf-8"), limit, path, sizes), start=1):
             columns = line.strip().split("\t")
             if len(columns) < 2:
                 raise InputError(f"SentEval data file {path} line {number} has no tab-separated label "
@@ -165,15 +170,15 @@ def load_sst2(root: Path, limit: int | None) -> TransferTask:
             texts.append(_text(columns[0], path, number))
             labels.append(_label(columns[1], ("0", "1"), path, number))
         splits[split], files = _sorted(texts, labels), files + [relative]
-    return TransferTask("SST2", "split", ("0", "1"), splits, root, files, limit)
+    return TransferTask("SST2", "split", ("0", "1"), splits, root, files, limit_that_cut(limit, sizes))
 
 
 def load_trec(root: Path, limit: int | None) -> TransferTask:
-    splits, files = {}, []
+    splits, files, sizes = {}, [], []
     for split, relative in (("train", "TREC/train_5500.label"), ("test", "TREC/TREC_10.label")):
         path = root / relative
         texts, labels = [], []
-        for number, line in enumerate(_limited(_read(path, "latin-1"), limit), start=1):
+        for number, line in enumerate(_limited(_read(path, "latin-1"), limit, path, sizes), start=1):
             target, colon, sample = line.strip().partition(":")
             fine, space, question = sample.partition(" ")
             if not colon or not space:
@@ -181,17 +186,21 @@ def load_trec(root: Path, limit: int | None) -> TransferTask:
             labels.append(_label(target, TREC_CLASSES, path, number))
             texts.append(_text(question, path, number))
         splits[split], files = _sorted(texts, labels), files + [relative]
-    return TransferTask("TREC", "kfold", TREC_CLASSES, splits, root, files, limit)
+    return TransferTask("TREC", "kfold", TREC_CLASSES, splits, root, files, limit_that_cut(limit, sizes))
 
 
 def load_mrpc(root: Path, limit: int | None) -> TransferTask:
-    splits, files = {}, []
+    splits, files, sizes = {}, [], []
     for split in ("train", "test"):
         relative = f"MRPC/msr_paraphrase_{split}.txt"
         path = root / relative
         first, second, labels = [], [], []
-        lines = _read(path, "utf-8")[1:]  # the header line (with a UTF-8 BOM)
-        for number, line in enumerate(_limited(lines, limit), start=2):
+        lines = _read(path, "utf-8")
+        if lines and not lines[0].lstrip("\ufeff").startswith("Quality\t"):  # SentEval skips line 1 unread
+            raise InputError(f"SentEval data file {path} line 1 is not MRPC's header (Quality<TAB>#1 ID<TAB>...): "
+                             f"{lines[0].strip()[:60]!r}; its first row would be skipped as one", FIX)
+        lines = lines[1:]
+        for number, line in enumerate(_limited(lines, limit, path, sizes), start=2):
             columns = line.strip().split("\t")
             if len(columns) < 5:
                 raise InputError(f"SentEval data file {path} line {number} has {len(columns)} tab-separated fields, "
@@ -200,7 +209,7 @@ def load_mrpc(root: Path, limit: int | None) -> TransferTask:
             first.append(_text(columns[3], path, number))
             second.append(_text(columns[4], path, number))
         splits[split], files = _sorted(first, labels, second), files + [relative]
-    return TransferTask("MRPC", "kfold", ("0", "1"), splits, root, files, limit)
+    return TransferTask("MRPC", "kfold", ("0", "1"), splits, root, files, limit_that_cut(limit, sizes))
 
 
 def load_transfer_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> TransferTask:

@@ -68,6 +68,11 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
     non-integer, an id outside the vocabulary or an empty prompt is an error saying what to pass instead."""
     one_call = "generate continues one prompt a call: call it once per prompt, e.g. " \
                "[minidecoder.generate(model, row) for row in prompts]"
+    vocab = model.config.vocab_size
+
+    def outside(token: int) -> InputError:
+        return InputError(f"token id {token} is outside the model's vocabulary of {vocab} ids (0..{vocab - 1})",
+                          "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
     if isinstance(input_ids, torch.Tensor):
         if input_ids.dim() > 2 or (input_ids.dim() == 2 and input_ids.shape[0] != 1):
             raise InputError(f"input_ids has shape {tuple(input_ids.shape)}: a batch of "
@@ -92,15 +97,16 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
             raise ArgumentTypeError(f"input_ids[{wrong}] is {input_ids[wrong]!r} ({type(input_ids[wrong]).__name__}); "
                                     "every entry must be an integer token id",
                                     "pass model.tokenizer.encode(text): a flat list of ints")
-        ids = torch.tensor([[int(x) for x in input_ids]], dtype=torch.long)
+        values = [int(x) for x in input_ids]
+        past = next((x for x in values if not 0 <= x < vocab), None)  # before a tensor: 2**70 fits no long
+        if past is not None:
+            raise outside(past)
+        ids = torch.tensor([values], dtype=torch.long)
     if ids.shape[1] == 0:
         raise InputError("the prompt has no tokens", "give a prompt that encodes to at least one token")
-    vocab = model.config.vocab_size
-    outside = ids[(ids < 0) | (ids >= vocab)]
-    if outside.numel():
-        raise InputError(f"token id {int(outside[0])} is outside the model's vocabulary of {vocab} ids "
-                         f"(0..{vocab - 1})",
-                         "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
+    past = ids[(ids < 0) | (ids >= vocab)]
+    if past.numel():
+        raise outside(int(past[0]))
     return ids.to(device=model.device, dtype=torch.long)
 
 

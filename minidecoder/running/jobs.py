@@ -129,7 +129,7 @@ def job_manifest(model, method, batch_size: int | None, truncate: int | None, ch
         "model": model_identity(model),
         "dtype": str(model.dtype).replace("torch.", ""),
         "device": model.device.type,
-        "fast_paths": _jsonable(dataclasses.asdict(fast_paths_of(model))),  # graphs' buckets round differently
+        "fast_paths": _jsonable(fast_paths_ran(model)),  # graphs' buckets round differently
         "method": _jsonable(method.describe()),
         "batch_size": batch_size,
         "truncate": truncate,
@@ -473,6 +473,15 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
             shutil.rmtree(work, ignore_errors=True)
 
 
+def fast_paths_ran(model) -> dict[str, Any]:
+    """The model's fast paths as they run on its device, for the manifest and the sidecar: graphs=True off CUDA
+    pads to buckets and reuses static buffers but captures nothing, so it is recorded as such, never as true."""
+    paths = dataclasses.asdict(fast_paths_of(model))
+    if paths["graphs"] and model.device.type != "cuda":
+        paths["graphs"] = f"buffers only (no CUDA graphs on {model.device.type})"
+    return paths
+
+
 def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
     """Resume `work` if its manifest matches, else refuse; True when this call created it."""
     path = work / "manifest.json"
@@ -484,7 +493,8 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
         if previous != manifest:
-            differences = _differences(previous, manifest) if isinstance(previous, dict) else ["the manifest is unreadable"]
+            differences = _named_differences(previous, manifest) if isinstance(previous, dict) \
+                else ["the manifest is unreadable"]
             raise InputError(
                 f"{work} holds an interrupted job with other settings, so it cannot be resumed: "
                 + "; ".join(differences),
@@ -506,6 +516,38 @@ def _clear_work(work: Path) -> None:
     for entry in work.iterdir():
         if entry.name != OWNER_FILE:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+# A manifest's fields in the words of the options that set them: a refusal names what the user can change
+# (`--opt layer was -1, now 2`), never a job field (`input.rows`, `method.layer`)
+MANIFEST_WORDS = {"version": "the job format (an earlier minidecoder kept it)", "model": "the model (--model)",
+                  "dtype": "--dtype", "device": "--device", "batch_size": "--batch-size", "truncate": "--truncate",
+                  "chunk_size": "the chunk size", "fast_paths": "the fast paths (--compile, --pack-weights, --graphs)",
+                  "input": "the texts to embed (the input file, or the flags that choose the data)"}
+
+
+def _named_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Every manifest field that differs, in `MANIFEST_WORDS`; the method's by --method and --opt."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(absent)"), new.get(key, "(absent)")
+        if a == b:
+            continue
+        if key == "method" and isinstance(a, dict) and isinstance(b, dict):
+            out += [("--method" if option == "method" else f"--opt {option}") + f" was {x!r}, now {y!r}"
+                    for option, x, y in ((o, a.get(o, "(absent)"), b.get(o, "(absent)")) for o in sorted(set(a) | set(b)))
+                    if x != y]
+        elif key not in MANIFEST_WORDS:
+            out += _differences({key: a}, {key: b})
+        elif isinstance(a, dict) and isinstance(b, dict):
+            if key == "input":  # checksums and counts of the texts: nothing a user would recognise
+                out.append(f"{MANIFEST_WORDS[key]} differs")
+            else:  # the model's files by name (`weights.model.safetensors.sha256`), the fast paths by option
+                verb = "differ" if key == "fast_paths" else "differs"
+                out.append(f"{MANIFEST_WORDS[key]} {verb} ({'; '.join(_differences(a, b))})")
+        else:
+            out.append(f"{MANIFEST_WORDS[key]} was {a!r}, now {b!r}")
+    return out
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -68,6 +68,11 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     if pack_weights:
         from minidecoder.fast.packed import pack_linear_weights
         pack_linear_weights(model)
+    if graphs and device.type != "cuda":  # accepted (the buffer bank runs, tests rely on it), never silently
+        import warnings
+        warnings.warn(f"graphs=True on {device}: no CUDA graphs run there; batches are padded to bucket shapes and "
+                      "reuse static buffers, which only slows a CPU run (outputs record graphs as buffers only); "
+                      "leave graphs off (no --graphs) off CUDA", stacklevel=2)
     from minidecoder.fast.options import FastPaths, fused_on
     model.fast_paths = FastPaths(compiled=bool(compile), packed=bool(pack_weights), graphs=bool(graphs),
                                  buckets=None if buckets is None else bool(buckets),

@@ -208,7 +208,7 @@ def test_5_a_resume_after_the_weights_changed_is_refused_naming_them(tiny_llama,
         run_embedding_job(minidecoder.load(folder, progress=False), "mean", source, tmp_path / "v.npy", chunk_size=2,
                           progress=stop_after_one)
     save_hf_model(build_hf_model("llama", seed=7), folder)  # same config and tokenizer, other weights
-    with pytest.raises(MinidecoderError, match=r"model\.weights\.model\.safetensors\.sha256 was"):
+    with pytest.raises(MinidecoderError, match=r"the model \(--model\) differs \(weights\.model\.safetensors\.sha256 was"):
         run_embedding_job(minidecoder.load(folder, progress=False), "mean", source, tmp_path / "v.npy", chunk_size=2)
 
 

@@ -168,7 +168,7 @@ def test_7_ctrl_c_in_a_sweep_keeps_finished_batches_and_the_same_command_resumes
 
     changed = [*argv[:-2], "--batch-size", "3", "--output", str(tmp_path / "rep")]  # other settings: refused
     code, err = cli(capsys, *changed)
-    assert code == 2 and "holds an interrupted job with other settings" in err and "batch_size was 4, now 3" in err
+    assert code == 2 and "with other settings" in err and "--batch-size was 4, now 3" in err
     assert len(list(work.glob("chunk-*.npy"))) == 2 and not (tmp_path / "rep.json").exists()
 
     real, calls = sweep.sweep_points, []

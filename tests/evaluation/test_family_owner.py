@@ -67,7 +67,8 @@ def test_eval_sts_and_sts_long_refuse_each_others_kept_work(tiny_llama, tmp_path
     assert code == 2 and "`minidecoder eval sts-long`" in err and NO_MODEL not in err, err
     assert sorted(work.rglob("chunk-*.npy")) == kept
     code, err = cli(capsys, *long, "--limit", "1000", "--model", NO_MODEL)  # its own, with another input flag
-    assert code == 2 and "--limit was None, now 1000" in err and NO_MODEL not in err, err
+    # every difference named by its flag, before the model loads (a load would fail on NO_MODEL instead)
+    assert code == 2 and "--limit was None, now 1000" in err and f"--model was {str(tiny_llama)!r}, now {NO_MODEL!r}" in err, err
     assert cli(capsys, *long, *model)[0] == 0
     assert json.loads((tmp_path / "x.json").read_text())["results"]["embedding"]["chunks_reused"] == 1
     assert not work.exists()  # the kept work goes once the report is written

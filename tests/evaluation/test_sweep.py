@@ -149,7 +149,7 @@ def test_kept_batches_resume_to_the_same_scores_and_cost(tiny, data: Path, tmp_p
         with pytest.raises(InputError, match="other settings") as refused:
             sweep_sts(tiny, method, **{"axes": axes, "batch_size": BATCH, **other}, data_dir=data, progress=False,
                       work=work)
-        assert ("batch_size was 4, now 3" if "batch_size" in other else "axes.alpha was [0.5, 2.0], now [0.5]") \
+        assert ("--batch-size was 4, now 3" if "batch_size" in other else "axes.alpha was [0.5, 2.0], now [0.5]") \
             in str(refused.value)
     assert len(list(work.glob("chunk-*.npy"))) == 1
 

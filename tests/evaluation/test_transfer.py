@@ -462,11 +462,11 @@ def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Pa
     root = write_folder(tmp_path / "data")
     prefix = tmp_path / "out" / "run"
     status = run_cli(["eval", "transfer", "--model", "tiny", "--method", "prompteol", "--data", str(root),
-                      "--tasks", "SST2,MR,TREC", "--limit", "60", "--output", str(prefix), "--no-progress"])
+                      "--tasks", "SST2,MR,TREC", "--limit", "59", "--output", str(prefix), "--no-progress"])
     assert status == 0
     saved = json.loads(prefix.with_suffix(".json").read_text())
     stamp, results = saved["stamp"], saved["results"]
-    assert stamp["limit"] == 60 and stamp["tasks"] == ["SST2", "MR", "TREC"] and "tenacity: 5" in stamp["protocol"]
+    assert stamp["limit"] == 59 and stamp["tasks"] == ["SST2", "MR", "TREC"] and "tenacity: 5" in stamp["protocol"]
     assert stamp["skipped_blank_lines"] == {"MR/rt-polarity.pos": [2]}
     assert stamp["truncation"]["truncate"] is None and "TREC/TREC_10.label" in stamp["data_sha256"]
     assert set(results["tasks"]) == {"SST2", "MR", "TREC"}

@@ -116,3 +116,27 @@ def test_bench_dispatches_cuda_to_bench_gpu() -> None:
     assert handed_over.returncode == 0 and "--shape" in handed_over.stdout and "--tokenizer" in handed_over.stdout
     cpu = run(["tools/bench.py", "--device", "cpu", "--help"], timeout=120)
     assert cpu.returncode == 0 and "--shape" not in cpu.stdout and "--worker" not in cpu.stdout
+
+
+@pytest.mark.parametrize(("argv", "measured"), [
+    (["--case", "docs", "--methods", "docs:ref,docs:mean"], ["float32"]),  # float32 configurations only
+    (["--case", "sts", "--dtype", "float32", "--methods", "md:prompteol,md:prompteol@bf16"], ["float32"]),
+    (["--case", "sts", "--methods", "md:prompteol,md:prompteol@bf16"], ["bfloat16", "float32"]),
+])
+def test_bench_measures_the_matmul_peak_of_the_dtypes_it_runs_only(monkeypatch: pytest.MonkeyPatch, capsys,
+                                                                   argv: list[str], measured: list[str]) -> None:
+    """A bfloat16 matmul on a CPU without AVX-512 BF16 takes over a minute a measurement: a float32 benchmark never
+    makes one (tools/bench.py measures the peak at the start and the end of a run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "tools" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    peaks: list[str] = []
+    monkeypatch.setattr(bench, "matmul_peak", lambda dtype, *a, **k: peaks.append(str(dtype).removeprefix("torch.")) or 100.0)
+    monkeypatch.setattr(bench, "run_config", lambda name, *a: {  # a worker's record, without the worker
+        "seconds": 1.0, "n": 2, "tokens": 20, "flops": 1e9, "effective_flops": 1e9, "dtype": bench.CONFIGS[name][1],
+        "peak_delta_mb": 1.0, "maxrss_mb": 2.0, "spearman": 50.0, "blocks": 1})
+    bench.main([*argv, "--repeat", "1", "--model", "unused"])
+    assert peaks == measured * 2  # at the start and at the end of the run
+    assert "matmul 2048^2 GFLOP/s" in capsys.readouterr().out

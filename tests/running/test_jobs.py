@@ -118,20 +118,20 @@ def test_interrupted_job_resumes_and_refuses_other_settings(model, tmp_path: Pat
 
     with pytest.raises(InputError) as refused:
         run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4, layer=2)
-    assert "method.layer was -1, now 2" in refused.value.problem and "delete" in refused.value.fix
-    with pytest.raises(InputError, match="chunk_size was 10, now 5"):
+    assert "--opt layer was -1, now 2" in refused.value.problem and "delete" in refused.value.fix
+    with pytest.raises(InputError, match="the chunk size was 10, now 5"):
         run_embedding_job(model, "mean", source, output, chunk_size=5, batch_size=4)
-    with pytest.raises(InputError, match="batch_size was 4, now 8"):
+    with pytest.raises(InputError, match="--batch-size was 4, now 8"):
         run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=8)
     plain = model.fast_paths  # padded buckets round differently: chunks of both must never mix
     try:
         model.fast_paths = dataclasses.replace(plain, buckets=True)
-        with pytest.raises(InputError, match="fast_paths.buckets was None, now True"):
+        with pytest.raises(InputError, match=r"the fast paths \(--compile, --pack-weights, --graphs\) differ.*buckets was None, now True"):
             run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
     finally:
         model.fast_paths = plain
     write_lines(source, 30, start=1)  # same length, other content
-    with pytest.raises(InputError, match=r"input\.sha256 was"):
+    with pytest.raises(InputError, match=r"the texts to embed \(the input file, or the flags that choose the data\) differs"):
         run_embedding_job(model, "mean", source, output, chunk_size=10, batch_size=4)
     write_lines(source, 30)
 
