@@ -287,8 +287,11 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
 
     layer_types, sliding_window = _layer_types(raw, model_type, num_layers)
     attention_bias = bool(raw.get("attention_bias", False))
-    attn_scale = (float(raw.get("query_pre_attn_scalar", 256 if is_gemma else head_dim)) ** -0.5
-                  if is_gemma else head_dim ** -0.5)
+    scalar = float(raw.get("query_pre_attn_scalar", 256 if is_gemma else head_dim)) if is_gemma else head_dim
+    if not scalar > 0:  # a negative one has a complex square root: refused by name, not by a TypeError later
+        raise ConfigError(f"query_pre_attn_scalar is {scalar!r}; the attention scale is its inverse square root, so it "
+                          "must be a positive number", "fix query_pre_attn_scalar in config.json (Gemma 2 uses 256)")
+    attn_scale = scalar ** -0.5
     return ModelConfig(
         model_type=model_type,
         vocab_size=get("vocab_size"),

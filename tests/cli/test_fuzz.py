@@ -143,3 +143,10 @@ def test_encode_prompts_any_unicode_any_template(tokenizer: Tokenizer, template:
         for start, end in spans:
             assert 0 <= start <= end <= T
             assert bool(batch.attention_mask[row, start:end].all())  # a text span never covers padding
+
+
+@pytest.mark.parametrize("scalar", [-1, 0])
+def test_a_query_pre_attn_scalar_that_is_not_positive_is_named(scalar) -> None:
+    """A negative one made the scale complex and math.isfinite raised a TypeError (a hypothesis find)."""
+    with pytest.raises(MinidecoderError, match="query_pre_attn_scalar is"):
+        parse_config({**GEMMA2, "query_pre_attn_scalar": scalar})
