@@ -62,6 +62,12 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     for name, r in methods.items():
         assert "error" not in r and r["seconds"] > 0 and r["work_ratio"] > 0, (name, r)
     assert methods["prompteol"]["work_ratio"] == 1.0
+    # judged on the work each call ran: PromptEOL's template ran once per batch through the prefix cache, so it
+    # ran less than every row's template counted in full; mean shares no prefix and ran exactly that
+    assert methods["prompteol"]["work"]["flops_as_run"] < methods["prompteol"]["work"]["flops"]
+    assert methods["mean"]["work"]["flops_as_run"] == pytest.approx(methods["mean"]["work"]["flops"], rel=1e-9)
+    for name, r in methods.items():
+        assert r["work_ratio"] == pytest.approx(r["work"]["flops_as_run"] / methods["prompteol"]["work"]["flops_as_run"])
     assert methods["metaeol"]["work"]["passes_per_batch"] == 8  # eight prompts, each its own forward
     assert methods["cp"]["work"]["passes_per_batch"] == 2  # the auxiliary pass, then the steered one
 
@@ -72,7 +78,7 @@ def test_cpu_run_fills_every_section(smollm2: Path, tmp_path: Path) -> None:
     assert gen["minidecoder.generate static=True"]["decode_steps_made"] == 1
 
     targets = data["targets"]
-    assert targets["applies"] is False and len(targets["rows"]) == 7
+    assert targets["applies"] is False and len(targets["rows"]) == 6
     assert [r["met"] for r in targets["rows"][-2:]] == [None, None]  # GPU busy and sync need CUDA
     assert "## Targets" in result.stdout
 
