@@ -1,12 +1,16 @@
 """One durable writer: only `minidecoder/output_files.py` renames, syncs, links or locks a file, and only it
 reads a file to hash it. A second copy of the mechanism (a module's own temporary file and `os.replace`)
-is how a write that skips the flush, or leaves half a file behind, gets in.
+is how a write that skips the flush, or leaves half a file behind, gets in. And what it publishes is on
+the disk before it is named.
 """
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
+import numpy as np
+import pytest
 from repo_paths import REPO
 
 PACKAGE = REPO / "minidecoder"
@@ -74,3 +78,47 @@ def test_the_scans_find_what_they_look_for() -> None:
     assert {line.rsplit(" ", 1)[1] for line in durable_calls(WRITER)} >= {"os.replace", "os.link", "os.fsync",
                                                                           "fcntl.flock"}
     assert [line.rsplit(" ", 1)[1] for line in file_hashing(WRITER)] == ["sha256_files"]
+
+
+@pytest.fixture
+def unsynced_names(monkeypatch) -> list[str]:
+    """Every file or folder given a name (rename or hard link) before its bytes were synced to the disk."""
+    synced: set[int] = set()
+    found: list[str] = []
+    fsync, replace, link = os.fsync, os.replace, os.link
+
+    def recording_fsync(handle: int) -> None:
+        synced.add(os.fstat(handle).st_ino)
+        fsync(handle)
+
+    def checked(name):
+        def publish(source, target, *args, **kwargs):
+            entries = [Path(source), *Path(source).rglob("*")] if Path(source).is_dir() else [Path(source)]
+            found.extend(str(entry) for entry in entries if entry.stat().st_ino not in synced)
+            return name(source, target, *args, **kwargs)
+        return publish
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", checked(replace))
+    monkeypatch.setattr(os, "link", checked(link))
+    return found
+
+
+def test_what_is_published_is_on_the_disk_before_it_is_named(tmp_path, unsynced_names) -> None:
+    """A rename can reach the disk before the data it names: a power cut then leaves a complete-looking empty
+    file. So every publish syncs first: a writer that syncs nothing itself (a figure's `savefig(tmp)`), a
+    run's output, kept work, and a converted folder with its files."""
+    from minidecoder.output_files import staging, swap_into_place, write_chunk, write_file, write_whole
+
+    write_file(tmp_path / "figure.png", lambda tmp: tmp.write_bytes(b"a figure"))
+    write_whole(tmp_path / "run.json", b"{}")
+    write_chunk(tmp_path / "chunk-000000.npy", np.zeros((2, 3), np.float32),
+                tmp_path / "chunk-000000.json", {"rows": 2})
+    target = tmp_path / "converted"
+    with staging(target, folder=True) as partial:
+        (partial / "config.json").write_text("{}")
+        (partial / "model.safetensors").write_bytes(b"weights")
+        swap_into_place(partial, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunk-000000.json", "chunk-000000.npy", "converted",
+                                                          "figure.png", "run.json"]
+    assert not unsynced_names, unsynced_names
