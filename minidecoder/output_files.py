@@ -1,4 +1,4 @@
-"""The one durable writer: every file minidecoder writes is whole or absent, never half written.
+"""The one durable writer: every file minidecoder publishes is whole or absent, never half written.
 
     a run's outputs         claim_outputs, write_whole, write_streamed, write_file -> publish
     kept work               write_kept, write_chunk     (files in a work folder its run already guards)
@@ -6,7 +6,7 @@
     checksums               sha256_file, sha256_files, Sha256Reader
 
 Every write follows the same three steps: the bytes go to a temporary name beside the target (the same
-folder, so the same file system, where a rename is atomic); they are flushed to the disk (`_sync`),
+folder, or the run's work folder: the same file system, where a rename is atomic); they are flushed to the disk (`_sync`),
 because a rename can reach the disk before the data it names, and a power cut would then leave a
 complete-looking empty file; only then is the name given (a rename, or a hard link that refuses to
 replace). A failed write removes its temporary file, so a killed or full-disk write leaves the old file
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -450,8 +451,6 @@ def swap_into_place(partial: Path, target: Path) -> None:
 def remove_stale_partials(target: Path, legacy: tuple[str, ...] = ()) -> list[Path]:
     """Remove every temporary copy of `target` whose writer is dead (its lock is free); returns them.
     `legacy`: more name patterns ("{name}" is the target's name) that older versions used."""
-    import glob
-
     removed = []
     for pattern in (_PARTIAL, _OLD) + legacy:
         prefix = pattern.format(name=glob.escape(target.name))
