@@ -220,3 +220,36 @@ class Plain(Method):
 def test_bad_contexts_are_input_errors_naming_the_way_out(tiny, call, words: str) -> None:
     with pytest.raises(InputError, match=words):
         call(tiny[0])
+
+
+def test_one_embedding_job_carries_each_rows_context(tiny, tmp_path) -> None:
+    """A .jsonl row's "context" is the row's (context, text) pair; `context=` gives every row one (a .txt)."""
+    import json
+
+    import numpy as np
+
+    from minidecoder.running.jobs import load_metadata, run_embedding_job
+
+    model, _, _ = tiny
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": t, **({"context": c} if c else {})}) + "\n"
+                            for t, c in zip(TEXTS, CONTEXTS)), encoding="utf-8")
+    run_embedding_job(model, "mean", rows, tmp_path / "rows.npy", chunk_size=2)
+    want = minidecoder.embed(model, TEXTS, "mean", context=CONTEXTS)
+    assert_close(torch.from_numpy(np.load(tmp_path / "rows.npy")), want, atol=ATOL, rtol=RTOL)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    run_embedding_job(model, "mean", lines, tmp_path / "lines.npy", context="Retrieve documents:")
+    want = minidecoder.embed(model, TEXTS, "mean", context="Retrieve documents:")
+    assert_close(torch.from_numpy(np.load(tmp_path / "lines.npy")), want, atol=ATOL, rtol=RTOL)
+    assert load_metadata(tmp_path / "lines.npy")["context"] == "Retrieve documents:"
+    rows.write_text(json.dumps({"text": "a", "context": " "}) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 1 is whitespace-only"):
+        run_embedding_job(model, "mean", rows, tmp_path / "bad.npy")
+
+
+def test_the_sentence_encoder_takes_a_context(tiny) -> None:
+    model, _, _ = tiny
+    encoder = minidecoder.SentenceEncoder(model, "mean")
+    got = encoder.encode(TEXTS, context=CONTEXTS, convert_to_tensor=True)
+    assert torch.equal(got, minidecoder.embed(model, TEXTS, "mean", context=CONTEXTS))
