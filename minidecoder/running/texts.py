@@ -76,3 +76,20 @@ def check_context(context: object, where: str) -> str:
                          "give it some text, or '' (or None) for no context")
     check_text(context, f"the context of {where}")
     return context
+
+
+PLACEMENTS = ("context", "pooled")  # where an instruction goes: unpooled context, or joined to the text
+
+
+def with_instruction(texts: list[str], instruction: str | None, placement: str = "context") -> list:
+    """The texts as embedded under an instruction: (instruction, text) pairs, the instruction read as unpooled
+    context (HTP's code, `embed_mask = 0`), or with placement "pooled" the joined string "{instruct} {text}"
+    (pooled with the text, as this project first did); the texts unchanged without an instruction."""
+    if placement not in PLACEMENTS:
+        raise InputError(f"instruction placement {placement!r} is unknown",
+                         "use 'context' (read, never pooled: the default) or 'pooled' (joined to the text)")
+    if not instruction:
+        return list(texts)
+    if placement == "pooled":
+        return [f"{instruction} {text}" for text in texts]
+    return [(instruction, text) for text in texts]
