@@ -44,6 +44,11 @@ Reference code (snap-research/HTP, commit f018c92b), read for every convention:
   Which tokens those spaces become is tokenizer-specific (on SentencePiece tokenizers a lone " " may
   be a "▁" token; the end of a non-final block is then also a space token, since the space before the
   next `<PST>` stays with the block) -- unverified offline for Mistral-7B.
+A text's context (an instruction; `minidecoder.embed(..., context=)`) is what the reference writes as a
+template piece with `embed_mask = 0` (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`, HTP Appendix
+C): here a piece of its own after the BOS, before the template and the `<B-PST>`s, never split into a block,
+never pooled (`encode_htp`).
+
 Paper vs code: the README says PSTs sit at the end of each sentence, the code puts them before; the
 released code has no Gemma2 model file (its Gemma file is Gemma v1), so HTP on Gemma2/3 is new here.
 
