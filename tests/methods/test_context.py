@@ -95,14 +95,15 @@ def test_mean_over_all_tokens_leaves_the_context_out(tiny) -> None:
     ("echo", dict(template=ECHO, pooling="last"), ECHO),
     ("prompteol", dict(senteval_text=False), 'This sentence : "{text}" means in one word:"'),
 ])
-def test_one_token_readouts_read_the_context_before_the_template(tiny, method, options, template) -> None:
+@pytest.mark.parametrize("contexts", [CONTEXTS, ["Retrieve documents:"] * 3])  # one shared: a prefix run once
+def test_one_token_readouts_read_the_context_before_the_template(tiny, method, options, template, contexts) -> None:
     model, folder, _ = tiny
     expected = []
-    for text, context in zip(TEXTS, CONTEXTS):
+    for text, context in zip(TEXTS, contexts):
         ids, copies, _ = plain_rows(model, folder, template, text, context)
         row = copies[-1][-1] if method == "echo" else ids.shape[1] - 1
         expected.append(plain_hidden(model, ids, -1)[row])
-    assert_close(minidecoder.embed(model, TEXTS, method, context=CONTEXTS, **options), torch.stack(expected),
+    assert_close(minidecoder.embed(model, TEXTS, method, context=contexts, **options), torch.stack(expected),
                  atol=ATOL, rtol=RTOL)
 
 
