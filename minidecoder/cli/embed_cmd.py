@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)
     if args.context is not None:
-        check_context(args.context, "--context")
+        check_context(args.context, "every text (--context)")
         if not method.takes_context:
             raise InputError(f"--context: method {method.name!r} takes no context", "leave --context out")
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads

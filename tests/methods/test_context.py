@@ -254,3 +254,21 @@ def test_the_sentence_encoder_takes_a_context(tiny) -> None:
     encoder = minidecoder.SentenceEncoder(model, "mean")
     got = encoder.encode(TEXTS, context=CONTEXTS, convert_to_tensor=True)
     assert torch.equal(got, minidecoder.embed(model, TEXTS, "mean", context=CONTEXTS))
+
+
+def test_the_embed_command_takes_a_context(tiny, tmp_path, capsys) -> None:
+    import numpy as np
+
+    from minidecoder.cli import main
+
+    model, folder, _ = tiny
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+    out = tmp_path / "out.npy"
+    assert main(["embed", "--model", str(folder), "--method", "mean", "--input", str(lines), "--output", str(out),
+                 "--context", "Retrieve documents:", "--no-progress"]) == 0
+    want = minidecoder.embed(model, TEXTS, "mean", context="Retrieve documents:")
+    assert_close(torch.from_numpy(np.load(out)), want, atol=ATOL, rtol=RTOL)
+    assert main(["embed", "--model", str(folder), "--method", "mean", "--input", str(lines), "--output",
+                 str(tmp_path / "bad.npy"), "--context", " "]) == 2
+    assert "(--context) is whitespace-only" in capsys.readouterr().err
