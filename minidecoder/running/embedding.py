@@ -73,14 +73,14 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     _check_context(model, method, texts, lengths)
-    if contexts is not None:  # batches are planned on context + text (a repeating method over-counts: safe)
-        lengths = [n + len(ids) + 1 for n, ids in
-                   zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    planned = lengths  # batches are planned on context + text (a repeating method over-counts a context: safe)
+    if contexts is not None:
+        planned = [n + len(ids) + 1 for n, ids in zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
+    order = sorted(range(len(texts)), key=lambda i: planned[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
     length = forward_length(model, method)
     prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
-    batches = plan_batches(order, lengths, batch_size, memory.token_budget(model, free),
+    batches = plan_batches(order, planned, batch_size, memory.token_budget(model, free),
                            lambda n: length.per_row(n, prefix_once))
 
     def refuse_nonfinite(row: int) -> None:
@@ -94,8 +94,8 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            longest = math.ceil(length(max(lengths[i] for i in batch)))
-            for index in memory.split_for_memory(model, batch, [lengths[i] for i in batch], longest, free):
+            longest = math.ceil(length(max(planned[i] for i in batch)))
+            for index in memory.split_for_memory(model, batch, [planned[i] for i in batch], longest, free):
                 results.add(index, _run_batch(model, method, texts, index, lengths, contexts))
                 if bar is not None:
                     bar.update(len(index))
@@ -248,7 +248,8 @@ def _run_batch(model, method: Method, texts: list[str], index: list[int], length
     except ContextLengthError as error:
         row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
         raise ContextLengthError(
-            f"text {row} is {lengths[row]} tokens; with {why_longer(model, method)} ({error.length - lengths[row]} "
+            f"text {row} is {lengths[row]} tokens; with {'its context, ' if contexts and contexts[row] else ''}"
+            f"{why_longer(model, method)} ({error.length - lengths[row]} "
             f"more) that is {error.length}, longer than the model's context of {error.limit} tokens",
             _truncate_fix(model, method, texts[row], "each text"), length=error.length, limit=error.limit) from None
 
