@@ -23,8 +23,11 @@ __all__ = ["load", "embed", "explain", "generate", "SentenceEncoder", "Decoder",
 
 def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol", batch_size: int | None = None,
           progress: bool = False, truncate: int | None = None, report: dict | None = None,
-          **options) -> torch.Tensor:
+          context: str | list[str] | None = None, **options) -> torch.Tensor:
     """Sentence embeddings (N, hidden) float32 for `texts` with a method name or method object.
+
+    context: text the model reads before each text but no pooling touches (an instruction): one string for
+    every text, or a list with one per text ("" for none); a text may also be given as a (context, text) pair.
 
     batch_size: sentences per batch; None (the default, as `encode` and the CLI) fills each batch up to the
     device's token budget (minidecoder.running.embedding).
@@ -34,7 +37,7 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     """
     from minidecoder.running.embedding import embed as _embed
     return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,
-                  **options)
+                  context=context, **options)
 
 
 def explain(model: Decoder, text: str, method: "str | object" = "tp", truncate: int | None = None, **options):

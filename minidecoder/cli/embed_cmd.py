@@ -5,7 +5,8 @@
     minidecoder embed --method mean --opt layer=12 --opt over=all --input rows.jsonl --output rows.safetensors
 
 Input: a text file with one sentence per line (UTF-8; lines end at \\n, \\r\\n or \\r; a final line end is
-not a row), or JSON Lines (`.jsonl` / `.ndjson`) with `{"text": ...}` per line. Output by suffix: `.npy`
+not a row), or JSON Lines (`.jsonl` / `.ndjson`) with `{"text": ...}` per line, and optionally `"context": ...`: text the
+model reads before the row's text but no pooling touches (an instruction; `--context` gives every row one). Output by suffix: `.npy`
 (float32 (N, E), with its metadata in NAME.npy.json) or `.safetensors` (tensor `embeddings`, plus the
 method, model and options as metadata). The output (and sidecar) is locked from before the model loads
 until it is written, and never replaced without `--overwrite`. `--opt key=value` values are read as JSON
@@ -45,6 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="a method option (listed below); repeat for more")
     parser.add_argument("--input", required=True, metavar="FILE", help="one sentence per line, or .jsonl with {\"text\": ...}")
     parser.add_argument("--output", required=True, metavar="FILE", help=".npy or .safetensors")
+    parser.add_argument("--context", default=None, metavar="TEXT",
+                        help="read by the model before every text, never pooled (an instruction); a .jsonl row's "
+                             "own \"context\" field does the same for that row")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per forward pass (default: each batch filled up to the device's token budget)")
     parser.add_argument("--chunk-size", type=int, default=None, metavar="ROWS",
@@ -95,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     # everything that can fail cheaply fails before the model loads
     from minidecoder.output_files import check_not_inputs
     from minidecoder.running.jobs import job_outputs, scan_input
+    from minidecoder.running.texts import check_context
 
     check_sizes(args)
     if args.chunk_size is not None and args.chunk_size < 1:
@@ -106,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
     check_not_inputs(job_outputs(output), [Path(args.input)])  # before "exists, pass --overwrite"
     check_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)
+    if args.context is not None:
+        check_context(args.context, "every text (--context)")
+        if not method.takes_context:
+            raise InputError(f"--context: method {method.name!r} takes no context", "leave --context out")
     scan_input(Path(args.input))  # every line checked, streamed, before the model loads
     with claim_cli_outputs(args, job_outputs(output), [Path(args.input)]):  # another run on them: named now
         return _embed(args, method, output)
@@ -119,8 +128,8 @@ def _embed(args: argparse.Namespace, method, output: Path) -> int:
     # Streamed in chunks beside the output; an interrupted run resumes when the same command is rerun.
     summary = run_embedding_job(
         model, method, args.input, output, overwrite=args.overwrite, batch_size=args.batch_size,
-        progress=not args.no_progress, truncate=args.truncate, wait=args.wait, **_chunking(args),
-        extra_metadata=_command_metadata(args))
+        progress=not args.no_progress, truncate=args.truncate, wait=args.wait, context=args.context,
+        **_chunking(args), extra_metadata=_command_metadata(args))
     print(f"wrote {summary['rows']} x {summary['dim']} float32 embeddings ({method.name}) to {output}"
           + (f" (resumed: {summary['chunks_reused']} chunks reused)" if summary["chunks_reused"] else ""))
     return 0
@@ -134,6 +143,9 @@ def _embed_sharded(args: argparse.Namespace, output: Path) -> int:
     from minidecoder.running import distributed
     from minidecoder.running.jobs import job_outputs, scan_input
 
+    if args.context is not None:  # the shards' manifests do not record one yet: refused, never dropped
+        raise InputError("--context is not taken under torchrun yet",
+                         "give each row its context in a .jsonl input's \"context\" field, which every rank reads")
     distributed.check_sharded_output(output, args.overwrite)
     method = build_cli_method(args.method, args.opt)
     scan_input(Path(args.input))
@@ -179,7 +191,7 @@ def _argv(args: argparse.Namespace) -> list[str]:
     for flag, value in [("--model", args.model), ("--method", args.method), ("--input", args.input),
                         ("--output", args.output), ("--dtype", args.dtype), ("--device", args.device),
                         ("--batch-size", args.batch_size), ("--chunk-size", args.chunk_size),
-                        ("--truncate", args.truncate)]:
+                        ("--truncate", args.truncate), ("--context", args.context)]:
         if value is not None:
             out += [flag, str(value)]
     for pair in args.opt:

@@ -5,14 +5,16 @@
 Banking77 and Emotion from their original files, scored by the installed mteb's own task classes and
 evaluator (logistic regression on per-label train samples, n_experiments repeats, mteb's seed): accuracy
 x100, mean over the experiments, with a 95% bootstrap interval over test items. Texts take HTP Table 11's
-instruction as "{instruct} {text}" for mean, last, echo and htp (--instruction). Resumable: the same
+instruction for mean, last, echo, htp and reba (--instruction), read as unpooled context (--instruction-placement
+pooled joins it as "{instruct} {text}"). Resumable: the same
 command (same --output) resumes from the chunks an interrupted run kept.
 """
 from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for, limited_note,
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for,
+                                            instructions_line, limited_note,
                                             markdown_report, parse_names)
 
 
@@ -39,15 +41,16 @@ def _instruction(args: argparse.Namespace, data) -> str | None:
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     from minidecoder.evaluation.classification import texts_needed
 
-    return [text for data in loaded for text in texts_needed(data, _instruction(args, data))]
+    return [text for data in loaded
+            for text in texts_needed(data, _instruction(args, data), args.instruction_placement)]
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.classification import evaluate_classification
     from minidecoder.evaluation.data_files import run_limit
 
-    tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False)
-             for data in loaded}
+    tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False,
+                                                placement=args.instruction_placement) for data in loaded}
     for result in tasks.values():
         result.pop("data_dir"), result.pop("data_files")
     return {"tasks": tasks, "limit": run_limit(data.limit for data in loaded), "data_dir": str(loaded[0].data_dir),
@@ -70,9 +73,9 @@ def markdown(results: dict, stamp: dict) -> str:
     about = ("Accuracy x100 by the installed mteb's classification evaluator (its task classes and defaults; "
              "classifier " + ", ".join(sorted({r['classifier'] for r in results['tasks'].values()})) + "), mean over "
              "the experiments; [95% bootstrap interval over test items]. "
-             'Instructions, joined to each text as "{instruct} {text}": '
-             + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["tasks"].items()) + ".")
+             + instructions_line(results["tasks"]) + ".")
     return markdown_report("Classification (MTEB)", about, table(results), stamp)
 
 
-FAMILY = Family("classification", read, texts, evaluate, table, markdown, ("--tasks", "--limit", "--instruction"))
+FAMILY = Family("classification", read, texts, evaluate, table, markdown, ("--tasks", "--limit", "--instruction",
+                                                                           "--instruction-placement"))

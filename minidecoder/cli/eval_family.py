@@ -35,13 +35,12 @@ from minidecoder.cli.common import (add_model_options, add_output_options, build
                                     resume_settings)
 from minidecoder.errors import Interrupted
 
-# Methods that take a task's instruction as "{instruct} {text}" (docs/spec.md section 11, HTP Appendix B: Vanilla
-# Mean, Vanilla Last, Echo Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt
-# on both sides and take none unless --instruction names one. The instruction is joined to the text, as the
-# spec writes it, so it is part of what mean and Echo pool and of HTP's first sentence block; HTP's reference
-# code puts it in the template instead (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`), outside the
-# blocks and the pooled rows. Doing that here needs one method per task (a template per instruction), which
-# the one embedding job of a run does not allow; the difference is stated in the reports' instruction line.
+# Methods that take a task's instruction (docs/spec.md section 11, HTP Appendix B: Vanilla Mean, Vanilla Last, Echo
+# Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt on both sides and take none
+# unless --instruction names one. By default the instruction is each text's unpooled context, as HTP's code
+# puts it in the template (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`, `embed_mask = 0`): read,
+# never pooled, never a sentence block; the one embedding job carries each text's own. --instruction-placement
+# pooled joins it to the text instead ("{instruct} {text}", pooled with it), as this project first did.
 INSTRUCT_METHODS = ("mean", "last", "echo", "htp", "reba")
 
 
@@ -99,6 +98,10 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
                                  "(default) gives the task's HTP instruction to " + ", ".join(INSTRUCT_METHODS) +
                                  " and none to the prompt methods; 'none' gives none; any other text is used for "
                                  "every task")
+        parser.add_argument("--instruction-placement", default="context", choices=["context", "pooled"],
+                            help="context (default): the instruction is read by the model before the text and "
+                                 "never pooled (HTP's code); pooled: joined to the text as '{instruct} {text}' "
+                                 "and pooled with it (the earlier behaviour, an ablation)")
     parser.add_argument("--truncate", type=int, default=truncate, metavar="N",
                         help="keep the first N tokens of each text before the method's prompt "
                              + (f"(default {truncate}, as HTP did; every cut is counted in the report)" if truncate
@@ -117,6 +120,14 @@ def instruction_for(args: argparse.Namespace, task_instruction: str | None) -> s
     if args.instruction == "auto":
         return task_instruction if args.method in INSTRUCT_METHODS else None
     return None if args.instruction == "none" else args.instruction
+
+
+def instructions_line(results: dict) -> str:
+    """The reports' words for each task's instruction and where it went (unpooled context, or pooled)."""
+    placed = {"context": "read as unpooled context", "pooled": 'joined as "{instruct} {text}" and pooled'}
+    return "Instructions: " + "; ".join(
+        f"{name}: {r['instruction']!r}" + (f" ({placed[r['instruction_placement']]})" if r.get("instruction") else "")
+        for name, r in results.items())
 
 
 def parse_names(text: str | None, known: Sequence[str], flag: str = "--tasks",
@@ -197,7 +208,8 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
                               _embedding_interrupted(work, args, prefix)) from stop
         results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
         metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
-                    **({"instruction": args.instruction} if hasattr(args, "instruction") else {}),
+                    **({"instruction": args.instruction, "instruction_placement": args.instruction_placement}
+                       if hasattr(args, "instruction") else {}),
                     **family.stamp(loaded, args), "command": command}
         table = family.table(results)
         json_path, md_path = write_or_rescue(
@@ -270,7 +282,7 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
 
 def argv_of(args: argparse.Namespace, flags: Sequence[str] = ("model", "method", "tasks", "sets", "split", "data",
                                                             "limit", "corpus_limit", "lengths", "instruction",
-                                                            "truncate", "dtype", "device", "batch_size")) -> list[str]:
+                                                            "instruction_placement", "truncate", "dtype", "device", "batch_size")) -> list[str]:
     """The options as given, for the stamp (re-runnable)."""
     out = []
     for name in flags:

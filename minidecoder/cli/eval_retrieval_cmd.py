@@ -4,16 +4,16 @@
 
 nDCG@10 x100 (headline), MAP@100 and recall@100/1000 by pytrec_eval over the judged test queries, exact
 cosine search over the whole corpus (minidecoder.evaluation.retrieval), each with a 95% bootstrap interval
-over queries. Queries take the set's HTP instruction as "{instruct} {text}" for mean, last, echo and htp
-(--instruction); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
+over queries. Queries take the set's HTP instruction for mean, last, echo, htp and reba (--instruction),
+read as unpooled context (--instruction-placement pooled joins it as "{instruct} {text}"); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
 Resumable: the same command (same --output) resumes from the chunks an interrupted run kept.
 """
 from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for, limited_note,
-                                            markdown_report)
+from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for,
+                                            instructions_line, limited_note, markdown_report)
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
@@ -47,14 +47,16 @@ def _instruction(args: argparse.Namespace, data) -> str | None:
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     from minidecoder.evaluation.retrieval import query_texts
 
-    return [text for data in loaded for text in query_texts(data, _instruction(args, data)) + data.documents]
+    return [text for data in loaded
+            for text in query_texts(data, _instruction(args, data), args.instruction_placement) + data.documents]
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.data_files import run_limit
     from minidecoder.evaluation.retrieval import evaluate_retrieval
 
-    sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False) for data in loaded}
+    sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
+                                          placement=args.instruction_placement) for data in loaded}
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
             result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
@@ -80,8 +82,7 @@ def table(results: dict) -> str:
 def markdown(results: dict, stamp: dict) -> str:
     about = ("x100, mean over the judged queries, by pytrec_eval (as BEIR and MTEB call it) on each query's top "
              "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
-             'Instructions, joined to each query as "{instruct} {text}": '
-             + "; ".join(f"{name}: {r['instruction']!r}" for name, r in results["sets"].items())
+             + instructions_line(results["sets"])
              + f". Truncation: {results['embedding']['truncation']}.")
     job = results["embedding"]
     timing = (f"- embedding: {job['texts']} distinct texts"
@@ -93,4 +94,5 @@ def markdown(results: dict, stamp: dict) -> str:
                            f"## Timing\n\n{timing}\n")
 
 
-FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, ("--sets", "--split", "--limit", "--corpus-limit", "--instruction"))
+FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, ("--sets", "--split", "--limit", "--corpus-limit", "--instruction",
+                                                                      "--instruction-placement"))

@@ -23,27 +23,27 @@ import torch
 from minidecoder.evaluation.bootstrap import mean_interval
 from minidecoder.evaluation.classification_data import ClassificationSet
 from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.running.texts import with_instruction
 
-Encoder = Callable[[list[str]], torch.Tensor]  # texts -> (N, E)
-
-
-def with_instruction(texts: list[str], instruction: str | None) -> list[str]:
-    """HTP Appendix B's "{instruct} {text}", or the texts unchanged."""
-    return [f"{instruction} {text}" for text in texts] if instruction else list(texts)
+Encoder = Callable[[list], torch.Tensor]  # texts (or (context, text) pairs) -> (N, E)
 
 
-def mteb_task(data: ClassificationSet, instruction: str | None):
-    """mteb's task for `data`, its texts carrying `instruction`."""
+def mteb_task(data: ClassificationSet, instruction: str | None, placement: str = "context"):
+    """mteb's task for `data`, its texts carrying `instruction` where it is pooled ("{instruct} {text}"); as
+    unpooled context (the default) the task holds the bare texts and the instruction travels beside them."""
     from minidecoder.evaluation.mteb_lookup import local_task
 
-    return local_task(data.mteb_name, {split: {"text": with_instruction(texts, instruction), "label": labels}
+    joined = instruction if placement == "pooled" else None
+    return local_task(data.mteb_name, {split: {"text": with_instruction(texts, joined, "pooled"), "label": labels}
                                        for split, (texts, labels) in data.splits.items()})
 
 
-def texts_needed(data: ClassificationSet, instruction: str | None) -> list[str]:
+def texts_needed(data: ClassificationSet, instruction: str | None, placement: str = "context") -> list:
     """The texts mteb's evaluation will ask for: the train rows its experiments sample (by mteb's own
-    `_undersample_data`, as `_evaluate_subset` calls it) and every test text."""
-    task = mteb_task(data, instruction)
+    `_undersample_data`, as `_evaluate_subset` calls it) and every test text; as (instruction, text) pairs
+    where the instruction is unpooled context (running.texts.with_instruction)."""
+    with_instruction([], instruction, placement)  # an unknown placement fails before mteb's work
+    task = mteb_task(data, instruction, placement)
     task.load_data()
     train = task.dataset[task.train_split]
     chosen: set[int] = set()
@@ -51,20 +51,22 @@ def texts_needed(data: ClassificationSet, instruction: str | None) -> list[str]:
     for i in range(task.n_experiments):
         _, shuffled, selected = task._undersample_data(train, i, shuffled)
         chosen.update(selected)
-    return [train["text"][i] for i in sorted(chosen)] + list(task.dataset["test"]["text"])
+    texts = [train["text"][i] for i in sorted(chosen)] + list(task.dataset["test"]["text"])
+    return texts if placement == "pooled" else with_instruction(texts, instruction, placement)
 
 
 def evaluate_classification(encode: Encoder, data: ClassificationSet, instruction: str | None = None,
-                            progress: bool = True, chunk_size: int = 256) -> dict:
+                            progress: bool = True, chunk_size: int = 256, placement: str = "context") -> dict:
     """Run mteb's classification evaluator on `data` with `encode`'s embeddings. Returns {"task", "accuracy":
     {"score", "ci95"}, "f1": ..., "n_experiments", "samples_per_label", "experiments": mteb's per-experiment
-    scores, "test_items", "instruction", plus the stamp's data facts}; scores x100."""
+    scores, "test_items", "instruction", "instruction_placement", plus the stamp's data facts}; scores x100."""
     from minidecoder.evaluation.mteb_lookup import PrecomputedEncoder
 
-    texts = texts_needed(data, instruction)
+    texts = texts_needed(data, instruction, placement)
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (N, E)
-    task = mteb_task(data, instruction)
-    scores = task.evaluate(PrecomputedEncoder(texts, vectors), "test", encode_kwargs={"batch_size": 256})["default"]
+    task = mteb_task(data, instruction, placement)
+    asked = [text[1] if isinstance(text, tuple) else text for text in texts]  # what mteb's task holds and asks for
+    scores = task.evaluate(PrecomputedEncoder(asked, vectors), "test", encode_kwargs={"batch_size": 256})["default"]
     gold = np.asarray(data.splits["test"][1])
     right = (np.asarray(task.predictions) == gold).mean(axis=0)  # (items,): fraction of experiments right
     return {
@@ -82,6 +84,7 @@ def evaluate_classification(encode: Encoder, data: ClassificationSet, instructio
         "per_item": (100.0 * right).tolist(),  # each test item's accuracy x100 over the experiments (paired intervals)
         "train_texts_embedded": len(texts) - len(gold),
         "instruction": instruction,
+        "instruction_placement": placement if instruction else None,
         "limit": data.limit,
         "data_dir": str(data.data_dir),
         "data_files": data.files,

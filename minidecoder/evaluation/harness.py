@@ -50,8 +50,10 @@ def longest_first(texts: Iterable[str]) -> list[str]:
     """Every distinct text once, longest first (less padding per batch; a batch that does not fit in memory
     fails at once instead of hours in); ties keep first-appearance order. The order must be the same in
     every process: a resumed job refuses texts in another order, and a set's order follows the per-process
-    string hash (PYTHONHASHSEED), so with a set an interrupted run could never resume."""
-    return sorted(dict.fromkeys(texts), key=len, reverse=True)
+    string hash (PYTHONHASHSEED), so with a set an interrupted run could never resume. A (context, text) pair
+    counts the characters of both."""
+    return sorted(dict.fromkeys(texts), key=lambda t: len(t[0]) + len(t[1]) + 1 if isinstance(t, tuple) else len(t),
+                  reverse=True)
 
 
 def unique_sentences(tasks: Sequence[StsTask]) -> list[str]:

@@ -11,8 +11,10 @@ each metric x100 is the mean over the judged queries (MTEB's `parse_metrics_from
 rounding to five decimals). nDCG@10 is the headline; MAP@100 and recall@100/1000 beside it.
 
 The search never holds the (queries x documents) matrix: documents are scored in chunks and the top k
-kept as it goes (`exact_top_k`). Queries take the task's instruction as "{instruct} {text}" when the
-caller passes one (docs/spec.md section 11: Vanilla Mean/Last, Echo Mean, HTP); documents take none.
+kept as it goes (`exact_top_k`). Queries take the task's instruction when the caller passes one (docs/spec.md section
+11: Vanilla Mean/Last, Echo Mean, HTP), by default as unpooled context (read by the model, never pooled, as
+HTP's code's `embed_mask = 0` piece); `placement="pooled"` joins it to the text instead ("{instruct} {text}",
+pooled with it). Documents take none.
 A 95% interval over queries comes with each metric (percentile bootstrap, `bootstrap.mean_interval`).
 """
 from __future__ import annotations
@@ -26,17 +28,19 @@ import torch
 from minidecoder.evaluation.bootstrap import mean_interval
 from minidecoder.evaluation.harness import encode_sentences
 from minidecoder.evaluation.retrieval_data import BeirSet
+from minidecoder.running.texts import with_instruction
 
-Encoder = Callable[[list[str]], torch.Tensor]  # texts -> (N, E)
+Encoder = Callable[[list], torch.Tensor]  # texts (or (context, text) pairs) -> (N, E)
 K_VALUES = (1, 3, 5, 10, 100, 1000)  # MTEB's AbsTaskRetrieval.k_values
 TOP_K = 1000  # BEIR's and MTEB's top_k: the run pytrec_eval scores
 HEADLINE = {"ndcg_cut_10": "nDCG@10", "map_cut_100": "MAP@100", "recall_100": "Recall@100",
             "recall_1000": "Recall@1000"}
 
 
-def query_texts(data: BeirSet, instruction: str | None) -> list[str]:
-    """The queries as embedded: "{instruct} {text}" (HTP Appendix B) or the bare text."""
-    return [f"{instruction} {text}" if instruction else text for text in data.queries]
+def query_texts(data: BeirSet, instruction: str | None, placement: str = "context") -> list:
+    """The queries as embedded: (instruction, text) pairs (unpooled context), "{instruct} {text}" with placement
+    "pooled", or the bare texts (running.texts.with_instruction)."""
+    return with_instruction(data.queries, instruction, placement)
 
 
 def exact_top_k(queries: torch.Tensor, documents: torch.Tensor, query_ids: Sequence[str], doc_ids: Sequence[str],
@@ -85,11 +89,12 @@ def summarize(per_query: dict[str, dict[str, float]]) -> dict[str, dict]:
 
 
 def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None = None, progress: bool = True,
-                       chunk_size: int = 256, top_k: int = TOP_K) -> dict:
-    """Embed the queries (with `instruction`) and the documents, search, score. Returns
-    {"set", "metrics": {"nDCG@10": {"score", "ci95"}, ...}, "per_query": {qid: {measure: value}},
-    "queries", "documents", "instruction", "encode_seconds", "search_seconds", plus the stamp's data facts}."""
-    texts = query_texts(data, instruction) + data.documents
+                       chunk_size: int = 256, top_k: int = TOP_K, placement: str = "context") -> dict:
+    """Embed the queries (with `instruction`, placed as `placement` says) and the documents, search, score.
+    Returns {"set", "metrics": {"nDCG@10": {"score", "ci95"}, ...}, "per_query": {qid: {measure: value}},
+    "queries", "documents", "instruction", "instruction_placement", "encode_seconds", "search_seconds", plus
+    the stamp's data facts}."""
+    texts = query_texts(data, instruction, placement) + data.documents
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (Q + M, E)
     encoded = time.perf_counter()
@@ -105,6 +110,7 @@ def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None =
         "documents": len(data.documents),
         "corpus_size": data.corpus_size,
         "instruction": instruction,
+        "instruction_placement": placement if instruction else None,
         "encode_seconds": encoded - start,
         "search_seconds": searched - encoded,
         "documents_per_second": len(texts) / (encoded - start) if encoded > start else None,

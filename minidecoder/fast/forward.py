@@ -102,13 +102,13 @@ class FastForward(Forward):
         block's patterns a few heads at a time, any other call the plain loop's own."""
         folding = self.step.folds and i in self.step.blocks
         layer, ctx = self.model.layers[i], self.first_ctx if i == 0 else self.ctx
-        site_free = not folding and not self.record.get(i) and not self.step.edits(i)
-        if site_free and ctx.cache is None:  # (a call through a KV cache is never compiled or captured)
-            if self.plan.block_call == "graph":  # a bounded set of shapes, so a bounded set of captures
+        # a call through a KV cache is never compiled or captured; the fused call is eager, so it takes one too
+        fast_call = (self.plan.block_call != "plain" and ctx.cache is None) or self.plan.fused
+        if fast_call and not folding and not self.record.get(i) and not self.step.edits(i):  # site-free
+            if self.plan.block_call == "graph" and ctx.cache is None:  # a bounded set of shapes and captures
                 return graph_bank(self.model).forward(layer, h, ctx), []
-            if self.plan.block_call == "compiled":
+            if self.plan.block_call == "compiled" and ctx.cache is None:
                 return compiled_block_forward(layer, h, ctx), []
-        if site_free and self.plan.fused:  # eager, so a cached call too
             return fused_block_forward(layer, h, ctx), []
         if not (folding and self.plan.heads_per_fold):
             return super().block(i, h)

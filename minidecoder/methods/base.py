@@ -9,6 +9,10 @@ knobs, a registry name, and a description of its forwards, `passes(model, texts)
             batch = encode_prompts(model.tokenizer, "{text}", texts)
             return [Pass(batch, layer=..., pool=lambda run: last_token(run.hidden(...), batch))]
 
+A text may carry a context (`contexts`, one string per text, "" for none): read by the model before the
+text, never pooled, split or given a placeholder (HTP's `embed_mask = 0` pieces). A method that honours it
+says so (`takes_context`) and takes `passes(model, texts, contexts)`; `contexts=None` is the plain path.
+
 `embed_batch` runs those passes through the one block loop and averages what they pool; the sweeps
 (minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.running.explain)
 watches them, so nothing outside this package restates a method.
@@ -48,17 +52,25 @@ def register(cls: type["Method"]) -> type["Method"]:
 class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what it does, with its paper
+    takes_context: ClassVar[bool] = False  # True: `passes` takes each text's unpooled context (`contexts=`)
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """The forwards this configuration runs on `texts`, in order (a step may take what an earlier pass
-        recorded: `Pass.made`, CP's b)."""
+        recorded: `Pass.made`, CP's b). contexts: each text's context ("" for none), where `takes_context`."""
         raise NotImplementedError
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+    def embed_batch(self, model, texts: list[str], contexts: list[str] | None = None) -> torch.Tensor:
         """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool. The passes run
         through the executor the model's fast paths ask for (`fast.forward`; the plain loop when all are off)."""
         self.check(model)
-        return run_passes(model, self.passes(model, texts), executor(getattr(model, "fast_paths", None)))
+        if contexts is None:
+            passes = self.passes(model, texts)
+        elif not self.takes_context:
+            raise InputError(f"method {self.name!r} takes no context: it cannot read a text's context unpooled",
+                             "embed the texts without one, or join the context to each text yourself")
+        else:
+            passes = self.passes(model, texts, contexts)
+        return run_passes(model, passes, executor(getattr(model, "fast_paths", None)))
 
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""

@@ -132,7 +132,9 @@ class CP(Method):
     steer: bool = option(True, "false: the normal prompts run unsteered and no auxiliary pass runs (the baseline the "
                          "audit view compares with: PromptEOL, or TP with tp=true)")
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    takes_context = True  # before every prompt, normal and auxiliary (`inputs.encode_prompts`)
+
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """The auxiliary pass (blocks 0..l, recording the site at block l), then one forward per normal prompt
         with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged.
         A normal prompt's step is made once the auxiliary pass has finished (`Pass.made`): b is what that
@@ -142,11 +144,12 @@ class CP(Method):
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
         passes = []
         if self.steer:
-            aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux)
+            aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux,
+                                                  contexts)
             passes.append(Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
                                reads=f"b = {site} of block {l} at the last token; blocks after {l} never run"))
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
-            batch, step, rows = self.encode(model, template, sentences, True)
+            batch, step, rows = self.encode(model, template, sentences, True, contexts)
 
             def steered(finished: list[Forward], batch=batch, step=step) -> Step:  # once the auxiliary pass ran
                 b = last_token(finished[0].recorded(l, site), aux)  # (B, H, D) at z, (B, E) at the others
@@ -159,13 +162,14 @@ class CP(Method):
                                pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))
         return passes
 
-    def encode(self, model, template: str, sentences: list[str], with_tp: bool) -> tuple[PromptBatch, Step, dict]:
+    def encode(self, model, template: str, sentences: list[str], with_tp: bool,
+               contexts: list[str] | None = None) -> tuple[PromptBatch, Step, dict]:
         """A prompt's batch, and with `tp` (a minidecoder extension, in no paper) TP's <PST> before the quote
         and TP's copies before blocks [start, end) as its step, with the <PST> input row."""
         if not (self.tp and with_tp):
-            return encode_prompts(model.tokenizer, template, sentences), Step(), {}
+            return encode_prompts(model.tokenizer, template, sentences, contexts=contexts), Step(), {}
         template = template if PST in template else with_placeholders(template, 1)
-        batch, pst_id, pst = encode_tp(model.tokenizer, template, sentences)
+        batch, pst_id, pst = encode_tp(model.tokenizer, template, sentences, contexts)
         step = TPStep.of(batch, pst, set(range(self.start, self.end)), hide_pst_in_block_0=False)
         return batch, step, {pst_id: placeholder_row(model, self.pst_init, self.seed)}
 

@@ -44,6 +44,11 @@ Reference code (snap-research/HTP, commit f018c92b), read for every convention:
   Which tokens those spaces become is tokenizer-specific (on SentencePiece tokenizers a lone " " may
   be a "▁" token; the end of a non-final block is then also a space token, since the space before the
   next `<PST>` stays with the block) -- unverified offline for Mistral-7B.
+A text's context (an instruction; `minidecoder.embed(..., context=)`) is what the reference writes as a
+template piece with `embed_mask = 0` (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`, HTP Appendix
+C): here a piece of its own after the BOS, before the template and the `<B-PST>`s, never split into a block,
+never pooled (`encode_htp`).
+
 Paper vs code: the README says PSTs sit at the end of each sentence, the code puts them before; the
 released code has no Gemma2 model file (its Gemma file is Gemma v1), so HTP on Gemma2/3 is new here.
 
@@ -68,7 +73,7 @@ from minidecoder.methods.base import Method, check_bool, check_choice, check_int
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass
-from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
+from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row, refuse_placeholders_in
 from minidecoder.methods.text import SPLITTER, check_template, require_text, split_sentences
 from minidecoder.methods.tp import CopyRows
 
@@ -157,10 +162,12 @@ class HTP(Method):
             raise InputError(f"HTP range [{self.start}, {self.end}) reaches past the output layer {self.layer} "
                              f"(blocks 0..{output_index - 1} run)", "lower `end` or raise `layer`")
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    takes_context = True  # its own piece before the template: read, never a block, never pooled
+
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One forward: HTP's copies, then the mean over the text tokens at `layer`."""
         require_text(texts)
-        inputs = encode_htp(self, model, texts)
+        inputs = encode_htp(self, model, texts, contexts)
         index = resolve_output_layer(self.layer, model.num_layers)
         return [Pass(inputs.batch, htp_step(inputs, set(range(self.start, self.end))), layer=index,
                      extra_rows=inputs.rows, role="the text", reads="the mean over the text tokens, placeholders excluded",
@@ -194,9 +201,12 @@ def text_ids_with_placeholders(options, tokenizer, text: str, pst: int) -> list[
     return tokenizer.encode(" ".join(f"{PST} {block}" for block in blocks), add_special_tokens=False)
 
 
-def encode_htp(options, model, texts: list[str]) -> HTPInputs:
-    """The batch, the copy pairs and the pooled positions (docs/spec.md sections 5.3, 5.4) for `options` (an HTP);
-    the placeholders are added tokens of a copy of the tokenizer."""
+def encode_htp(options, model, texts: list[str], contexts: list[str] | None = None) -> HTPInputs:
+    """The batch, the copy pairs (docs/spec.md section 5.3) and the pooled positions (docs/spec.md section 5.4) for `options` (an HTP);
+    the placeholders are added tokens of a copy of the tokenizer. A row's context is a piece of its own
+    after the BOS, before the template (the reference's `embed_mask = 0` pieces: `<s> {instruct} Text: ...`):
+    the model reads it, the blocks start after it, the mean never covers it."""
+    refuse_placeholders_in(contexts, PST, BPST)
     tokenizer = model.tokenizer.with_placeholders(PST, BPST)
     pst, bpst = tokenizer.token_to_id(PST), tokenizer.token_to_id(BPST)
     prefix, suffix = options.template.split("{text}")
@@ -205,7 +215,7 @@ def encode_htp(options, model, texts: list[str]) -> HTPInputs:
     literal = options.literal_bos and tokenizer.bos_id is not None  # the reference's "<s> {text} </s>"
     head = [tokenizer.bos_id] if literal or tokenizer.add_bos else []
     tail = [tokenizer.eos_id] if options.append_eos and tokenizer.eos_id is not None else []
-    rows, spans, pairs, blocks = [], [], [], []
+    rows, spans, pairs, blocks, context_spans = [], [], [], [], []
     for row, text in enumerate(texts):
         if PST in text or BPST in text:
             raise InputError(f"text {row} contains a placeholder string ({PST} or {BPST})",
@@ -222,8 +232,9 @@ def encode_htp(options, model, texts: list[str]) -> HTPInputs:
             ends = [new_index.get(e, len(kept)) for e in ends]
             text_ids, local = [text_ids[i] for i in kept], []
         globals_ = [] if options.local_only else [bpst] * M
-        offset = len(head) + len(prefix_ids) + len(globals_)  # where the text piece starts
-        ids = head + prefix_ids + globals_ + text_ids + suffix_ids + tail
+        context_ids = tokenizer.encode(contexts[row], add_special_tokens=False) if contexts and contexts[row] else []
+        offset = len(head) + len(context_ids) + len(prefix_ids) + len(globals_)  # where the text piece starts
+        ids = head + context_ids + prefix_ids + globals_ + text_ids + suffix_ids + tail
         sources = [offset + e for e in ends]
         if sources[-1] >= len(ids):
             raise InputError("last_block_source='after_text' needs a token after the text, and this template "
@@ -235,9 +246,10 @@ def encode_htp(options, model, texts: list[str]) -> HTPInputs:
                 pairs.append((row, offset - len(globals_) + m, source))  # <B-PST>_m <- the same row
         rows.append(ids)
         spans.append([(offset - len(globals_), offset + len(text_ids))])
+        context_spans.append((len(head), len(head) + len(context_ids)))
         blocks.append(M)
     batch = pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, options.padding_side,
-                {pst: PST, bpst: BPST})
+                {pst: PST, bpst: BPST}, context_spans if contexts is not None else None)
     width = batch.input_ids.shape[1]
     shift = [width - len(r) if options.padding_side == "left" else 0 for r in rows]
     pairs = [(b, t + shift[b], s + shift[b]) for b, t, s in pairs]

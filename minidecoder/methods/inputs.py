@@ -5,6 +5,11 @@ placeholder tokens such as `<PST>`) is filled and tokenized as one string, so th
 tokenizes exactly as in the reference code; each `{text}` occurrence's tokens are located through
 the tokenizer's character offsets (a token overlapping the sentence counts as the sentence's).
 Padding is on the left, as the references padded for last-token pooling.
+
+A row may carry a context (an instruction): read by the model, never pooled. It goes first, after the
+BOS and before the template, joined by one space (`"{context} {filled template}"`, tokenized as one
+string, so with the bare `{text}` template the tokens are those of `"{context} {text}"`);
+`PromptBatch.context_spans` says where it lies, and `text_spans` never covers it.
 """
 from __future__ import annotations
 
@@ -25,6 +30,16 @@ class PromptBatch:
     text_spans: list[list[tuple[int, int]]]  # per row, per {text} occurrence: token [start, end) in the padded row
     lengths: list[int]  # real tokens per row
     placeholders: dict[int, str] = field(default_factory=dict)  # id -> text of the added tokens it holds (<PST>)
+    context_spans: list[tuple[int, int]] | None = None  # per row: token [start, end) of its context; None: no row has one
+
+    def context_mask(self) -> torch.Tensor | None:
+        """(B, T) bool: the context tokens, which no pooling reads; None when no row has a context."""
+        if self.context_spans is None:
+            return None
+        mask = torch.zeros_like(self.attention_mask)
+        for row, (start, end) in enumerate(self.context_spans):
+            mask[row, start:end] = True
+        return mask
 
     @property
     def last(self) -> torch.Tensor:
@@ -43,32 +58,40 @@ class PromptBatch:
 
 def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int | None = None,
                    padding_side: str = "left", add_special_tokens: bool = True,
-                   placeholders: dict[int, str] | None = None) -> PromptBatch:
+                   placeholders: dict[int, str] | None = None, contexts: list[str] | None = None) -> PromptBatch:
     """The filled template of every text, tokenized as one string and padded. placeholders: id -> text of
-    the added tokens the tokenizer holds (for reading the batch back)."""
+    the added tokens the tokenizer holds (for reading the batch back); contexts: each row's context ("" for
+    none), put before the template (see the module docstring)."""
     declared = getattr(tokenizer, "model_max_length", None)  # tokenizer_config.json's context, if any
     limit = max_length if max_length is not None else declared
-    rows, spans = [], []
-    for text in texts:
-        ids, text_spans = encode_one(tokenizer, template, text, add_special_tokens)
+    rows, spans, context_spans = [], [], []
+    for row, text in enumerate(texts):
+        if contexts is None:
+            ids, text_spans = encode_one(tokenizer, template, text, add_special_tokens)
+        else:
+            ids, text_spans, context_span = encode_one(tokenizer, template, text, add_special_tokens, contexts[row])
+            context_spans.append(context_span)
         if limit is not None and len(ids) > limit:
             text_tokens = sum(end - start for start, end in text_spans)
             where = "the model's context (tokenizer_config.json model_max_length)" if max_length is None else "max_length"
             raise ContextLengthError(
                 f"the text {_snippet(text)} is {len(ids)} tokens after templating ({text_tokens} of them "
-                f"the text, {len(ids) - text_tokens} the template and special tokens), more than {where} = {limit}",
+                f"the text, {len(ids) - text_tokens} the {'context, ' if contexts and contexts[row] else ''}template and "
+                f"special tokens), more than {where} = {limit}",
                 "shorten the text, or embed with truncate=N to keep the first N tokens of each text (the template "
                 f"is kept whole; e.g. truncate={max((limit - len(ids) + text_tokens) // max(len(text_spans), 1), 1)} "
                 "here); truncated rows are listed in the output metadata", length=len(ids), limit=limit,
             )
         rows.append(ids)
         spans.append(text_spans)
-    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, padding_side, placeholders)
+    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, padding_side, placeholders,
+               context_spans if contexts is not None else None)
 
 
-def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = True
-               ) -> tuple[list[int], list[tuple[int, int]]]:
-    """(ids, [(start, end) token span of each {text} occurrence]) for one filled template."""
+def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = True, context: str | None = None):
+    """(ids, [(start, end) token span of each {text} occurrence]) for one filled template; given `context`
+    (a string, "" for none), the ids of `"{context} {filled}"` and, as a third item, the context's token span
+    (the tokens overlapping its characters; (0, 0) for none)."""
     filled = fill_template(template, text)  # validates the template; strips
     parts = template.split("{text}")
     assembled, char_spans = parts[0], []
@@ -78,19 +101,25 @@ def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = T
     shift = len(assembled) - len(assembled.lstrip())
     assert assembled.strip() == filled
     char_spans = [(max(s - shift, 0), min(e - shift, len(filled))) for s, e in char_spans]
-    ids, offsets = tokenizer.encode_with_offsets(filled)
+    before = len(context) + 1 if context else 0  # the context and its space come first
+    ids, offsets = tokenizer.encode_with_offsets(f"{context} {filled}" if context else filled)
     token_spans = []
     for start_char, end_char in char_spans:
+        start_char, end_char = start_char + before, end_char + before
         inside = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
         token_spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
     head = [tokenizer.bos_id] if add_special_tokens and tokenizer.add_bos else []
     tail = [tokenizer.eos_id] if add_special_tokens and tokenizer.add_eos else []
     token_spans = [(s + len(head), e + len(head)) if e > s else (0, 0) for s, e in token_spans]
-    return head + ids + tail, token_spans
+    if context is None:
+        return head + ids + tail, token_spans
+    covered = sum(1 for s, e in offsets if e > s and s < len(context)) if context else 0  # a prefix of the ids
+    return head + ids + tail, token_spans, (len(head), len(head) + covered) if covered else (0, 0)
 
 
 def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,
-        padding_side: str = "left", placeholders: dict[int, str] | None = None) -> PromptBatch:
+        padding_side: str = "left", placeholders: dict[int, str] | None = None,
+        context_spans: list[tuple[int, int]] | None = None) -> PromptBatch:
     if padding_side not in ("left", "right"):
         raise InputError(f"padding_side {padding_side!r}", "use 'left' or 'right'")
     width = max(len(r) for r in rows)
@@ -102,7 +131,10 @@ def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,
         ids[i, offset:offset + len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, offset:offset + len(row)] = True
         shifted.append([(s + offset, e + offset) if e > s else (offset, offset) for s, e in spans[i]])
-    return PromptBatch(ids, mask, shifted, [len(r) for r in rows], dict(placeholders or {}))
+    if context_spans is not None:  # the context's span, in the padded row
+        context_spans = [(s + offset, e + offset) for (s, e), offset in
+                         zip(context_spans, [width - len(r) if padding_side == "left" else 0 for r in rows])]
+    return PromptBatch(ids, mask, shifted, [len(r) for r in rows], dict(placeholders or {}), context_spans)
 
 
 def _snippet(text: str, width: int = 40) -> str:

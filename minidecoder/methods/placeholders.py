@@ -63,6 +63,16 @@ def _table_row(model, weight: torch.Tensor, init: str) -> torch.Tensor:
     return weight[ids[0]].detach().float().cpu()
 
 
+def refuse_placeholders_in(contexts: list[str] | None, *names: str) -> None:
+    """A context is read as written: one holding a placeholder string would gain a placeholder the method
+    never meant, so it is refused, naming the row."""
+    for row, context in enumerate(contexts or []):
+        for name in names:
+            if name in context:
+                raise InputError(f"the context of text {row} contains the placeholder string {name}",
+                                 "remove it from the context; the method places its placeholders itself")
+
+
 def check_placeholder_init(init: object) -> str:
     if not isinstance(init, str) or not (init in PLACEHOLDER_INITS[:-1] or init.startswith("token:")):
         raise InputError(f"unknown pst_init {init!r}", f"use one of {', '.join(PLACEHOLDER_INITS)}")

@@ -33,8 +33,9 @@ _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' 
 
 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
-    """(B, T, E) -> (B, E): mean over each row's real tokens (padding excluded, BOS included)."""
-    mask = batch.attention_mask.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
+    """(B, T, E) -> (B, E): mean over each row's real tokens (padding and a context excluded, BOS included)."""
+    real = batch.attention_mask if batch.context_spans is None else batch.attention_mask & ~batch.context_mask()
+    mask = real.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
     return (h * mask).sum(dim=1) / mask.sum(dim=1)
 
 

@@ -34,7 +34,10 @@ from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_text
 
 @dataclasses.dataclass
 class ReadsOneLayer(Method):
-    """A method whose embedding is a pooling of one output layer of the plain loop."""
+    """A method whose embedding is a pooling of one output layer of the plain loop. A text's context goes
+    before the template (`inputs.encode_prompts`): a prompt read at its last token simply reads it there."""
+
+    takes_context = True
 
     def templates(self) -> list[str]:
         raise NotImplementedError
@@ -43,13 +46,13 @@ class ReadsOneLayer(Method):
         """(B, T, E) hidden states of one filled template -> (B, E)."""
         raise NotImplementedError
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One plain forward per template, read at `layer` and pooled by `pool`."""
-        texts = prepare_texts(texts, self.senteval_text)
+        texts = prepare_texts(texts, self.senteval_text)  # the text only: a context is read as given
         index = resolve_output_layer(self.layer, model.num_layers)
         passes = []
         for template in self.templates():
-            batch = encode_prompts(model.tokenizer, template, texts, padding_side="left")
+            batch = encode_prompts(model.tokenizer, template, texts, padding_side="left", contexts=contexts)
             passes.append(Pass(batch, layer=index, reads=f"{type(self).__name__}.pool",
                                pool=lambda run, batch=batch: self.pool(run.hidden(index), batch)))  # (B, E)
         return passes

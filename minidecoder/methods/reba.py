@@ -70,31 +70,40 @@ class FoldAttention(Step):
 
 def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
     """A (B, T, T) fp32 of a finished forward with `FoldAttention`, padded rows and columns zeroed: queries
-    on padding see a uniform pattern (core/model.py), which P^T would carry into real rows."""
+    on padding see a uniform pattern (core/model.py), which P^T would carry into real rows. A context's
+    columns are zeroed too: its hidden states are keys no weight may pool."""
     mask = batch.attention_mask.to(forward.folded.device, non_blocking=True)
-    valid = mask[:, :, None] & mask[:, None, :]  # (B, T, T)
+    keys = mask if batch.context_spans is None else mask & ~batch.context_mask().to(mask.device, non_blocking=True)
+    valid = mask[:, :, None] & keys[:, None, :]  # (B, T, T)
     return forward.folded.masked_fill(~valid, 0.0)
 
 
-def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "") -> PromptBatch:
+def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "",
+                    contexts: list[str] | None = None) -> PromptBatch:
     """Each text repeated as one string (`separator.join([text] * r)`, the reference's `sentence * r`
     when the separator is empty), tokenized as a whole, left padded; `text_spans[b][c]` is copy c's
-    token span (a token that straddles two copies counts in both)."""
-    rows, spans = [], []
+    token span (a token that straddles two copies counts in both). A row's context comes first, joined by a
+    space (`"{context} {text}{text}"`), as every method's (`inputs.encode_prompts`)."""
+    rows, spans, context_spans = [], [], []
     for index, text in enumerate(texts):
         if not text:
             raise InputError(f"text {index} is empty", "ReBA needs at least one character to repeat")
-        ids, offsets = tokenizer.encode_with_offsets(separator.join([text] * repetitions))
+        context = contexts[index] if contexts else ""
+        before = len(context) + 1 if context else 0  # the context and its space
+        ids, offsets = tokenizer.encode_with_offsets((f"{context} " if context else "") + separator.join([text] * repetitions))
         head = [tokenizer.bos_id] if tokenizer.add_bos else []
         tail = [tokenizer.eos_id] if tokenizer.add_eos else []
         copies = []
         for c in range(repetitions):
-            start = c * (len(text) + len(separator))
+            start = before + c * (len(text) + len(separator))
             inside = [i for i, (s, e) in enumerate(offsets) if s < start + len(text) and e > start]
             copies.append((inside[0] + len(head), inside[-1] + 1 + len(head)))
+        covered = sum(1 for s, e in offsets if e > s and s < len(context)) if context else 0
         rows.append(head + ids + tail)
         spans.append(copies)
-    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left")
+        context_spans.append((len(head), len(head) + covered))
+    return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left",
+               context_spans=context_spans if contexts is not None else None)
 
 
 def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,11 +189,16 @@ class ReBA(Method):
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    takes_context = True  # before the copies; its columns of A are zeroed (`fused`), so no weight pools it
+
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One forward of the repeated texts through every block, folding every pattern into A; the
         embedding sums hidden_states[layer] with weights from A's rows R."""
+        if contexts is not None and self.first_half_split:
+            raise InputError("first_half_split takes the first half of the whole row, which would cut into a "
+                             "context", "embed without a context, or leave first_half_split off")
         L, index = model.num_layers, resolve_output_layer(self.layer, model.num_layers)
-        batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator)
+        batch = encode_repeated(model.tokenizer, list(texts), self.repetitions, self.separator, contexts)
         rows = rows_mask(batch, self.pooling, self.first_half_split)  # (B, T) R
         backward = self.pooling == "mean" or self.last_row == "backward"
 

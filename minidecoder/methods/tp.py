@@ -44,7 +44,7 @@ from minidecoder.methods.base import Method, check_bool, check_int, check_seed, 
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import Pass, Step, last_token
-from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
+from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row, refuse_placeholders_in
 from minidecoder.methods.prompts import METAEOL_TEMPLATES, TEMPLATES
 from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
 
@@ -147,7 +147,9 @@ class TP(Method):
                                   "the text's tokens, <PST> and the template excluded, as HTP's mean: HTP Table 1's "
                                   "'TP w. Mean')")
 
-    def passes(self, model, texts: list[str]) -> list[Pass]:
+    takes_context = True  # before the template (`inputs.encode_prompts`); pooling=mean never reads it
+
+    def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One forward per template (MetaEOL's eight are averaged): TP's step, the last token at `layer`."""
         texts = prepare_texts(texts, self.senteval_text)
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
@@ -155,7 +157,7 @@ class TP(Method):
         row = placeholder_row(model, self.pst_init, self.seed)  # <PST>'s input row
         passes = []
         for template in tp_templates(self.prompt, self.num_pst):
-            batch, pst_id, pst = encode_tp(model.tokenizer, template, texts)
+            batch, pst_id, pst = encode_tp(model.tokenizer, template, texts, contexts)
             step = TPStep.of(batch, pst, blocks, self.mask_pst_first_layer)
             if self.pooling == "mean":  # HTP Table 1's "TP w. Mean"
                 reads, pool = MEAN_READS, lambda run, b=batch, p=pst_id: mean_over_text(run.hidden(index), b, p)
@@ -266,12 +268,16 @@ def tp_templates(prompt: str, num_pst: int) -> list[str]:
     return [prompt]
 
 
-def encode_tp(tokenizer, template: str, texts: list[str]) -> tuple[PromptBatch, int, list[list[int]]]:
+def encode_tp(tokenizer, template: str, texts: list[str], contexts: list[str] | None = None
+              ) -> tuple[PromptBatch, int, list[list[int]]]:
     """One TP template filled with prepared texts (left padding, `<PST>` as an added token of a copy of
-    the tokenizer), the id of `<PST>`, and per row the padded positions of its `<PST>` tokens."""
+    the tokenizer), each row's context before it, the id of `<PST>`, and per row the padded positions of its
+    `<PST>` tokens."""
+    refuse_placeholders_in(contexts, PST)
     tokenizer = tokenizer.with_placeholders(PST)
     pst_id = tokenizer.token_to_id(PST)
-    batch = encode_prompts(tokenizer, template, texts, padding_side="left", placeholders={pst_id: PST})
+    batch = encode_prompts(tokenizer, template, texts, padding_side="left", placeholders={pst_id: PST},
+                           contexts=contexts)
     positions = batch.positions_of(pst_id)
     expected = template.count(PST)
     for index, found in enumerate(positions):

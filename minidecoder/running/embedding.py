@@ -27,13 +27,16 @@ from minidecoder.fast.device import to_host_later
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
 from minidecoder.running import memory
-from minidecoder.running.texts import check_text
+from minidecoder.running.texts import check_text, split_contexts
 
 
 def embed(model, texts: list[str], method: str | Method = "prompteol", batch_size: int | None = None,
           progress: bool = False, truncate: int | None = None, report: dict | None = None,
-          **options) -> torch.Tensor:
+          context: str | list[str] | None = None, **options) -> torch.Tensor:
     """(N, E) float32 embeddings of `texts`, in input order.
+
+    Context: a text given as a (context, text) pair, or `context=` (one string for every text, or one per
+    text), is read by the model before the text and never pooled (running.texts.split_contexts).
 
     batch_size: sentences per batch; None (the default) fills each batch up to the device's token budget.
 
@@ -50,7 +53,10 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         method = build_method(method, **options)
     elif options:
         raise InputError("options were given together with a method object", "set them on the method object")
-    texts = _as_text_list(texts)
+    texts, contexts = _as_text_list(texts, context)
+    if contexts is not None and not method.takes_context:
+        raise InputError(f"method {method.name!r} takes no context: it cannot read a text's context unpooled",
+                         "embed the texts without one, or join the context to each text yourself")
     for row, text in enumerate(texts):  # named here, before sorting, so the row number is the caller's
         if not text.strip():
             raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
@@ -68,11 +74,14 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     _check_context(model, method, texts, lengths)
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    planned = lengths  # batches are planned on context + text (a repeating method over-counts a context: safe)
+    if contexts is not None:
+        planned = [n + len(ids) + 1 for n, ids in zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
+    order = sorted(range(len(texts)), key=lambda i: planned[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
     length = forward_length(model, method)
     prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
-    batches = plan_batches(order, lengths, batch_size, memory.token_budget(model, free),
+    batches = plan_batches(order, planned, batch_size, memory.token_budget(model, free),
                            lambda n: length.per_row(n, prefix_once))
 
     def refuse_nonfinite(row: int) -> None:
@@ -86,9 +95,9 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     start = time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            longest = math.ceil(length(max(lengths[i] for i in batch)))
-            for index in memory.split_for_memory(model, batch, [lengths[i] for i in batch], longest, free):
-                results.add(index, _run_batch(model, method, texts, index, lengths))
+            longest = math.ceil(length(max(planned[i] for i in batch)))
+            for index in memory.split_for_memory(model, batch, [planned[i] for i in batch], longest, free):
+                results.add(index, _run_batch(model, method, texts, index, lengths, contexts))
                 if bar is not None:
                     bar.update(len(index))
                     bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
@@ -193,21 +202,22 @@ class _Results:
         return self.out
 
 
-def _as_text_list(texts) -> list[str]:
+def _as_text_list(texts, context=None) -> tuple[list[str], list[str] | None]:
     """`texts` as a list of strings: a list, tuple or any iterable of str (a generator is read whole, since
-    the result is one tensor; minidecoder.running.jobs streams files). Anything else names the problem."""
+    the result is one tensor; minidecoder.running.jobs streams files). Anything else names the problem.
+    With each row's context (`split_contexts`: pairs or `context`), None where no row has one."""
     if texts is None or isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
         raise ArgumentTypeError(f"texts must be a list of strings, not {type(texts).__name__}"
                                 + (f" ({texts[:40]!r})" if isinstance(texts, (str, bytes)) else ""),
                                 "pass e.g. ['first sentence', 'second sentence'] (one string goes in a list too)")
-    texts = list(texts)
+    texts, contexts = split_contexts(list(texts), context)
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise ArgumentTypeError(f"texts must be a list of strings; text {row} is a {type(text).__name__} "
                                     f"({text!r:.40})",
                                     "convert every item to str first")
         check_text(text, f"text {row}")
-    return texts
+    return texts, contexts
 
 
 def _check_context(model, method: Method, texts: list[str], lengths: list[int]) -> None:
@@ -226,14 +236,18 @@ def _check_context(model, method: Method, texts: list[str], lengths: list[int]) 
             _truncate_fix(model, method, texts[row], "each text"), length=lengths[row], limit=limit)
 
 
-def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int]) -> torch.Tensor:
+def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int],
+               contexts: list[str] | None = None) -> torch.Tensor:
     """method.embed_batch on rows `index`; a context error (prompt + text too long) names the row."""
     try:
-        return method.embed_batch(model, [texts[i] for i in index])
+        if contexts is None:
+            return method.embed_batch(model, [texts[i] for i in index])
+        return method.embed_batch(model, [texts[i] for i in index], [contexts[i] for i in index])
     except ContextLengthError as error:
         row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
         raise ContextLengthError(
-            f"text {row} is {lengths[row]} tokens; with {why_longer(model, method)} ({error.length - lengths[row]} "
+            f"text {row} is {lengths[row]} tokens; with {'its context, ' if contexts and contexts[row] else ''}"
+            f"{why_longer(model, method)} ({error.length - lengths[row]} "
             f"more) that is {error.length}, longer than the model's context of {error.limit} tokens",
             _truncate_fix(model, method, texts[row], "each text"), length=error.length, limit=error.limit) from None
 

@@ -12,7 +12,9 @@ are False; `prompt` (or `prompt_name`, a key of the constructor's `prompts`, els
 is put before every text, as there; `truncate_dim` keeps the first N dimensions, then
 `normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
 sentence-transformers' own `quantize_embeddings` (which needs it installed), in its order;
-`show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there.
+`show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there. Beyond sentence-transformers:
+`context=` (one string, or one per input) is read by the model before each text and never pooled, unlike
+`prompt`, which is joined to the text and pooled with it (`minidecoder.embed`'s context).
 
 Refused with a message naming the argument: `output_value` other than "sentence_embedding" (a method
 pools inside its own loop: there are no token embeddings to give), `pool=`, `chunk_size=` and a list of
@@ -122,7 +124,7 @@ class SentenceEncoder:
                convert_to_numpy: bool = True, convert_to_tensor: bool = False,
                device: str | torch.device | list | None = None, normalize_embeddings: bool = False,
                truncate_dim: int | None = None, pool: Any = None, chunk_size: int | None = None,
-               **kwargs: Any) -> np.ndarray | torch.Tensor | list:
+               context: str | list[str] | None = None, **kwargs: Any) -> np.ndarray | torch.Tensor | list:
         """Embeddings of `inputs` in input order; see the module docstring for the arguments and returns.
         batch_size: sentences per batch (sentence-transformers' 32 is honoured when given); None fills each
         batch up to the device's token budget, `minidecoder.embed`'s default."""
@@ -157,7 +159,7 @@ class SentenceEncoder:
         if not texts:  # sentence-transformers' empty results: no (0, E) shape
             return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         vectors = embed(self.model, texts, self.method, batch_size=batch_size, progress=show_progress_bar,
-                        truncate=self.truncate)  # (N, E) float32 on the CPU
+                        truncate=self.truncate, context=context)  # (N, E) float32 on the CPU
         if truncate_dim is not None:
             vectors = vectors[:, :truncate_dim]  # before normalizing, as sentence-transformers does
         if normalize_embeddings:

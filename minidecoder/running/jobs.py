@@ -3,7 +3,8 @@
     run_embedding_job(model, "prompteol", "sentences.txt", "vectors.npy", chunk_size=1024)
 
 Input: a `.txt` file with one text per line, or a `.jsonl` file with one object per line holding a
-"text" string. The file is read line by line (never whole); a line ends at `\\n`, `\\r\\n` or a lone `\\r`
+"text" string and, if it likes, a "context" string (read by the model, never pooled: `minidecoder.embed`'s
+(context, text) pair), so one job embeds texts under many instructions; `context=` gives every row one. The file is read line by line (never whole); a line ends at `\\n`, `\\r\\n` or a lone `\\r`
 (old Mac files: `a\\rb\\rc\\r` is three rows, as a user expects). Invalid UTF-8, a blank line, a JSON line
 without "text", a text holding a lone surrogate is an error naming the line.
 
@@ -55,7 +56,7 @@ from minidecoder.errors import InputError, Interrupted, MinidecoderError, Output
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, write_chunk, write_kept,
                                       write_streamed, write_whole)
-from minidecoder.running.texts import check_text
+from minidecoder.running.texts import check_context, check_text
 from minidecoder.sources.checksums import model_identity
 
 if TYPE_CHECKING:  # torch is only named in an annotation here
@@ -68,7 +69,8 @@ FORMATS = (".npy", ".safetensors")
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
                       overwrite: bool = False, batch_size: int | None = None, progress: bool | Callable[[int, int], None] = False,
                       truncate: int | None = None, extra_metadata: dict[str, Any] | None = None,
-                      wait: bool = False, rows: tuple[int, int] | None = None, **options: Any) -> dict[str, Any]:
+                      wait: bool = False, rows: tuple[int, int] | None = None, context: str | None = None,
+                      **options: Any) -> dict[str, Any]:
     """Embed every text of `input_path` into `output_path` (.npy or .safetensors), resumably.
 
     method: a registry name (with `**options`) or a Method object. progress: True for a bar on stderr,
@@ -77,6 +79,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     wait: when another run holds the output's lock, wait for it instead of refusing.
     rows: (start, end) to embed only input rows [start, end), one shard of a job split across processes
     (minidecoder.running.distributed); the manifest records them, and row numbers stay the input's.
+    context: a context for every row (a .jsonl row may carry its own instead).
     Returns a summary: output, rows, dim, chunks computed now, chunks reused from an earlier run, rows
     computed now, truncated rows.
     """
@@ -105,7 +108,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     _check_shard(rows, total, input_path)
     with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
-                           extra_metadata, kind, checksum, total, overwrite, rows)
+                           extra_metadata, kind, checksum, total, overwrite, rows, context)
 
 
 def _check_shard(rows: tuple[int, int] | None, total: int, input_path: Path) -> None:
@@ -119,7 +122,8 @@ def _check_shard(rows: tuple[int, int] | None, total: int, input_path: Path) -> 
 
 
 def job_manifest(model, method, batch_size: int | None, truncate: int | None, chunk_size: int,
-                 scanned: tuple[str, str, int], rows: tuple[int, int] | None = None) -> dict[str, Any]:
+                 scanned: tuple[str, str, int], rows: tuple[int, int] | None = None,
+                 context: str | None = None) -> dict[str, Any]:
     """What a job's results depend on (its work folder's manifest.json, and the output's metadata):
     `scanned` is `scan_input`'s (format, sha256, rows); `rows` a shard's (start, end), recorded only then."""
     kind, checksum, total = scanned
@@ -134,6 +138,7 @@ def job_manifest(model, method, batch_size: int | None, truncate: int | None, ch
         "truncate": truncate,
         "chunk_size": chunk_size,
         "input": {"format": kind, "sha256": checksum, "rows": total},
+        **({"context": context} if context is not None else {}),  # absent when unused: older kept work resumes
     }
     if rows is not None:
         manifest["shard"] = {"rows": list(rows)}
@@ -163,7 +168,8 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     try:
         work.mkdir(parents=True, exist_ok=True)
         source = work / "texts.jsonl"
-        data = "".join(json.dumps({"text": text}) + "\n" for text in texts).encode("ascii")
+        data = "".join(json.dumps({"context": text[0], "text": text[1]} if isinstance(text, tuple) else {"text": text})
+                       + "\n" for text in texts).encode("ascii")
         if not source.is_file() or source.read_bytes() != data:
             write_kept(source, data)
     except OSError as error:
@@ -191,10 +197,11 @@ def check_output_free(output_path: Path, overwrite: bool) -> None:
 
 def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: int, batch_size: int, progress,
                 truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
-                total: int, overwrite: bool, rows: tuple[int, int] | None = None) -> dict[str, Any]:
+                total: int, overwrite: bool, rows: tuple[int, int] | None = None,
+                context: str | None = None) -> dict[str, Any]:
     from minidecoder.running.embedding import embed
 
-    manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows)
+    manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows, context)
     start, end = rows if rows is not None else (0, total)
     total = end - start  # the rows this job embeds (a shard's, or all of them)
     work = output_path.parent / f".{output_path.name}.partial"
@@ -207,7 +214,8 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         for k, texts in enumerate(_chunks(itertools.islice(_read_texts(input_path, kind), start, end), chunk_size)):
             if not kept.done(k):
                 report: dict[str, Any] = {}
-                vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report)
+                vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report,
+                                context=context)
                 first_row = start + k * chunk_size  # the input's row numbers, in a shard too
                 info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
                                                                for r, n in report.get("truncated_rows", {}).items()}}
@@ -293,7 +301,7 @@ def read_lines(handle, block: int = 1 << 20) -> Iterator[bytes]:
         yield pending
 
 
-def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
+def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str | tuple[str, str]:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -312,6 +320,10 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str:
             raise InputError(f'{path} line {number} has no string "text" field', 'write e.g. {"text": "a sentence"}')
         line = record["text"]
         check_text(line, f"{path} line {number}")  # "\ud800" is valid JSON, not Unicode text
+        if record.get("context") is not None:
+            context = check_context(record["context"], f"{path} line {number}")
+            if context and line.strip():
+                return context, line  # the (context, text) pair `embed` takes
     if not line.strip():
         raise InputError(f"{path} line {number} is empty or whitespace-only",
                          "remove it (row i of the output is line i of the input, so blank lines are not skipped)")

@@ -13,9 +13,11 @@ from minidecoder.errors import InputError
 
 
 def bag_of_words(texts: list[str], width: int = 256, characters: bool = False) -> torch.Tensor:
-    """(N, width) counts of each word (or character, for Chinese) hashed into `width` buckets."""
+    """(N, width) counts of each word (or character, for Chinese) hashed into `width` buckets. Of a (context,
+    text) pair only the text counts: a context is read by a model, never pooled, and a bag has no reader."""
     out = torch.zeros(len(texts), width)
     for row, text in enumerate(texts):
+        text = text[1] if isinstance(text, tuple) else text
         for unit in (text if characters else text.lower().split()):
             out[row, zlib.crc32(unit.encode()) % width] += 1.0
     return out

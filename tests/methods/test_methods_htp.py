@@ -31,22 +31,24 @@ DOCS = [
 
 
 def hf_htp(hf, folder, docs, layer: int, blocks: set[int], *, local_only=False, global_only=False,
-           after_text=False, every_n_tokens=None, per_block=1) -> torch.Tensor:
-    """(B, E) mean over the text tokens, HTP written as the reference writes it."""
+           after_text=False, every_n_tokens=None, per_block=1, contexts=None) -> torch.Tensor:
+    """(B, E) mean over the text tokens, HTP written as the reference writes it; a context is a template
+    piece of its own after `<s>` (`embed_mask = 0`: `<s> {instruct} <B-PST>... <PST> sentence 1 ...`)."""
     tokenizer = hf_tokenizer(folder)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<PST>", "<B-PST>"]})
     pst, bpst = tokenizer.convert_tokens_to_ids("<PST>"), tokenizer.convert_tokens_to_ids("<B-PST>")
     embedding = hf.get_input_embeddings()
     assert len(tokenizer) <= embedding.num_embeddings  # the tiny tables have spare rows
     rows, embed_masks, pst_pos, end_pos, bpst_pos = [], [], [], [], []
-    for text, sentences in docs:
+    for row, (text, sentences) in enumerate(docs):
         if every_n_tokens:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             piece = [t for i in range(0, len(ids), every_n_tokens) for t in [pst, *ids[i:i + every_n_tokens]]]
         else:
             groups = [" ".join(sentences[i:i + per_block]) for i in range(0, len(sentences), per_block)]
             piece = tokenizer(" ".join(f"<PST> {g}" for g in groups), add_special_tokens=False)["input_ids"]
-        head = [tokenizer.bos_token_id]
+        context = contexts[row] if contexts else ""
+        head = [tokenizer.bos_token_id] + (tokenizer(context, add_special_tokens=False)["input_ids"] if context else [])
         n_pst = piece.count(pst)
         text_piece = ([] if local_only else [bpst] * n_pst) + piece
         ids = head + text_piece + [tokenizer.eos_token_id]

@@ -1,0 +1,84 @@
+"""Where a task's instruction goes: by default each query's (text's) unpooled context, as HTP's code puts it
+(`embed_mask = 0`); `placement="pooled"` keeps the earlier "{instruct} {text}", pooled with the text. Both are
+recorded in the results, and the CLI reaches both (`--instruction-placement`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import minidecoder
+from family_helpers import bag_of_words, run_cli
+from minidecoder.errors import InputError
+from minidecoder.evaluation.classification import evaluate_classification, texts_needed
+from minidecoder.evaluation.classification_data import INSTRUCTIONS, load_classification_set
+from minidecoder.evaluation.retrieval import evaluate_retrieval, query_texts
+from minidecoder.evaluation.retrieval_data import load_beir_set
+from test_classification import write_emotion
+from test_retrieval import write_beir
+
+INSTRUCT = "Given a query, retrieve documents"
+
+
+class Recording:
+    """An encoder (bag of words) that keeps every input it was asked for."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def __call__(self, texts: list) -> torch.Tensor:
+        self.seen += texts
+        return bag_of_words(texts)
+
+
+def test_queries_carry_the_instruction_as_context_unless_pooled(tmp_path: Path) -> None:
+    data = load_beir_set("toy", write_beir(tmp_path))
+    assert query_texts(data, INSTRUCT) == [(INSTRUCT, q) for q in data.queries]
+    assert query_texts(data, INSTRUCT, "pooled") == [f"{INSTRUCT} {q}" for q in data.queries]
+    assert query_texts(data, None) == data.queries
+    encode = Recording()
+    result = evaluate_retrieval(encode, data, INSTRUCT, progress=False)
+    assert result["instruction_placement"] == "context" and encode.seen[:len(data.queries)] == query_texts(data, INSTRUCT)
+    assert encode.seen[len(data.queries):] == data.documents  # documents take none
+    pooled = evaluate_retrieval(Recording(), data, INSTRUCT, progress=False, placement="pooled")
+    assert pooled["instruction_placement"] == "pooled"
+    with pytest.raises(InputError, match="placement 'joined' is unknown"):
+        evaluate_retrieval(Recording(), data, INSTRUCT, progress=False, placement="joined")
+
+
+def test_classification_embeds_pairs_and_mteb_asks_for_the_bare_texts(tmp_path: Path) -> None:
+    data = load_classification_set("Emotion", write_emotion(tmp_path), limit=12)
+    instruction = INSTRUCTIONS["Emotion"]
+    pairs = texts_needed(data, instruction)
+    assert all(isinstance(t, tuple) and t[0] == instruction for t in pairs)
+    assert texts_needed(data, instruction, "pooled") == [f"{instruction} {t}" for _, t in pairs]
+    encode = Recording()
+    result = evaluate_classification(encode, data, instruction, progress=False)  # mteb finds every text's vector
+    assert encode.seen == pairs and result["instruction_placement"] == "context"
+    assert evaluate_classification(Recording(), data, instruction, progress=False,
+                                   placement="pooled")["instruction_placement"] == "pooled"
+
+
+def test_cli_placements_differ_and_are_recorded(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = write_beir(tmp_path / "data")
+    runs = {}
+    for placement in ("context", "pooled"):
+        prefix = tmp_path / placement
+        assert run_cli("eval", "retrieval", "--model", str(tiny_llama), "--method", "mean", "--sets", "toy",
+                       "--data", str(folder), "--instruction", INSTRUCT, "--instruction-placement", placement,
+                       "--output", str(prefix), "--no-progress") == 0
+        runs[placement] = json.loads(prefix.with_suffix(".json").read_text())
+        assert runs[placement]["results"]["sets"]["toy"]["instruction_placement"] == placement
+        assert runs[placement]["stamp"]["instruction_placement"] == placement
+        assert ("unpooled context" if placement == "context" else "and pooled") in prefix.with_suffix(".md").read_text()
+    per_query = [runs[p]["results"]["sets"]["toy"]["per_query"] for p in ("context", "pooled")]
+    assert per_query[0] != per_query[1]
+    # each run's scores are those of `minidecoder.embed` on its own inputs: pairs, or the joined strings
+    model, data = minidecoder.load(tiny_llama), load_beir_set("toy", folder)
+    for placement, run in zip(("context", "pooled"), per_query):
+        direct = evaluate_retrieval(lambda texts: minidecoder.embed(model, texts, "mean", truncate=512), data,
+                                    INSTRUCT, progress=False, placement=placement)["per_query"]
+        assert {q: m["ndcg_cut_10"] for q, m in direct.items()} == pytest.approx(
+            {q: m["ndcg_cut_10"] for q, m in run.items()}, abs=1e-9)
