@@ -6,12 +6,15 @@ Table 6) and HTP's long-context STS (Figure 1); resumable by row and, within a r
     python tools/reproduce_tasks.py --model smollm2-135m-instruct --limit 40 --out /tmp/look   # a stamped quick look
 
 Rows (claims.py's row keys). Transfer: prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp),
-knowledge(+tp). Long STS: last, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text, `<PST> {text}`,
-start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer, TP end, CP
-steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
+knowledge(+tp). Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text,
+`<PST> {text}`, start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer,
+TP end, CP steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
 results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'); none is chosen on a test split,
 and none on these benchmarks (the transfer tasks' own validation, SentEval's inner folds, chooses only the
-probe's L2). "last" reads the final layer.
+probe's L2). "last" and "mean-final" read the final layer, as HTP Figure 1's vanilla readouts do; "mean", at
+the STS-B-dev layer, stays as an ablation. Under the long-STS table, a per-length control (each row's k = 1
+cosines averaged over each long pair's k sub-pairs) separates what length costs a readout from what averaging
+k measurements gives, computed from the kept rows (`--render` adds it to a table made before it).
 
 Files: OUT/<model>-transfer.json / .md and OUT/<model>-sts-long.json / .md (OUT = results/ by default),
 rewritten after every row; a finished row is never recomputed (`--redo` with `--rows` recomputes those).
@@ -59,6 +62,7 @@ from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.data_files import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
+from minidecoder.evaluation.spearman import spearman  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
 from minidecoder.evaluation.senteval_classifier import ClassifierConfig  # noqa: E402
@@ -70,8 +74,10 @@ from minidecoder.sources.checksums import model_identity  # noqa: E402
 TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp", "PromptEOL + TP"), ("prompteol+cp", "PromptEOL + CP (NS)"),
                  ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp", "Pretended CoT + TP"),
                  ("knowledge", "Knowledge"), ("knowledge+tp", "Knowledge + TP")]
-STS_LONG_ROWS = [("last", "Last token"), ("mean", "Mean pooling"), ("prompteol", "PromptEOL"),
-                 ("mean+tp", "TP w. Mean"), ("htp", "HTP")]
+STS_LONG_ROWS = [("last", "Last token"), ("mean-final", "Mean pooling (final layer)"),
+                 ("mean", "Mean pooling (STS-B-dev layer)"), ("prompteol", "PromptEOL"), ("mean+tp", "TP w. Mean"),
+                 ("htp", "HTP")]
+LONGEST = "16"  # the length Figure 1's claims are judged at
 
 
 def table_name(model: str) -> str:
@@ -91,8 +97,8 @@ def chosen_methods(model: str) -> dict[str, dict]:
 
 
 def row_method(key: str, chosen: dict[str, dict]):
-    if key == "last":
-        return build_method("last")
+    if key in ("last", "mean-final"):  # HTP Figure 1's vanilla readouts: the final layer
+        return build_method(key.removesuffix("-final"))
     spec = dict({"method": "tp", **TP_WITH_MEAN} if key == "mean+tp" else chosen[key])
     name = spec.pop("method")
     spec.pop("pst_init_detail", None)  # a description the method writes, not an option
@@ -278,13 +284,75 @@ def claim_lines(report: dict) -> list[str]:
 
 
 # ---- long STS -----------------------------------------------------------------------------------------
-def sts_long_markdown(report: dict, model: str) -> str:
+def averaged_sub_pairs(row: dict, sets) -> dict[str, dict]:
+    """The per-length control of one row: {k: {"score", "ci95", "diff", "diff_ci95"}}, where "score" is the
+    Spearman x100 of the mean of each long pair's k sub-pair cosines (each sub-pair embedded alone: the row's
+    k = 1 cosines, in the same gold order) against the long pair's gold, and "diff" the long pair's Spearman
+    minus it with a paired interval (the same resamples). A control rising with k is what averaging k similar
+    measurements gives; a long-pair score below it is what length costs the readout."""
+    alone = np.asarray(row["lengths"]["1"]["cosines"], dtype=np.float64)
+    boot = Bootstrap([TaskLayout(str(p.k), "test", p.gold, (0, len(p))) for p in sets])
+    averaged = {str(p.k): alone[:len(p) * p.k].reshape(len(p), p.k).mean(axis=1) for p in sets}
+    joined = {str(p.k): np.asarray(row["lengths"][str(p.k)]["cosines"]) for p in sets}
+    reps = boot.replicates({"control": averaged, "long": joined})
+    control, difference = boot.interval(reps["control"]), boot.interval(reps["long"] - reps["control"])
+    out = {}
+    for p in sets:
+        k = str(p.k)
+        score = 100.0 * spearman(averaged[k], p.gold)
+        out[k] = {"score": score, "ci95": list(control[k]), "diff": row["lengths"][k]["score"] - score,
+                  "diff_ci95": list(difference[k])}
+    return out
+
+
+def length_effect(lo: float, hi: float) -> str:
+    """What a (long - control) interval says about the readout at that length."""
+    return "length hurts the readout" if hi < 0 else "length helps the readout" if lo > 0 else "no length effect at 95%"
+
+
+def control_lines(report: dict, sets) -> list[str]:
+    """The per-length control under the table, each row's long-pair score against it, and, read from the
+    numbers, whether Figure 1's degradation (last-token readout falling with length, mean pooling holding)
+    appears."""
+    rows = [(key, label) for key, label in STS_LONG_ROWS if key in report["rows"]]
+    if not rows or "1" not in report["rows"][rows[0][0]]["lengths"]:
+        return []
+    lengths = [str(p.k) for p in sets]
+    controls = {key: averaged_sub_pairs(report["rows"][key], sets) for key, _ in rows}
+    lines = ["", "## Per-length control: averaging k measurements", "",
+             "Each long pair's gold is the mean of k sub-pairs of near-equal gold, so a score can rise with k "
+             "because k measurements are averaged, not because the readout handles length. The control: the "
+             "Spearman x100 of the mean of the k sub-pairs' cosines, each sub-pair embedded alone (the row's k=1 "
+             "cosines), 95% interval; then the long pair's Spearman minus the control, paired 95% interval. Below "
+             "zero, length hurts the readout; above, the joined text reads better than its parts apart.", "",
+             "| row | " + " | ".join(f"control k={k}" for k in lengths) + " | " +
+             " | ".join(f"long - control k={k}" for k in lengths[1:]) + " |",
+             "|---|" + "---:|" * (2 * len(lengths) - 1)]
+    for key, label in rows:
+        got = controls[key]
+        lines.append(f"| {label} | " + " | ".join(scored(got[k]) for k in lengths) + " | " +
+                     " | ".join(f"{got[k]['diff']:+.2f} [{got[k]['diff_ci95'][0]:+.1f}, {got[k]['diff_ci95'][1]:+.1f}]"
+                                for k in lengths[1:]) + " |")
+    if LONGEST in lengths:
+        lines += ["", f"At k={LONGEST}: " + "; ".join(
+            f"{label}: {length_effect(*controls[key][LONGEST]['diff_ci95'])}" for key, label in rows) + "."]
+        if "last" in controls and "mean-final" in controls:
+            last, mean = (length_effect(*controls[key][LONGEST]["diff_ci95"]) for key in ("last", "mean-final"))
+            appears = last == "length hurts the readout" and mean != "length hurts the readout"
+            lines.append(f"Figure 1's degradation (the last token's readout hurt by length while the final-layer mean "
+                         f"holds) {'appears' if appears else 'does not appear'} here at k={LONGEST}: last token, "
+                         f"{last}; final-layer mean, {mean}.")
+    return lines
+
+
+def sts_long_markdown(report: dict, model: str, sets=()) -> str:
     lengths = [str(k) for k in report["settings"]["lengths"]]
     return table_markdown(report, f"Long-context STS on {model} (HTP Figure 1)",
                           f"built from the first {report['settings']['limit']} STS-B test pairs",
                           "Spearman x100 per length k (k STS-B test pairs joined per long pair), 95% bootstrap "
                           "interval over long pairs.", STS_LONG_ROWS, [f"k={k}" for k in lengths],
-                          lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons")
+                          lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons",
+                          tuple(control_lines(report, sets)) if sets else ())
 
 
 def render(path: Path, data: str | None) -> int:
@@ -294,15 +362,17 @@ def render(path: Path, data: str | None) -> int:
     family, settings = report["settings"]["benchmark"], report["settings"]
     for row in report["rows"].values():  # a file written before rows named their device: its settings' (load_report)
         row["stamp"].setdefault("device", settings.get("device", "cpu"))
+    sets = ()
     if family == "transfer":
         judged = transfer_differences(report["rows"])
     else:
         from minidecoder.evaluation.sts_long import load_long_sts
-        judged = sts_long_differences(report["rows"], load_long_sts(data, settings["limit"], settings["lengths"])[1])
+        sets = load_long_sts(data, settings["limit"], settings["lengths"])[1]
+        judged = sts_long_differences(report["rows"], sets)
     kept = {name: value for name, value in settings.items() if name not in ("benchmark", "bootstrap")}
     report.update(claims_report(family, kept, report["rows_planned"], list(report["rows"]), judged))
     name = settings["model"]
-    write(path, report, transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name))
+    write(path, report, transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name, sets))
     print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
     return 0
 
@@ -390,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                 report.update(claims_report(family, {**without_device(family_settings),
                                                      "device": rows_devices(report)},
                                             planned, list(report["rows"]), judged))
-                text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
+                text = (transfer_markdown(report, name) if family == "transfer"
+                        else sts_long_markdown(report, name, loaded[1]))
                 write(path, report, text)
 
         for key, label in rows:

@@ -32,7 +32,8 @@ METRIC = {
                  "engine's settings: docs/spec.md section 11); CR's and MPQA's blank lines skipped (minidecoder's choice: "
                  "SentEval reads them as samples)"),
     "sts-long": ("Spearman per length of STS-B test pairs grouped k at a time by gold (HTP Figure 1; the grouping "
-                 "is minidecoder's, the paper prints none)"),
+                 "is minidecoder's, the paper prints none), beside a per-length control: the Spearman of the mean of "
+                 "the k sub-pairs' cosines, each sub-pair embedded alone (docs/spec.md section 11)"),
 }
 INSTRUCTION_POOLED = ("HTP Table 10/11's task instruction as \"{instruct} {text}\", pooled with the text "
                       "(minidecoder's choice: HTP's code reads it unpooled, embed_mask 0, HTP Appendix C)")
@@ -179,6 +180,10 @@ _TABLE = {
     ("sts-long", "last"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
                                       "layer": "-1, the final layer (HTP Figure 1's vanilla readout)",
                                       "readout": "the last token (HTP section 3.1)", "metric": METRIC["sts-long"]}),
+    ("sts-long", "mean-final"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
+                                            "layer": "-1, the final layer (HTP Figure 1's vanilla mean)",
+                                            "readout": "mean over the text (HTP section 3.1)",
+                                            "metric": METRIC["sts-long"]}),
     ("sts-long", "mean"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
                                       "layer": STS_LAYER + ", where HTP's vanilla mean reads the final layer",
                                       "readout": "mean over the text (HTP section 3.1)", "metric": METRIC["sts-long"]},

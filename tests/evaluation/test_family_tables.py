@@ -101,7 +101,7 @@ def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Pa
     chosen(monkeypatch, tool)
     monkeypatch.setattr(tool, "TP_WITH_MEAN", {**tool.TP_WITH_MEAN, "end": 3})
     assert tool.main(["--model", str(tiny_llama), "--family", "sts-long", "--data", str(DATA), "--limit", "96",
-                      "--rows", "last,mean,mean+tp", "--out", str(tmp_path)]) == 0
+                      "--rows", "last,mean-final,mean+tp", "--out", str(tmp_path)]) == 0
     line, record = rendered_row(tmp_path, "tiny-llama-sts-long.json", "htp", "sts-long",
                                 "Mean pooling beats last-token readout at 16 sentences")
     decisive = record["scores"]["16"]
@@ -260,3 +260,48 @@ def test_a_transfer_table_is_written_under_its_lock(tiny_llama: Path, tmp_path: 
                       "--out", str(tmp_path)]) == 0
     assert checked == ["tiny-llama-transfer.json"]
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.lock"))  # nothing left beside it
+
+
+@needs_data
+def test_sts_long_has_the_final_layer_mean_and_the_per_length_control(tiny_llama: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final-layer mean row reads layer -1 (HTP's vanilla mean), and each row's control per length is the
+    Spearman of the mean of the k sub-pairs' cosines, each sub-pair embedded alone: here embedded again with
+    minidecoder.embed and scored by scipy. The table says from those numbers whether Figure 1's degradation
+    appears, and --render adds the control to a table made before it."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    import minidecoder
+    from minidecoder.evaluation.sts_long import load_long_sts
+
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    assert tool.main(["--model", str(tiny_llama), "--family", "sts-long", "--data", str(DATA), "--limit", "96",
+                      "--rows", "last,mean-final", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "tiny-llama-sts-long.json"
+    saved = json.loads(path.read_text())
+    assert saved["rows"]["mean-final"]["method"]["layer"] == -1 and saved["rows"]["mean-final"]["method"]["method"] == "mean"
+    sets = load_long_sts(DATA, 96)[1]
+    model = minidecoder.load(tiny_llama)
+    alone = sets[0]  # k = 1: every sub-pair on its own, in gold order
+
+    def cosines(first: list[str], second: list[str]) -> np.ndarray:
+        a, b = (np.asarray(minidecoder.embed(model, texts, method="last", progress=False), np.float64)
+                for texts in (first, second))
+        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+    each = cosines(alone.first, alone.second)
+    table = path.with_suffix(".md").read_text()
+    control = table[table.index("## Per-length control"):]
+    line = next(line for line in control.splitlines() if line.startswith("| Last token |"))
+    for pairs in sets:
+        want = 100.0 * spearmanr(each[:len(pairs) * pairs.k].reshape(len(pairs), pairs.k).mean(1), pairs.gold)[0]
+        assert f" {want:.2f} [" in line, (pairs.k, want, line)
+    assert "Figure 1's degradation" in control
+    appears = "appears here" in control
+    hurts = {label: f"{label}: length hurts the readout" in control for label in ("Last token", "Mean pooling (final layer)")}
+    assert appears == (hurts["Last token"] and not hurts["Mean pooling (final layer)"])
+    path.with_suffix(".md").write_text(table[:table.index("## Per-length control")])  # a table made before it
+    assert tool.main(["--render", str(path), "--data", str(DATA)]) == 0
+    assert path.with_suffix(".md").read_text() == table
