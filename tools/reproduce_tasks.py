@@ -6,7 +6,9 @@ Table 6) and HTP's long-context STS (Figure 1); resumable by row and, within a r
     python tools/reproduce_tasks.py --model smollm2-135m-instruct --limit 40 --out /tmp/look   # a stamped quick look
 
 Rows (claims.py's row keys). Transfer: prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp),
-knowledge(+tp). Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text,
+knowledge(+tp); a `+tp-transfer` row is TP with its end chosen for transfer (TP section 5.8's layers 14-21 of 32,
+scaled to depth) on SST2 dev, the test split unused (`choose_transfer_end`); the `+tp` rows, whose end is the
+STS-B-dev one, stay as the ablation. Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text,
 `<PST> {text}`, start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer,
 TP end, CP steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
 results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'); none is chosen on a test split,
@@ -71,9 +73,16 @@ from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_t
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
 
-TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp", "PromptEOL + TP"), ("prompteol+cp", "PromptEOL + CP (NS)"),
-                 ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp", "Pretended CoT + TP"),
-                 ("knowledge", "Knowledge"), ("knowledge+tp", "Knowledge + TP")]
+TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp-transfer", "PromptEOL + TP"),
+                 ("prompteol+tp", "PromptEOL + TP (STS end)"), ("prompteol+cp", "PromptEOL + CP (NS)"),
+                 ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp-transfer", "Pretended CoT + TP"),
+                 ("pretended_cot+tp", "Pretended CoT + TP (STS end)"),
+                 ("knowledge", "Knowledge"), ("knowledge+tp-transfer", "Knowledge + TP"),
+                 ("knowledge+tp", "Knowledge + TP (STS end)")]
+TRANSFER_TP = "+tp-transfer"  # a row whose TP end is chosen for transfer (`choose_transfer_end`)
+# TP section 5.8: for transfer, "ending token prepending at deeper layers typically between layer index 14 and
+# 21" of Llama-2-7B's 32, "differs significantly from the optimal layer for STS"
+TRANSFER_END_RANGE = (14, 21, 32)
 STS_LONG_ROWS = [("last", "Last token"), ("mean-final", "Mean pooling (final layer)"),
                  ("mean", "Mean pooling (STS-B-dev layer)"), ("prompteol", "PromptEOL"), ("mean+tp", "TP w. Mean"),
                  ("htp", "HTP")]
@@ -173,6 +182,55 @@ def encoder(model, method, work: Path, batch_size: int | None):
 
 
 # ---- transfer ---------------------------------------------------------------------------------------
+def transfer_end_range(num_layers: int) -> list[int]:
+    """TP's candidate ends for transfer: TP section 5.8's layers 14..21 of 32 scaled to the model's depth
+    (rounded half up; never below 2, so at least one copy follows TP's start 1)."""
+    low, high, depth = TRANSFER_END_RANGE
+    scaled = [int(np.floor(value * num_layers / depth + 0.5)) for value in (low, high)]
+    return list(range(max(2, scaled[0]), max(2, scaled[1]) + 1))
+
+
+def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | None) -> dict:
+    """TP's end for transfer, chosen on data that is not a test split: for each end of `transfer_end_range`, the
+    STS row's TP (`spec`) with that end, scored by SentEval's probe trained on SST2 train with its L2 chosen on
+    SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
+    Each end's accuracy is kept in WORK/end-choice.json, so a stopped choice resumes."""
+    import dataclasses
+
+    from minidecoder.evaluation.transfer import probe_task
+
+    ends = transfer_end_range(model.num_layers)
+    dev_only = dataclasses.replace(sst2, splits={"train": sst2.splits["train"], "dev": sst2.splits["dev"],
+                                                 "test": sst2.splits["dev"]})  # the test split left out
+    kept = work / "end-choice.json"
+    accuracy = json.loads(kept.read_text()) if kept.is_file() else {}
+    for end in ends:
+        if str(end) in accuracy:
+            continue
+        method = tp_with_end(spec, end)
+        encode = encoder(model, method, work / f"end-{end}", batch_size)
+        probe = probe_task(dev_only, lambda texts: np.asarray(encode(list(texts)), dtype=np.float32),
+                           workers=default_workers())
+        accuracy[str(end)] = probe.dev_accuracy
+        write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
+    end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
+    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy,
+            "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
+
+
+def tp_with_end(spec: dict, end: int):
+    """The method of `spec` (a row's {"method": name, **options}) with TP's end set to `end`."""
+    options = {**spec, "end": end}
+    return build_method(options.pop("method"), **options)
+
+
+def transfer_tp_spec(key: str, chosen: dict[str, dict]) -> dict:
+    """The STS row's TP configuration a transfer-end row starts from (its end replaced by the choice)."""
+    spec = dict(chosen[key.removesuffix(TRANSFER_TP) + "+tp"])
+    spec.pop("pst_init_detail", None)  # a description the method writes, not an option
+    return spec
+
+
 DEVICES = ("cpu", "cuda", "mps", "xpu")  # where another sitting may have begun a row
 
 
@@ -270,7 +328,21 @@ def transfer_markdown(report: dict, model: str) -> str:
                           "Accuracy x100 of SentEval's probe, 95% bootstrap interval over test items; rows configured "
                           "as chosen on STS-B dev (results/<model>.json).",
                           TRANSFER_ROWS, [*TRANSFER_TASKS, "Avg."], cell, "The papers' comparisons",
-                          tuple(cross_validation_lines(report, TRANSFER_ROWS, list(TRANSFER_TASKS))))
+                          tuple(cross_validation_lines(report, TRANSFER_ROWS, list(TRANSFER_TASKS))) +
+                          tuple(end_choice_lines(report)))
+
+
+def end_choice_lines(report: dict) -> list[str]:
+    """Where each transfer-end TP row's end came from: the candidates and their SST2 dev accuracy."""
+    lines = []
+    for key, label in TRANSFER_ROWS:
+        choice = report["rows"].get(key, {}).get("tp_end_choice")
+        if choice:
+            tried = ", ".join(f"{end}: {accuracy:.2f}" for end, accuracy in choice["sst2_dev_accuracy"].items())
+            lines.append(f"- **{label}**: TP end {choice['end']}, of {choice['range'][0]}..{choice['range'][1]} (TP "
+                         f"section 5.8's layers 14-21 of 32 scaled to depth), chosen on {choice['on']}; dev accuracy "
+                         f"by end: {tried}.")
+    return ["", "## TP's end for transfer", "", *lines] if lines else []
 
 
 def claim_lines(report: dict) -> list[str]:
@@ -469,9 +541,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if key not in redo and key in add_rows(report, path, family, family_settings, planned, redo):
                 continue  # finished by another run since this one began
-            method = row_method(key, chosen)
             work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
+            choice = None
+            if key.endswith(TRANSFER_TP):
+                spec = transfer_tp_spec(key, chosen)
+                print(f"{family}: {label}: choosing TP's end on SST2 dev ...", file=sys.stderr)
+                sst2 = load_transfer_tasks(["SST2"], args.data, args.limit)[0]
+                choice = choose_transfer_end(model, spec, sst2, work / "end-choice", args.batch_size)
+                method = tp_with_end(spec, choice["end"])
+            else:
+                method = row_method(key, chosen)
             elsewhere = began_elsewhere(work, settings, weights, method, keys) if family == "transfer" else None
             if elsewhere and key not in redo:
                 device, kept = elsewhere
@@ -493,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                        "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
                                     for word in (f"--{flag}", str(getattr(args, flag)))]
             report["rows"][key] = {"label": label, "method": method.describe(), **results,
+                                   **({"tp_end_choice": choice} if choice else {}),
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
             write_table()

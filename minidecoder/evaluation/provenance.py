@@ -170,6 +170,15 @@ _TABLE = {
                           "TP between layers 14 and 21 of 32 for transfer, deeper than for STS)",
         "metric": METRIC["transfer"]}, "TP end chosen on STS; TP section 5.8 ends it deeper for transfer")
        for key in ("prompteol", "pretended_cot", "knowledge")},
+    **{("transfer", f"{key}+tp-transfer"): Provenance({
+        "template": "the prompt's own with <PST> before the quoted text (docs/spec.md section 3; TP's code)",
+        "layer": STS_LAYER,
+        "readout": "the last token (TP paper)",
+        "TP start / end": "start 1 (TP's code); end chosen within TP section 5.8's transfer range, layers 14-21 of 32 "
+                          "scaled to the model's depth, by SentEval's probe on SST2 dev (train on SST2 train, the test "
+                          "split unused; the row's tp_end_choice)",
+        "metric": METRIC["transfer"]})
+       for key in ("prompteol", "pretended_cot", "knowledge")},
     ("transfer", "prompteol+cp"): Provenance({
         "template": "PromptEOL's, and CP's auxiliary 'The irrelevant information of this sentence' prompt (CP's code "
                     "`run_intervention_eval.sh`; docs/spec.md section 3)",

@@ -8,9 +8,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import minidecoder
 from minidecoder.evaluation import transfer
+from minidecoder.evaluation.senteval_classifier import dev_selected
 from minidecoder.evaluation.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
 from test_retrieval import write_beir
@@ -70,14 +73,30 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
     chosen(monkeypatch, tool)
     assert tool.main(["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
                       str(write_folder(tmp_path / "senteval")), "--limit", "59", "--rows",
-                      "prompteol,prompteol+tp", "--out", str(tmp_path)]) == 0  # 59: TREC's 60 training rows cut
+                      "prompteol,prompteol+tp-transfer", "--out", str(tmp_path)]) == 0  # 59: TREC's 60 training rows cut
     line, record = rendered_row(tmp_path, "tiny-llama-transfer.json", "tp", "transfer", "TP improves PromptEOL")
     avg = record["scores"]["avg"]
     assert set(record["scores"]) == {"SST2", "TREC", "avg", "avg without SST2", "avg without TREC"}
     assert f"[{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
     assert record["scores"]["avg without SST2"]["diff"] == pytest.approx(record["scores"]["TREC"]["diff"])
     saved = json.loads((tmp_path / "tiny-llama-transfer.json").read_text())
-    assert saved["rows_done"] == ["prompteol", "prompteol+tp"] and "knowledge+tp" in saved["rows_planned"]
+    assert saved["rows_done"] == ["prompteol", "prompteol+tp-transfer"] and "knowledge+tp" in saved["rows_planned"]
+    # TP's end for transfer: TP section 5.8's layers 14-21 of 32 scaled to the tiny model's 4 blocks, 2..3, chosen
+    # by each end's SST2 dev accuracy, recomputed here from embeddings of SST2 train and dev alone
+    choice = saved["rows"]["prompteol+tp-transfer"]["tp_end_choice"]
+    assert choice["range"] == [2, 3] and set(choice["sst2_dev_accuracy"]) == {"2", "3"}
+    sst2 = transfer.load_transfer_tasks(["SST2"], tmp_path / "senteval", 59)[0]
+    model = minidecoder.load(tiny_llama)
+    for end, accuracy in choice["sst2_dev_accuracy"].items():
+        options = {"prompt": "prompteol", "start": 1, "end": int(end)}
+        x, dev = (np.asarray(minidecoder.embed(model, sst2.splits[split].texts, method="tp", progress=False, **options))
+                  for split in ("train", "dev"))
+        probe = dev_selected(x, sst2.splits["train"].labels, dev, sst2.splits["dev"].labels, dev,
+                             sst2.splits["dev"].labels, len(sst2.classes))
+        assert probe.dev_accuracy == pytest.approx(accuracy, abs=1e-9)
+    best = max((accuracy, -int(end)) for end, accuracy in choice["sst2_dev_accuracy"].items())
+    assert saved["rows"]["prompteol+tp-transfer"]["method"]["end"] == choice["end"] == -best[1]
+    assert "## TP's end for transfer" in (tmp_path / "tiny-llama-transfer.md").read_text()
     # each task's validation accuracy sits beside its test accuracy, with the items it scores: TREC's 10 folds
     # cross-validate its training set, SST2 scores its dev split
     tasks = saved["rows"]["prompteol"]["tasks"]
@@ -132,7 +151,7 @@ def test_a_transfer_row_from_another_device_joins_the_table_under_its_own_device
     assert {key: row["stamp"]["device"] for key, row in saved["rows"].items()} == {"prompteol": "cuda",
                                                                                  "prompteol+tp": "cpu"}
     assert saved["settings"]["device"] == "cpu and cuda" and saved["rows_done"] == ["prompteol", "prompteol+tp"]
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in saved["claims"])
     table = (tmp_path / "tiny-llama-transfer.md").read_text()
     assert "| Device |" in table and "| cuda |" in table and "| cpu |" in table
     with pytest.raises(SystemExit, match="other settings"):
@@ -209,7 +228,7 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     saved = json.loads((cpu / "tiny-llama-transfer.json").read_text())
     assert saved["rows_done"] == ["prompteol", "prompteol+tp"]  # neither sitting's row lost
     assert saved["rows"]["prompteol"] == gpu_table["rows"]["prompteol"]
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in saved["claims"])
 
     # --merge: the other way round, into a table that has one row of its own and one the other also has
     (gpu / "tiny-llama-transfer-work" / "prompteol+tp").mkdir(parents=True)  # a row the GPU had begun
@@ -224,7 +243,7 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     merged = json.loads((gpu / "tiny-llama-transfer.json").read_text())
     assert merged["rows_done"] == ["prompteol", "prompteol+tp"] and merged["rows"]["prompteol+tp"] == own
     assert merged["rows"]["prompteol"]["marker"] == "the GPU's copy"  # this table's own row is kept
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in merged["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in merged["claims"])
     assert "PromptEOL + TP" in (gpu / "tiny-llama-transfer.md").read_text()
     assert not (gpu / "tiny-llama-transfer-work" / "prompteol+tp").exists()  # finished elsewhere: kept work gone
 
