@@ -8,12 +8,12 @@ Table 6) and HTP's long-context STS (Figure 1); resumable by row and, within a r
 Rows (claims.py's row keys). Transfer: prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp),
 knowledge(+tp); a `+tp-transfer` row is TP with its end chosen for transfer (TP section 5.8's layers 14-21 of 32,
 scaled to depth) on SST2 dev, the test split unused (`choose_transfer_end`); the `+tp` rows, whose end is the
-STS-B-dev one, stay as the ablation. Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text,
-`<PST> {text}`, start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer,
+STS-B-dev one, stay as the ablation. Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on
+the bare text, `<PST> {text}`, start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer,
 TP end, CP steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
-results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'); none is chosen on a test split,
-and none on these benchmarks (the transfer tasks' own validation, SentEval's inner folds, chooses only the
-probe's L2). "last" and "mean-final" read the final layer, as HTP Figure 1's vanilla readouts do; "mean", at
+results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'), but for a `+tp-transfer` row's
+TP end, chosen on SST2 dev; none is chosen on a test split (SentEval's own validation otherwise chooses only
+the probe's L2). "last" and "mean-final" read the final layer, as HTP Figure 1's vanilla readouts do; "mean", at
 the STS-B-dev layer, stays as an ablation. Under the long-STS table, a per-length control (each row's k = 1
 cosines averaged over each long pair's k sub-pairs) separates what length costs a readout from what averaging
 k measurements gives, computed from the kept rows (`--render` adds it to a table made before it).
