@@ -327,6 +327,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
     import minidecoder
     from minidecoder.fast.options import fast_paths_overridden
     from minidecoder.methods.loop import hidden_at
+    from minidecoder.fast.forward import executor
     from minidecoder.methods.reba import encode_repeated, fused_attention
 
     kind, dtype, what, _ = CONFIGS[name]
@@ -360,7 +361,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
             elif name == "docmem:reba":  # the whole method at its defaults, as a user runs it
                 minidecoder.embed(model, texts, "reba", batch_size=len(texts))
             else:
-                fused_attention(model, batch, model.num_layers)
+                fused_attention(model, batch, model.num_layers, executor(model.fast_paths))
             seconds = time.perf_counter() - start
     return dict(seconds=seconds, n=len(texts), T=T, peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)

@@ -548,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args, device: torch.device, record: Record, folder: Path) -> None:
     import minidecoder
     import transformers
+    from minidecoder.fast.forward import executor
     from minidecoder.fast.options import fast_paths_overridden
     from minidecoder.methods import build_method
 
@@ -737,7 +738,7 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
 
             def loop_only() -> torch.Tensor:
                 with torch.inference_mode():
-                    return method.embed_batch(model, texts)
+                    return method.embed_batch(model, texts, forward=executor(model.fast_paths))
 
             def whole_call() -> torch.Tensor:
                 return minidecoder.embed(model, texts, "prompteol")

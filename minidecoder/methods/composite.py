@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from minidecoder.methods.audit import PartsAudited
 from minidecoder.methods.loop import Step
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Steps(Step):
+class Steps(PartsAudited, Step):
     """The parts' `before` in order, their `edits` merged (two parts editing one site is an error), their
-    folds in order; for the audit view, what each part acts on and reports."""
+    folds in order."""
 
     parts: tuple[Step, ...]
 
@@ -54,9 +54,3 @@ class Steps(Step):
 
     def to(self, device: torch.device) -> "Steps":
         return dataclasses.replace(self, parts=tuple(part.to(device) for part in self.parts))
-
-    def acts_on(self, row: int) -> list[dict]:
-        return [act for part in self.parts for act in part.acts_on(row)]
-
-    def report(self, i: int, where: str, old: Any, new: Any, shift: int) -> list[dict]:
-        return [event for part in self.parts for event in part.report(i, where, old, new, shift)]

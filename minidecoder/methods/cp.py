@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
+from minidecoder.methods.audit import SteeringAudited
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
-from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.composite import Steps
-from minidecoder.methods.loop import Forward, Pass, Step, last_token
+from minidecoder.methods.loop import Forward, Pass, Step, column_field, last_token
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
 from minidecoder.methods.prompts import REFERENCE_LAYERS, resolve_aux_prompt, resolve_prompts
 from minidecoder.methods.text import SENTEVAL_HELP, prepare_texts
@@ -54,7 +54,7 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float) -> torch.Te
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class SteerLastToken(Step):
+class SteerLastToken(SteeringAudited, Step):
     """At block l, each row's last-token value a of `site` becomes steer(a, b) (docs/spec.md section 6.3)."""
 
     blocks: frozenset[int]  # {l}
@@ -71,29 +71,6 @@ class SteerLastToken(Step):
         value, rows = value.clone(), torch.arange(value.shape[0], device=value.device)
         value[rows, self.last] = steer(value[rows, self.last], self.b, self.mode, self.alpha).to(value.dtype)  # a <- f(a, b)
         return value
-
-    def acts_on(self, row: int) -> list[dict]:
-        return [{"position": int(self.last[row]), "what": f"a: {self.site} steered to steer(a, b)",
-                 "blocks": sorted(self.blocks), "note": f"mode {self.mode}, alpha {self.alpha}"}]
-
-    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
-        """a, b, a - b and the steering term a' written in a's place (norms and cosines), per head for z."""
-        if where != self.site:
-            return []
-        row = int(self.last[0])
-        a, steered, b = old[0, row].float().cpu(), new[0, row].float().cpu(), self.b[0].float().cpu()
-        event = {"block": i, "site": where, "position": row + shift, "total": _norms(a, b, steered)}
-        if a.dim() == 2:  # z: (H, D), one row per head
-            event["heads"] = [{"head": h, **_norms(a[h], b[h], steered[h])} for h in range(a.shape[0])]
-        return [event]
-
-
-def _norms(a: torch.Tensor, b: torch.Tensor, steered: torch.Tensor) -> dict:
-    def cos(x: torch.Tensor, y: torch.Tensor) -> float:
-        return float(torch.nn.functional.cosine_similarity(x.flatten(), y.flatten(), dim=0))
-    return {"a_norm": float(a.norm()), "b_norm": float(b.norm()), "a_minus_b_norm": float((a - b).norm()),
-            "steering_norm": float(steered.norm()), "cos_a_b": cos(a, b),
-            "cos_steering_a": cos(steered, a) if float(steered.norm()) > 0 else 0.0}
 
 
 # ---- the method: options, validation --------------------------------------------------------------

@@ -26,7 +26,7 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import last_token, mean_over_spans
+from minidecoder.methods.loop import last_token, masked_mean, mean_over_spans
 from minidecoder.methods.reading import OwnTemplate
 from minidecoder.methods.text import SENTEVAL_HELP, template_fields
 
@@ -37,8 +37,7 @@ _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's real tokens (padding and a context excluded, BOS included)."""
     real = batch.attention_mask if batch.context_spans is None else batch.attention_mask & ~batch.context_mask()
-    mask = real.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
-    return (h * mask).sum(dim=1) / mask.sum(dim=1)
+    return masked_mean(h, real)
 
 
 def mean_after_first_copy(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:

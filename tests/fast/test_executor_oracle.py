@@ -82,7 +82,8 @@ def test_the_executor_with_one_plan_field_on_equals_the_plain_loop(name: str, fi
 
 
 def test_every_fast_path_off_runs_the_plain_loop_itself() -> None:
-    """With every fast path off, `Method.embed_batch` takes `methods.loop.Forward`: nothing of fast/ runs."""
+    """With every fast path off, `minidecoder.embed` gives `Method.embed_batch` `methods.loop.Forward`: nothing of
+    fast/ runs."""
     from minidecoder.fast.forward import executor
     assert executor(OFF) is Forward
     assert executor(FastPaths()) is FastForward
