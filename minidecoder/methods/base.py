@@ -53,6 +53,7 @@ class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what it does, with its paper
     takes_context: ClassVar[bool] = False  # True: `passes` takes each text's unpooled context (`contexts=`)
+    extensions: ClassVar[dict[str, str]] = {}  # option -> the method `option=true` builds (`cp tp=true`: cp+tp)
 
     def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """The forwards this configuration runs on `texts`, in order (a step may take what an earlier pass
@@ -153,6 +154,14 @@ def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, A
     if not isinstance(name, str) or name not in methods:
         raise InputError(f"unknown method {name!r}", f"available methods: {', '.join(sorted(methods))}")
     cls = methods[name]
+    for switch, other in cls.extensions.items():  # an option naming another method: `cp tp=true` is cp+tp
+        if switch in options:
+            options = dict(options)
+            if check_bool(options.pop(switch), f"method {name!r} option {switch}"):
+                return build_from(methods, other, options)
+            own = {f.name for f in dataclasses.fields(cls)}  # `cp tp=false start=1`: the extension's options unused
+            options = {key: value for key, value in options.items()
+                       if key in own or key not in {f.name for f in dataclasses.fields(methods[other])}}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -26,8 +26,8 @@ from tiny_models import checkpoint, random_ids
 
 TEXTS = ["a man plays a flute.", "the cat sat. It purred.", "dogs run.", "Rain."]
 OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1},  # 4 blocks
-           "cp+tp": {"steer_layer": 2, "tp": True, "start": 0, "end": 2, "mode": "nr"}, "metaeol": {"tasks": [0, 4]}}
-CONFIGURATIONS = sorted(METHODS) + ["cp+tp"]
+           "cp+tp": {"steer_layer": 2, "start": 0, "end": 2, "mode": "nr"}, "metaeol": {"tasks": [0, 4]}}
+CONFIGURATIONS = sorted(METHODS)  # cp+tp included
 ATOL = RTOL = 2e-5  # today's tolerance for every fast path in fp32 (tests/fast/test_fast_paths.py, test_graphs.py)
 OFF = FastPaths(prefix_cache=False, explicit_attention=False, compiled=False, buckets=False, graphs=False,
                 blocked_fusion_from=None)
@@ -51,7 +51,7 @@ def tiny():
 
 
 def method_of(name: str):
-    return build_method("cp" if name == "cp+tp" else name, **OPTIONS.get(name, {}))
+    return build_method(name, **OPTIONS.get(name, {}))
 
 
 class Spy(FastForward):
