@@ -71,6 +71,7 @@ def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
     return forward.folded.masked_fill(~valid, 0.0)
 
 
+# ---- ReBA's inputs and pooling: the repeated texts, the weights w, the rows R ------------------------------
 def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "",
                     contexts: list[str] | None = None) -> PromptBatch:
     """Each text repeated as one string (`separator.join([text] * r)`, the reference's `sentence * r`
@@ -97,19 +98,6 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
         context_spans.append((len(head), len(head) + covered))
     return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left",
                context_spans=context_spans if contexts is not None else None)
-
-
-def fused_attention(model, batch: PromptBatch, output_index: int,
-                    forward: Callable[..., Forward] = Forward) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
-    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs, through `forward`: the plain
-    loop or the executor the caller picked (long inputs fold a head at a time there: fast.blocked_fusion)."""
-    L = model.num_layers
-    forward = forward(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
-                      keep={output_index, L})
-    h = forward.hidden(output_index)
-    forward.run_to(L)
-    return fused(forward, batch), h
 
 
 def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
@@ -151,6 +139,7 @@ def rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torch
     return rows
 
 
+# ---- the method: options, validation --------------------------------------------------------------
 @register
 @dataclass
 class ReBA(Method):
@@ -211,6 +200,20 @@ class ReBA(Method):
         return (dataclasses.replace(self, weights="uniform"),
                 f"uniform weights over the same rows R of the same repeated input at output layer {self.layer} "
                 "(plain mean pooling, no fused attention)")
+
+
+# ---- experiments beyond the sentence embedding: the reference's word embeddings; A and h for the tools -----
+def fused_attention(model, batch: PromptBatch, output_index: int,
+                    forward: Callable[..., Forward] = Forward) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
+    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs, through `forward`: the plain
+    loop or the executor the caller picked (long inputs fold a head at a time there: fast.blocked_fusion)."""
+    L = model.num_layers
+    forward = forward(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
+                      keep={output_index, L})
+    h = forward.hidden(output_index)
+    forward.run_to(L)
+    return fused(forward, batch), h
 
 
 def reba_word_embedding(model, text: str, char_start: int, char_end: int, repetitions: int = 2,

@@ -173,6 +173,7 @@ class TP(Method):
                              "lower `end` or raise `layer`")
 
 
+# ---- pooling=mean: an experiment of another paper (HTP Table 1's "TP w. Mean") -----------------------------
 MEAN_READS = "the mean over the text tokens, <PST> and the template excluded"
 
 

@@ -41,3 +41,28 @@ def test_masked_mean_pooling_is_written_once() -> None:
                for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
                if MASKED_SUM.search(line)]
     assert len(written) == 1 and written[0].startswith("loop.py:"), written
+
+
+# README's "Reading the code" table names each method's lines: `methods/tp.py:55-73` (`TPStep`).
+LINES = re.compile(r"`(methods/\w+\.py):(\d+)-(\d+)` \(`([\w.]+)`")
+
+
+def defined_at(path, dotted: str) -> tuple[int, int] | None:
+    """(first, last) line of the class or function `dotted` (`TP.passes`) in `path`; None if absent."""
+    body, node = ast.parse(path.read_text(encoding="utf-8")).body, None
+    for name in dotted.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None)
+        if node is None:
+            return None
+        body = node.body
+    return node.lineno, node.end_lineno
+
+
+def test_the_readme_points_at_the_lines_that_hold_each_method() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Reading the code"):]
+    pointers = LINES.findall(section[:section.index("\n## ", 1)])
+    assert len(pointers) >= 8, pointers
+    stale = [f"{path}:{first}-{last} ({name}) is at {found}" for path, first, last, name in pointers
+             if (found := defined_at(REPO / "minidecoder" / path, name)) != (int(first), int(last))]
+    assert not stale, f"README's Reading the code table points at moved lines: {stale}"
