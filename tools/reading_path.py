@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat. It purred."]
-OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}}
+OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}, "cp+tp": {"steer_layer": 1, "end": 1}}
 
 
 def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
