@@ -47,8 +47,7 @@ def mean_after_first_copy(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     for row, spans in enumerate(batch.text_spans):
         for start, end in spans[1:]:
             later[row, start:end] = True
-    mask = later.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
-    return (h * mask).sum(dim=1) / mask.sum(dim=1)
+    return masked_mean(h, later)
 
 
 def check_occurrence(template: str, occurrence: int) -> int:
