@@ -50,8 +50,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
-from minidecoder.evaluation.claims import WITHOUT, shown  # noqa: E402
-from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
+from reproduce.claims import WITHOUT, shown  # noqa: E402
+from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 # family: [(row key, label, method, options)]

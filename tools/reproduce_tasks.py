@@ -33,7 +33,7 @@ chunks) lets the next sitting go on from where this one stopped.
 Statistics: every cell a 95% bootstrap interval (transfer: over test items / out-of-fold predictions;
 long STS: over long pairs); every paper comparison (TP or CP vs its prompt) a paired interval of the
 difference on the same resamples, per task / length and for Avg. (mean over them of the per-resample
-differences), judged by `minidecoder.evaluation.claims.judge` for each claim of `claims.BENCHMARK_CLAIMS`.
+differences), judged by `reproduce.claims.judge` for each claim of `claims.BENCHMARK_CLAIMS`.
 """
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when 
 import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
-from minidecoder.evaluation.claims import shown  # noqa: E402
-from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
+from reproduce.claims import shown  # noqa: E402
+from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.data_files import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402

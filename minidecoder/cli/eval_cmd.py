@@ -46,13 +46,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.set_defaults(run=run)
     from minidecoder.cli import (eval_classification_cmd, eval_cmteb_cmd, eval_retrieval_cmd, eval_sts_long_cmd,
                                  eval_transfer_cmd)
-    # each benchmark family's command lives in its own module; all run through cli.eval_family
+    # each benchmark family's command lives in its own module; all run through evaluation.family
     for family in (eval_transfer_cmd, eval_sts_long_cmd, eval_retrieval_cmd, eval_classification_cmd, eval_cmteb_cmd):
         family.add_parser(benchmarks)
 
 
 def parse_tasks(text: str | None) -> list[str]:
-    from minidecoder.cli.eval_family import parse_names
+    from minidecoder.evaluation.family import parse_names
     from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
 
     return parse_names(text, list(TASKS), default=ALL_SEVEN)
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
     from minidecoder.running.jobs import check_work_owner
 
-    from minidecoder.cli.eval_family import default_prefix
+    from minidecoder.evaluation.family import default_prefix
 
     check_sizes(args)
     tasks = parse_tasks(args.tasks)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
-    from minidecoder.cli.eval_family import argv_of, embed_kept
+    from minidecoder.evaluation.family import argv_of, embed_kept
     from minidecoder.evaluation.harness import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
     from minidecoder.running.jobs import owned_work_folder

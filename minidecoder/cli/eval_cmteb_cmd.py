@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, limited_note, markdown_report,
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, family_parser, limited_note, markdown_report,
                                             parse_names)
 
 

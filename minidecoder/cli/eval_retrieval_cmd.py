@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import (Family, Kept, add_family_options, family_parser, instruction_for,
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, family_parser, instruction_for,
                                             instructions_line, limited_note, markdown_report)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minidecoder.cli.eval_family import Family, Kept, add_family_options, family_parser
+from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser
 from minidecoder.errors import InputError
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from minidecoder.cli.eval_family import Family, Kept, add_family_options, family_parser, parse_names
+from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser, parse_names
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
                                     check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options,
                                     resume_settings)
-from minidecoder.cli.eval_family import default_prefix
+from minidecoder.evaluation.family import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)

@@ -107,7 +107,7 @@ def test_ctrl_c_while_scoring_a_family_that_keeps_nothing_says_so(tmp_path: Path
     once read back): the line must not promise a resume."""
     import argparse
 
-    from minidecoder.cli.eval_family import _scoring_interrupted
+    from minidecoder.evaluation.family import _scoring_interrupted
 
     line = _scoring_interrupted(tmp_path / ".x.json.partial", argparse.Namespace(output=None), tmp_path / "x")
     assert line == (f"interrupted while scoring; nothing was kept, so run the same command again with --output "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from minidecoder.evaluation import transfer
-from minidecoder.evaluation.claims import BENCHMARKS, PAPERS
+from reproduce.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
 from test_retrieval import write_beir
 from test_sts_data import DATA, needs_data
