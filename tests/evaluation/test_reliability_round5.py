@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.classification_data import load_classification_set
+from minidecoder.evaluation.classification import load_classification_set
 from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
 from minidecoder.evaluation.retrieval_data import load_beir_set
 from minidecoder.evaluation.sts_data import load_task
