@@ -276,7 +276,7 @@ def _pair_bootstrap(name: str, reports: list[dict], data: str | None):
     machine's C-MTEB folder (`data`, else where the eval command looks), not from the stamp's data_dir, which
     names the machine a row ran on (a lent GPU's /tmp/data); the file's sha256 must equal every row's stamp."""
     from minidecoder.evaluation.cmteb import pair_bootstrap
-    from minidecoder.evaluation.cmteb_data import load_pair_set
+    from minidecoder.evaluation.cmteb import load_pair_set
     from minidecoder.sources.fetch import sha256_file
 
     pairs = load_pair_set(name, data, reports[0]["stamp"]["limit"])

@@ -13,8 +13,7 @@ from sklearn.metrics import average_precision_score
 from sklearn.metrics.pairwise import paired_cosine_distances
 
 from family_helpers import assert_input_error, bag_of_words, run_cli
-from minidecoder.evaluation.cmteb import evaluate_cmteb
-from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
+from minidecoder.evaluation.cmteb import SETS, evaluate_cmteb, load_pair_set
 from minidecoder.sources.paths import shared_data_dir
 
 CMTEB = shared_data_dir("cmteb", "MINIDECODER_CMTEB_DATA")

@@ -12,7 +12,7 @@ import pytest
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.classification import load_classification_set
-from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
+from minidecoder.evaluation.cmteb import SETS, load_pair_set
 from minidecoder.evaluation.retrieval import load_beir_set
 from minidecoder.evaluation.sts_data import load_task
 from minidecoder.evaluation.transfer_data import load_transfer_task
