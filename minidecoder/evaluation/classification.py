@@ -238,17 +238,14 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
 
 
 def read(args: argparse.Namespace) -> list:
-
     return [load_classification_set(name, args.data, args.limit) for name in parse_names(args.tasks, TASKS)]
 
 
 def _instruction(args: argparse.Namespace, data) -> str | None:
-
     return instruction_for(args, INSTRUCTIONS[data.name])
 
 
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
-
     return [text for data in loaded
             for text in texts_needed(data, _instruction(args, data), args.instruction_placement)]
 

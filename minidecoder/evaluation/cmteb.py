@@ -247,7 +247,6 @@ beside it), each scored by the installed mteb's own task class on the original f
 
 
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
-
     parser = family_parser(benchmarks, FAMILY, "C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3", COMMAND_HELP)
     parser.add_argument("--tasks", default=",".join(SETS), help="comma-separated sets (default: all eight)")
     add_family_options(parser, "cmteb", "C-MTEB data folder (default: $MINIDECODER_CMTEB_DATA or ../shared/data/cmteb)",
@@ -266,7 +265,6 @@ def read(args: argparse.Namespace) -> list:
 
 
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
-
     return texts_needed(loaded)
 
 

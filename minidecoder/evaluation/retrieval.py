@@ -284,12 +284,10 @@ def read(args: argparse.Namespace) -> list:
 
 
 def _instruction(args: argparse.Namespace, data) -> str | None:
-
     return instruction_for(args, INSTRUCTIONS.get(data.name))
 
 
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
-
     return [text for data in loaded
             for text in query_texts(data, _instruction(args, data), args.instruction_placement) + data.documents]
 
@@ -309,7 +307,6 @@ def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict
 
 
 def table(results: dict) -> str:
-
     labels = list(HEADLINE.values())
     lines = ["| set | queries | documents | " + " | ".join(labels) + " |", "|---|---:|---:|" + "---:|" * len(labels)]
     for name, result in results["sets"].items():
