@@ -60,10 +60,10 @@ from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.data_files import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
-from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
-from minidecoder.evaluation.senteval_classifier import ClassifierConfig  # noqa: E402
+from minidecoder.evaluation.senteval_probe import default_workers  # noqa: E402
+from minidecoder.evaluation.senteval_probe import ClassifierConfig  # noqa: E402
 from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
-from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
+from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
 

@@ -44,10 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sts.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_options(sts)
     sts.set_defaults(run=run)
-    from minidecoder.cli import eval_transfer_cmd
-    from minidecoder.evaluation import classification, cmteb, retrieval, sts_long
+    from minidecoder.evaluation import classification, cmteb, retrieval, sts_long, transfer
     # each benchmark family lives in its own module, loader to command; all run through evaluation.family
-    for family in (eval_transfer_cmd, sts_long, retrieval, classification, cmteb):
+    for family in (transfer, sts_long, retrieval, classification, cmteb):
         family.add_parser(benchmarks)
 
 
