@@ -68,7 +68,7 @@ from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leav
 from minidecoder.evaluation.harness import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
-from minidecoder.evaluation.sts_data import ALL_SEVEN, load_tasks  # noqa: E402
+from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 

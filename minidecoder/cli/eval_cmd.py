@@ -52,14 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_tasks(text: str | None) -> list[str]:
     from minidecoder.evaluation.family import parse_names
-    from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS
+    from minidecoder.evaluation.sts import ALL_SEVEN, TASKS
 
     return parse_names(text, list(TASKS), default=ALL_SEVEN)
 
 
 def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
-    from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.evaluation.sts import load_tasks, resolve_data_dir
     from minidecoder.running.jobs import check_work_owner
 
     from minidecoder.evaluation.family import default_prefix

@@ -149,7 +149,7 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
-    from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.evaluation.sts import load_tasks, resolve_data_dir
     from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)

@@ -6,7 +6,7 @@
 - `report`: JSON and Markdown output stamped with model, method, data checksums and code version.
 """
 from minidecoder.evaluation.harness import StsScorer, encode_sentences, evaluate_sts, score_embeddings, unique_sentences
-from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS, StsSubset, StsTask, load_task, load_tasks
+from minidecoder.evaluation.sts import ALL_SEVEN, TASKS, StsSubset, StsTask, load_task, load_tasks
 
 __all__ = [
     "ALL_SEVEN",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidecoder.evaluation.sts_data import StsTask
+from minidecoder.evaluation.sts import StsTask
 
 RESAMPLES = 1000
 SEED = 0

@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from minidecoder.errors import NumericsError
 from minidecoder.evaluation.spearman import pearson, rankdata
-from minidecoder.evaluation.sts_data import ALL_SEVEN, StsTask, load_tasks
+from minidecoder.evaluation.sts import ALL_SEVEN, StsTask, load_tasks
 
 Encoder = Callable[[list[str]], torch.Tensor]  # sentences -> (N, D)
 

@@ -4,7 +4,7 @@ the construction, the scorer, the figure and `minidecoder eval sts-long`.
 The HTP paper defers the construction to an appendix it does not print; this is the construction the spec
 fixes (docs/spec.md section 11), seed-free and deterministic so any reader rebuilds it:
 
-1. read the STS-B test pairs (sts_data.py, as SentEval reads them; 1,379 pairs);
+1. read the STS-B test pairs (sts.py, as SentEval reads them; 1,379 pairs);
 2. sort them by gold score, a **stable** sort (ties keep file order);
 3. for each length k in {1, 2, 4, 8, 16}: cut the sorted list into consecutive groups of k pairs (the last
    `P mod k` pairs, which make no full group, are left out: 1,379 -> 1,379 / 689 / 344 / 172 / 86 long
@@ -33,7 +33,7 @@ from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
 from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser
 from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first, pair_cosines
 from minidecoder.evaluation.spearman import spearman
-from minidecoder.evaluation.sts_data import StsTask, load_sts_benchmark, resolve_data_dir
+from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
 

@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.evaluation.harness import StsScorer, unique_sentences
-from minidecoder.evaluation.sts_data import StsTask, load_tasks
+from minidecoder.evaluation.sts import StsTask, load_tasks
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
 from minidecoder.methods.layers import resolve_output_layer

@@ -50,7 +50,7 @@ def test_mteb_sts_evaluator_equals_harness(tiny_llama: Path, model, method: str,
     import mteb
 
     from minidecoder.evaluation.harness import evaluate_sts
-    from minidecoder.evaluation.sts_data import resolve_data_dir
+    from minidecoder.evaluation.sts import resolve_data_dir
     from minidecoder.integrations.mteb import MtebEncoder
 
     path = resolve_data_dir() / "STSBenchmark" / "sts-test.csv"
