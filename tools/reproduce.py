@@ -65,7 +65,7 @@ import minidecoder  # noqa: E402
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
 from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
                                            sentence)
-from minidecoder.evaluation.harness import StsScorer, unique_sentences  # noqa: E402
+from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
 from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402

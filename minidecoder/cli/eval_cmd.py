@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: Path, method) -> int:
     from minidecoder.evaluation.family import argv_of, embed_kept
-    from minidecoder.evaluation.harness import evaluate_sts
+    from minidecoder.evaluation.sts import evaluate_sts
     from minidecoder.evaluation.report import summary_table, work_folder, write_or_rescue, write_report
     from minidecoder.running.jobs import owned_work_folder
 

@@ -2,7 +2,7 @@
 
 A resample draws pairs with replacement **within each subset** (so every subset keeps its size and
 STS12-16 keep their mix of subsets), then recomputes the task score exactly as the harness forms it
-(`harness.StsScorer.__call__`): a Spearman x100 of similarity against gold over the concatenation of
+(`sts.StsScorer.__call__`): a Spearman x100 of similarity against gold over the concatenation of
 the year's subsets ("all", STS12-16), or over the single split (STS-B test, SICK-R test); Avg. is the
 mean of the task scores of the same resample. Two rows compared on the same resamples (the indices
 depend only on the seed and the data, never on the row) give a paired interval of their difference.

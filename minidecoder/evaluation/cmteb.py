@@ -15,7 +15,7 @@ encodes the sentences as they are.
 
 mteb takes float32 cosines (`1 - paired_cosine_distances` of the float32 embeddings), so pairs whose
 cosines tie exactly in float64 may be ordered by rounding; `eval sts` keeps such ties
-(`harness.pair_cosines`). Here the numbers are mteb's, rounding included.
+(`sts.pair_cosines`). Here the numbers are mteb's, rounding included.
 
 The data: C-MTEB's sentence-pair sets (ReBA Tables 2-3), read from the original files in `../shared/data/cmteb`.
 

@@ -46,7 +46,7 @@ import torch
 from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
-from minidecoder.evaluation.harness import StsScorer, unique_sentences
+from minidecoder.evaluation.sts import StsScorer, unique_sentences
 from minidecoder.evaluation.sts import StsTask, load_tasks
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
