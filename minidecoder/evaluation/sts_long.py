@@ -11,7 +11,7 @@ fixes (docs/spec.md section 11), seed-free and deterministic so any reader rebui
    pairs); a group is one long pair, its k first sentences joined by one space against its k second
    sentences joined by one space, gold = the mean of its k golds;
 4. score each k as the STS harness scores a task: cosine of the two embeddings (float64; sts.pair_cosines),
-   Spearman x100 against gold (spearman.py).
+   Spearman x100 against gold (bootstrap.py).
 
 k = 1 is STS-B test itself, in gold order (Spearman does not depend on the order of pairs). Each score has
 a 95% percentile bootstrap interval over the long pairs of its length (bootstrap.py, 1,000 resamples,
@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
 from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser
 from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
-from minidecoder.evaluation.spearman import spearman
 from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)

@@ -6,7 +6,7 @@ import pytest
 
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, order_codes, rank_rows
 from reproduce.claims import CLAIMS, HOLDS, REVERSED, UNDECIDED, Claim, judge, sentence, verdict
-from minidecoder.evaluation.spearman import pearson, rankdata, spearman
+from minidecoder.evaluation.bootstrap import pearson, rankdata, spearman
 
 
 def layout(seed: int = 0) -> list[TaskLayout]:
