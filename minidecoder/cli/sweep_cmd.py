@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
-    from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
+    from minidecoder.evaluation.sweep import sweep_markdown, write_sweep_report
     from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
     fixed = set(parse_options(args.opt))
