@@ -534,7 +534,7 @@ def figures(report: dict, out: Path) -> list[str]:
     """The sweep figures, each chosen point ringed; returns the PNG names (beside the JSON). They are redrawn
     every sitting, so they replace the last sitting's (overwrite=True)."""
     try:
-        from minidecoder.evaluation.plots import plot_curves
+        from minidecoder.evaluation.report import plot_curves
         import matplotlib  # noqa: F401
     except ImportError:
         print("matplotlib is not installed: no figures (pip install 'minidecoder[plots]')", file=sys.stderr)

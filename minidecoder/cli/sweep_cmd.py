@@ -132,7 +132,7 @@ def _from_layers(args: argparse.Namespace, name: str) -> bool:
 def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
     """The PREFIX-<axis>.png that --plot will write, known before the model loads (`--layers all` counts as
     several layers), so that they are claimed with the report."""
-    from minidecoder.evaluation.plots import sweep_figure_paths
+    from minidecoder.evaluation.report import sweep_figure_paths
     from minidecoder.evaluation.report import report_paths
     from minidecoder.evaluation.sweep import parse_values
 
@@ -206,7 +206,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
                                              prefix, sweep_markdown(result, {}))
         written = [json_path, md_path]
         if args.plot:
-            from minidecoder.evaluation.plots import plot_sweep
+            from minidecoder.evaluation.report import plot_sweep
             written += plot_sweep(result.to_dict(), json_path.with_suffix(""),  # r.json -> r-<axis>.png
                                   metadata["model"], overwrite=args.overwrite)
     except KeyboardInterrupt:

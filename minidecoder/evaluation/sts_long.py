@@ -147,7 +147,7 @@ def sts_long_markdown(results: dict, stamp: dict) -> str:
 
 def plot_sts_long(curves: dict[str, dict], path: str | Path, model: str = "?", overwrite: bool = False) -> Path:
     """Score against length, one line per method (HTP Figure 1); curves: {label: results["lengths"]}."""
-    from minidecoder.evaluation.plots import plot_curves
+    from minidecoder.evaluation.report import plot_curves
 
     return plot_curves({label: ([int(k) for k in lengths], [entry["score"] for entry in lengths.values()])
                         for label, lengths in curves.items()}, path, "STS-B pairs joined per long pair (k)",
