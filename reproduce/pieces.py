@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minidecoder.evaluation.harness import Encoder, encode_sentences
+from minidecoder.evaluation.family import Encoder, encode_sentences
 from minidecoder.evaluation.sts import pair_cosines
 from minidecoder.evaluation.sts import StsTask
 

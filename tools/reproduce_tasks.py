@@ -57,7 +57,7 @@ from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, w
 from reproduce.claims import shown  # noqa: E402
 from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
-from minidecoder.evaluation.data_files import run_limit  # noqa: E402
+from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.senteval_probe import default_workers  # noqa: E402

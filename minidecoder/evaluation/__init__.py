@@ -5,7 +5,7 @@
 - `harness`: `evaluate_sts(encode, ...)`, and `StsScorer` to score many embedding sets cheaply.
 - `report`: JSON and Markdown output stamped with model, method, data checksums and code version.
 """
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import encode_sentences
 from minidecoder.evaluation.sts import StsScorer, evaluate_sts, score_embeddings, unique_sentences
 from minidecoder.evaluation.sts import ALL_SEVEN, TASKS, StsSubset, StsTask, load_task, load_tasks
 

@@ -40,11 +40,10 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.data_files import limit_that_cut, numbered_lines, require_file, require_rows, resolve_data_folder
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, family_parser, instruction_for,
-                                            instructions_line, limited_note,
-                                            markdown_report, parse_names)
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser,
+                                           instruction_for, instructions_line, limit_that_cut, limited_note,
+                                           markdown_report, numbered_lines, parse_names, require_file, require_rows,
+                                           resolve_data_folder)
 from minidecoder.running.texts import with_instruction
 
 
@@ -251,7 +250,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
-    from minidecoder.evaluation.data_files import run_limit
+    from minidecoder.evaluation.family import run_limit
 
     tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False,
                                                 placement=args.instruction_placement) for data in loaded}

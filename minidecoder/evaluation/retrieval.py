@@ -43,10 +43,9 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.data_files import field, json_line, limit_that_cut, numbered_lines, require_file, resolve_data_folder
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, family_parser, instruction_for,
-                                            instructions_line, limited_note, markdown_report)
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
+                                           instruction_for, instructions_line, json_line, limit_that_cut, limited_note,
+                                           markdown_report, numbered_lines, require_file, resolve_data_folder)
 from minidecoder.running.texts import with_instruction
 
 
@@ -293,14 +292,14 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
-    from minidecoder.evaluation.data_files import run_limit
+    from minidecoder.evaluation.family import run_limit
 
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
                                           placement=args.instruction_placement) for data in loaded}
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
             result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
-    # the limits that cut some set (`data_files.limit_that_cut`): one that scored everything is a full run
+    # the limits that cut some set (`family.limit_that_cut`): one that scored everything is a full run
     return {"sets": sets, "limit": run_limit(data.limit for data in loaded),
             "corpus_limit": run_limit(data.corpus_limit for data in loaded),
             "data_dir": str(loaded[0].data_dir), "data_files": [f for data in loaded for f in data.files]}

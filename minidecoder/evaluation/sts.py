@@ -78,9 +78,8 @@ from minidecoder.cli.common import (add_model_options, add_output_options, build
                                     claim_cli_outputs, load_model, model_stamp)
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import pearson, rankdata
-from minidecoder.evaluation.data_files import limit_that_cut, require_rows
-from minidecoder.evaluation.family import argv_of, default_prefix, embed_kept, parse_names
-from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
+from minidecoder.evaluation.family import (Encoder, argv_of, default_prefix, embed_kept, encode_sentences,
+                                           limit_that_cut, longest_first, parse_names, require_rows)
 from minidecoder.sources.paths import sts_data_dir
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).

@@ -30,8 +30,8 @@ import numpy as np
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
-from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser
-from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
+from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
+                                           longest_first)
 from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)

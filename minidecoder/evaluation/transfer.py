@@ -80,9 +80,8 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
-from minidecoder.evaluation.data_files import limit_that_cut, require_rows, run_limit
-from minidecoder.evaluation.family import Family, Kept, add_family_options, family_parser, parse_names
-from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first
+from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
+                                           limit_that_cut, longest_first, parse_names, require_rows, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import write_streamed

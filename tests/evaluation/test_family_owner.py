@@ -123,7 +123,7 @@ def test_the_order_of_a_runs_texts_is_the_same_in_every_process():
     import sys
 
     texts = [f"text {i:03d}" for i in range(60)] + ["a longer text", "text 007", "short"]
-    program = ("import json, sys; from minidecoder.evaluation.harness import longest_first; "
+    program = ("import json, sys; from minidecoder.evaluation.family import longest_first; "
                "print(json.dumps(longest_first(json.loads(sys.argv[1]))))")
     orders = [json.loads(subprocess.run([sys.executable, "-c", program, json.dumps(texts)], check=True,
                                         capture_output=True, text=True,

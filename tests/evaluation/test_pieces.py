@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minidecoder.evaluation import ALL_SEVEN, StsScorer, load_tasks, unique_sentences
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import encode_sentences
 from reproduce.pieces import PieceEncoder, PiecePlan, cosines_text, parse_cosines
 from test_sts_data import DATA, needs_data
 from test_sts_harness import CountingEncoder
