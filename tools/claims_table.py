@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from reproduce.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
-                                           SOURCE, UNDECIDED, Claim)
+                              SOURCE, UNDECIDED, Claim)
 from minidecoder.output_files import write_whole  # noqa: E402
 
 NOT_RUN = "not yet run"

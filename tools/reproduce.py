@@ -64,13 +64,14 @@ sys.path.insert(0, str(REPO))
 import minidecoder  # noqa: E402
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
 from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
-                                           sentence)
+                              sentence)
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
-from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
+from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
 from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
+from minidecoder.sources.checksums import file_sha256 as sha256_file  # noqa: E402
 
 FORMAT = "minidecoder-reproduce/2"
 SHORT = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
+sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reproduce.py
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402

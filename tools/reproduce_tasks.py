@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
+sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reproduce.py
 
 import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402

@@ -29,7 +29,6 @@ from minidecoder.sources.checksums import file_sha256
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-sha256_file = file_sha256  # the name tools/reproduce.py imports
 
 
 def code_version() -> dict:
