@@ -1,4 +1,18 @@
-"""Output files: the one writer behind everything eval, embed, sweep, explain and the plots write.
+"""The one durable writer: every file minidecoder publishes is whole or absent, never half written.
+
+    a run's outputs         claim_outputs, write_whole, write_streamed, write_file -> publish
+    kept work               write_kept, write_chunk     (files in a work folder its run already guards)
+    a folder or large file  staging -> swap_into_place, remove_stale_partials   (the converter, a fetch)
+    checksums               sha256_file, sha256_files, Sha256Reader
+
+Every write follows the same three steps: the bytes go to a temporary name beside the target (the same
+folder, or the run's work folder: the same file system, where a rename is atomic); they are flushed to the disk (`_sync`),
+because a rename can reach the disk before the data it names, and a power cut would then leave a
+complete-looking empty file; only then is the name given (a rename, or a hard link that refuses to
+replace). A failed write removes its temporary file, so a killed or full-disk write leaves the old file
+or nothing.
+
+A run's outputs:
 
     with claim_outputs([run.json, run.md], overwrite=False) as claim:   # before a model loads
         ...                                                             # the long run
@@ -16,23 +30,30 @@ The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding
 owner's process id: the kernel drops it when the process ends, however it ends (kill -9 included), so a
 crashed run never leaves a stale lock behind. The file itself is removed when the block ends (the CLI
 turns SIGTERM into an exception, so that happens then too); the files a SIGKILL left are removed by the
-next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one process the lock is re-entrant: the CLI takes it before
-the model loads, and the library function it calls (`run_embedding_job`, `write_report`) takes the
-same lock again without waiting on itself.
+next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one process the
+lock is re-entrant: the CLI takes it before the model loads, and the library function it calls
+(`run_embedding_job`, `write_report`) takes the same lock again without waiting on itself.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import glob
+import hashlib
+import json
 import os
+import shutil
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from minidecoder.errors import OutputError
+
+if TYPE_CHECKING:  # numpy is only named in an annotation here
+    import numpy as np
 
 _REASONS = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system",
             errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
@@ -264,31 +285,52 @@ def write_whole(path: str | Path, data: bytes, overwrite: bool = False, wait: bo
 
 
 def write_streamed(path: str | Path, write: Callable[[BinaryIO], object], overwrite: bool = False,
-                   wait: bool = False) -> Path:
-    """`write(handle)` fills a temporary file, flushed to disk, then published at `path` under its lock (as
-    `write_whole`, for data written in pieces, such as `np.save`, rather than held whole as bytes)."""
-    def fill(tmp: Path) -> None:
-        with tmp.open("wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-    return write_file(path, fill, overwrite, wait)
+                   wait: bool = False, tmp_folder: Path | None = None) -> Path:
+    """`write(handle)` fills a temporary file, then published at `path` under its lock (as `write_whole`, for
+    data written in pieces, such as `np.save`, rather than held whole as bytes)."""
+    return write_file(path, _opened(write), overwrite, wait, tmp_folder)
 
 
 def write_file(path: str | Path, write: Callable[[Path], None], overwrite: bool = False,
-               wait: bool = False) -> Path:
+               wait: bool = False, tmp_folder: Path | None = None) -> Path:
     """`write(tmp)` fills a temporary file beside `path`, which is then published at `path` under the
     path's lock (taken here unless this process holds it; with `wait`, another process's lock is waited
-    for rather than refused). A failed write leaves nothing behind."""
+    for rather than refused). A failed write leaves nothing behind. `tmp_folder`: where the temporary file
+    goes instead, on the same file system (a job's work folder: a copy a kill leaves, which can be GBs, is
+    then removed with the folder rather than left beside the output)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with output_lock(path, wait=wait):
-        try:
-            write(tmp)
-            publish(tmp, path, overwrite)
-        finally:
-            tmp.unlink(missing_ok=True)
+        _write_then_publish(path, write, overwrite, tmp_folder)
     return path
+
+
+def _write_then_publish(path: Path, write: Callable[[Path], None], overwrite: bool,
+                        tmp_folder: Path | None = None) -> None:
+    """The three steps of every write (see the module): a temporary file, flushed to the disk, published."""
+    tmp = (tmp_folder or path.parent) / f".{path.name}.{os.getpid()}.tmp"  # this process's own: never shared
+    try:
+        write(tmp)
+        _sync(tmp)
+        publish(tmp, path, overwrite)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _opened(write: Callable[[BinaryIO], object]) -> Callable[[Path], None]:
+    """A writer of an open handle (`np.save(handle, ...)`) as a writer of the new file at a path."""
+    def fill(tmp: Path) -> None:
+        with tmp.open("wb") as handle:
+            write(handle)
+    return fill
+
+
+def _sync(path: Path) -> None:
+    """Flush `path`'s bytes (a file) or its entries (a folder) to the disk, before a rename names it."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def publish(tmp: Path, path: Path, overwrite: bool) -> None:
@@ -315,3 +357,194 @@ def publish(tmp: Path, path: Path, overwrite: bool) -> None:
         os.replace(tmp, path)
         return
     tmp.unlink()
+
+
+# ---- kept work -----------------------------------------------------------------------------------------
+# A resumable run keeps its finished pieces in a work folder of its own (a job's `.NAME.partial/`). The run
+# that owns the folder holds its output's lock, so these files take no lock of their own; each replaces
+# what is there, whole or not at all, and a kill leaves the old file or the new one.
+
+def write_kept(path: str | Path, data: bytes) -> Path:
+    """`data` at `path` in a kept-work folder, replacing what is there (see the section)."""
+    path = Path(path)
+    _write_then_publish(path, lambda tmp: tmp.write_bytes(data), overwrite=True)
+    return path
+
+
+def write_chunk(array_path: Path, array: np.ndarray, record_path: Path, record: dict[str, Any]) -> None:
+    """One kept chunk: its JSON record, then its array (`.npy`). The array goes last, so a chunk whose array
+    exists is whole; a kill between the two leaves a record that the chunk's next computation rewrites."""
+    import numpy as np  # only a chunk needs it; most commands import this module and never write one
+
+    write_kept(record_path, json.dumps(record).encode("utf-8"))
+    _write_then_publish(array_path, _opened(lambda handle: np.save(handle, array)), overwrite=True)
+
+
+# ---- a folder or a large file built in place -----------------------------------------------------------
+# A conversion or a GGUF assembly writes `.NAME.partial-XXXXXXXX` beside its target and renames it into place
+# only when it is complete, so an interrupted run never leaves something that looks finished. But a run
+# killed with SIGKILL (or by the OOM killer, or a power cut) cannot clean up, and its partial can be hundreds
+# of MB. So the writer holds an `flock` on the partial itself (its folder's or file's descriptor) for as long
+# as it writes: the kernel releases that lock when the process ends, however it ends. A partial whose lock
+# can be taken has no living writer, and the next run for the same target removes it; one whose lock is held
+# belongs to a run still going and is left alone. Where locks are not supported (some network file systems)
+# nothing is ever judged stale: a leaked partial there is safer than a deleted live one.
+#
+#     remove_stale_partials(target)                   # before writing: partials whose writer is dead
+#     with staging(target, folder=True) as partial:   # .NAME.partial-1a2b3c4d, locked by this process
+#         ...write into partial...
+#         swap_into_place(partial, target)
+
+# Names a writer of `target` gives its temporary copies: being written, and (a replaced folder) being deleted.
+_PARTIAL, _OLD = ".{name}.partial-", ".{name}.old-"
+
+
+@contextlib.contextmanager
+def staging(target: Path, folder: bool) -> Iterator[Path]:
+    """A new, empty `.NAME.partial-XXXXXXXX` beside `target` (a folder or a file), locked for the block.
+
+    The block renames it into place (`swap_into_place`) or leaves it; on any exception it is removed.
+    Either way the lock is released when the block ends."""
+    while True:
+        partial = _beside(target, _PARTIAL)
+        if folder:
+            partial.mkdir()
+        else:
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        handle = _lock_entry(partial, blocking=True)
+        if handle is not None and _same_inode(handle, partial):
+            break
+        if handle is None and os.path.lexists(partial):
+            break  # locks are not supported here: write unlocked (remove_stale_partials never removes it either)
+        if handle is not None:  # a cleaner took it for stale between creation and lock: take a new name
+            os.close(handle)
+    try:
+        yield partial
+    except BaseException:
+        _remove(partial)
+        raise
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
+def swap_into_place(partial: Path, target: Path) -> None:
+    """Rename the finished `partial` (a file or a folder), flushed to the disk first, to `target`. A file
+    replaces an existing `target` atomically. An existing folder (which a rename cannot overwrite) is first
+    moved aside (`.NAME.old-XXXXXXXX`), so that a failure never loses both, and is locked until it is
+    deleted, so that no cleaner takes it for stale."""
+    _sync_tree(partial)
+    if not partial.is_dir() or not os.path.lexists(target):
+        os.replace(partial, target)
+        return
+    held = _lock_entry(target, blocking=True)
+    try:
+        trash = _beside(target, _OLD)
+        os.replace(target, trash)
+        os.replace(partial, target)
+        _remove(trash)
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def remove_stale_partials(target: Path, legacy: tuple[str, ...] = ()) -> list[Path]:
+    """Remove every temporary copy of `target` whose writer is dead (its lock is free); returns them.
+    `legacy`: more name patterns ("{name}" is the target's name) that older versions used."""
+    removed = []
+    for pattern in (_PARTIAL, _OLD) + legacy:
+        prefix = pattern.format(name=glob.escape(target.name))
+        for path in sorted(target.parent.glob(prefix + "*")):
+            handle = _lock_entry(path, blocking=False)
+            if handle is None:
+                continue  # held by a live writer, or locks unsupported here: not ours to judge
+            try:
+                if _same_inode(handle, path):
+                    _remove(path)
+                    removed.append(path)
+            finally:
+                os.close(handle)
+    return removed
+
+
+def _beside(target: Path, pattern: str) -> Path:
+    return target.parent / (pattern.format(name=target.name) + uuid.uuid4().hex[:8])
+
+
+def _lock_entry(path: Path, blocking: bool) -> int | None:
+    """An open descriptor of `path` (a file or a folder) holding its exclusive flock, or None if it is held
+    or cannot be locked."""
+    import fcntl
+
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except OSError:  # EWOULDBLOCK: held; ENOLCK or EBADF (some network mounts): no locks, so never stale
+        os.close(handle)
+        return None
+    return handle
+
+
+def _same_inode(handle: int, path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(handle).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _sync_tree(path: Path) -> None:
+    """`_sync` of a file, or of a folder's files and the folder itself (a conversion's shards and its
+    listing)."""
+    if path.is_dir():
+        for entry in path.rglob("*"):
+            if entry.is_file() and not entry.is_symlink():
+                _sync(entry)
+    _sync(path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+# ---- checksums -----------------------------------------------------------------------------------------
+# A file's sha256 is how a download is checked and how a cache or a resumed job knows its inputs: one way
+# to compute it, streamed in blocks (a weight file is GBs; it is never read whole).
+_BLOCK = 1 << 22
+
+
+class Sha256Reader:
+    """A binary file read through a sha256: every block read also feeds the digest, so one pass can both
+    check a file (a job's input, line by line) and hash it."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle, self._digest = handle, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        block = self._handle.read(size)
+        self._digest.update(block)
+        return block
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def sha256_files(paths: Iterable[str | Path]) -> str:
+    """sha256 of the files' bytes, one file after another (a tokenizer's files as one checksum)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            while block := handle.read(_BLOCK):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of one file's bytes, what `sha256sum` prints."""
+    return sha256_files([path])

@@ -11,7 +11,8 @@ HTP snap-research/HTP `config.yaml`, `pooling/pooling.py`; ReBA cqdyf099/ReBA `2
 TP fuyuchenIfyw/token_prepending `evaluate.py`; CP zifengcheng/CP `evaluate_intervention.py`), or says
 "minidecoder's choice" where the paper's is not what the row ran. `not_paper` is set only for the
 divergences that decide a comparison (the instruction pooled, a baseline's template or readout not HTP's,
-TP's transfer end chosen on STS, ReBA read with mean pooling, long STS's mean at the STS-chosen layer):
+TP's transfer end chosen on STS, ReBA Table 2 read over the last copy alone, long STS's mean at the
+STS-chosen layer):
 a claim judged on such a row prints its number without a verdict (claims.judge). The table describes the
 rows in results/ as they were run; a row re-run in its paper's configuration changes its entry here.
 """
@@ -24,13 +25,15 @@ HTP_CODE = "snap-research/HTP config.yaml"
 METRIC = {
     "retrieval": "nDCG@10 by pytrec_eval over the test queries, cosine over the whole corpus (HTP Table 1)",
     "classification": "accuracy of mteb's v1 classification evaluator (HTP Table 12)",
-    "cmteb": ("cosine Spearman, mean of the seven STS sets (ReBA Table 3 prints Pearson with Spearman beside); "
+    "cmteb": ("ReBA Table 3's rows (last pooling): cosine Pearson, Spearman beside (Table 3 prints `cos_sim: "
+              "pearson`); Table 2's rows (mean pooling): cosine Spearman; each the mean of the seven STS sets; "
               "Ocnli: best accuracy over thresholds"),
     "transfer": ("SentEval's logistic-regression probe, accuracy, Avg. of seven (TP Table 5, CP Table 6; the "
                  "engine's settings: docs/spec.md section 11); CR's and MPQA's blank lines skipped (minidecoder's choice: "
                  "SentEval reads them as samples)"),
     "sts-long": ("Spearman per length of STS-B test pairs grouped k at a time by gold (HTP Figure 1; the grouping "
-                 "is minidecoder's, the paper prints none)"),
+                 "is minidecoder's, the paper prints none), beside a per-length control: the Spearman of the mean of "
+                 "the k sub-pairs' cosines, each sub-pair embedded alone (docs/spec.md section 11)"),
 }
 INSTRUCTION_POOLED = ("HTP Table 10/11's task instruction as \"{instruct} {text}\", pooled with the text "
                       "(minidecoder's choice: HTP's code reads it unpooled, embed_mask 0, HTP Appendix C)")
@@ -107,30 +110,53 @@ def _htp_rows(benchmark: str) -> dict[str, Provenance]:
 
 
 _CMTEB_TEMPLATE = "\"{text}\", no instruction (ReBA's code, cqdyf099/ReBA `2 Evaluation_MTEB.py`)"
-_REPEAT = ("mean over the last copy (minidecoder's choice: ReBA Table 3's repetition reads the last token; "
-           "Table 2's Echo-k mean covers positions n..kn)")
+_REBA_LAYER = "-1, the final hidden states (ReBA's code; docs/spec.md section 7)"
+_TABLE3_METRIC = ("cosine Pearson x100, mean of the seven STS sets, Spearman beside (ReBA Table 3 prints "
+                  "`cos_sim: pearson`); Ocnli: best accuracy over thresholds")
+_TABLE2_METRIC = ("cosine Spearman x100, mean of the seven STS sets (ReBA Table 2, the mean-pooled ablation); "
+                  "Ocnli: best accuracy over thresholds")
+_AFTER_FIRST = "mean over every copy after the first (ReBA Table 2's Echo-k mean over positions n..kn)"
+
+
+def _cmteb_rows() -> dict[tuple[str, str], Provenance]:
+    """ReBA Table 3's rows under last pooling, then Table 2's mean-pooled ablation, then the earlier reading
+    of Repetition only (2) under mean pooling (the last copy alone), kept as an ablation and flagged."""
+    copies = {2: "\"{text}{text}\"", 3: "\"{text}{text}{text}\""}
+    rows = {
+        "last": Provenance({"template": _CMTEB_TEMPLATE, "layer": _REBA_LAYER,
+                            "readout": "the last token (ReBA Table 3, Classical)", "metric": _TABLE3_METRIC}),
+        "mean": Provenance({"template": _CMTEB_TEMPLATE, "layer": _REBA_LAYER,
+                            "readout": "mean over the text (ReBA Table 2; `LLM_mean` in ReBA's code)",
+                            "metric": _TABLE2_METRIC}),
+        "repeat-3": Provenance({"template": f"{copies[3]} (ReBA Table 2, Repetition only (2))", "layer": _REBA_LAYER,
+                                "readout": "mean over the last copy only (minidecoder's earlier choice: Table 2's "
+                                           "Echo-k mean covers every copy after the first, row echo-3)",
+                                "metric": _TABLE2_METRIC}, "mean over the last copy, not Table 2's mean over n..kn"),
+    }
+    for r in (2, 3):
+        only = f"Repetition only ({r - 1})"
+        rows[f"repeat-{r}-last"] = Provenance({
+            "template": f"{copies[r]}, plain concatenation (ReBA Table 3, {only}; ReBA's code `sentence * repeat`)",
+            "layer": _REBA_LAYER, "readout": f"the last token (ReBA Table 3, {only})", "metric": _TABLE3_METRIC})
+        rows["repeat-2" if r == 2 else "echo-3"] = Provenance({
+            "template": f"{copies[r]}, plain concatenation (ReBA Table 2, {only})", "layer": _REBA_LAYER,
+            "readout": _AFTER_FIRST + (" = the second copy" if r == 2 else ""), "metric": _TABLE2_METRIC})
+        rows[f"reba-{r}-last"] = Provenance({
+            "template": f"the text {r} times, plainly joined (ReBA's code)", "layer": _REBA_LAYER,
+            "readout": "the last token's full row of the fused attention A (ReBA Table 3; docs/spec.md section 7.4)",
+            "metric": _TABLE3_METRIC})
+        rows[f"reba-{r}"] = Provenance({
+            "template": f"the text {r} times, plainly joined (ReBA's code)", "layer": _REBA_LAYER,
+            "readout": "backward-attention mean over the first copy (ReBA Table 2; ReBA's `LLM_ours_mean_pool`)",
+            "metric": _TABLE2_METRIC})
+    return {("cmteb", key): row for key, row in rows.items()}
+
+
 _TABLE = {
     **{("retrieval", key): row for key, row in _htp_rows("retrieval").items() if key != "prompteol"},
     **{("classification", key): row for key, row in _htp_rows("classification").items()
        if key in ("echo", "prompteol", "prompteol+tp", "htp")},
-    ("cmteb", "last"): Provenance({"template": _CMTEB_TEMPLATE, "layer": "-1 (ReBA's code)",
-                                   "readout": "the last token (ReBA Table 3, Classical)", "metric": METRIC["cmteb"]}),
-    ("cmteb", "mean"): Provenance({"template": _CMTEB_TEMPLATE, "layer": "-1 (ReBA's code)",
-                                   "readout": "mean over the text (ReBA Table 2's mean-pooled ablation)",
-                                   "metric": METRIC["cmteb"]}),
-    ("cmteb", "repeat-2"): Provenance({"template": "\"{text}{text}\" (ReBA Table 3, Repetition only (1))",
-                                       "layer": "-1 (ReBA's code)", "readout": _REPEAT, "metric": METRIC["cmteb"]},
-                                      "mean pooling, not Table 3's last pooling"),
-    ("cmteb", "repeat-3"): Provenance({"template": "\"{text}{text}{text}\" (ReBA Table 3, Repetition only (2))",
-                                       "layer": "-1 (ReBA's code)", "readout": _REPEAT, "metric": METRIC["cmteb"]},
-                                      "mean pooling over the last copy, neither Table 3's last pooling nor Table "
-                                      "2's mean over n..kn"),
-    **{("cmteb", f"reba-{r}"): Provenance({
-        "template": f"the text {r} times, plainly joined (ReBA's code)",
-        "layer": "-1, the final hidden states (ReBA's code; docs/spec.md section 7)",
-        "readout": "backward-attention mean over the first copy (ReBA's `LLM_ours_mean_pool`; minidecoder's choice "
-                   "for the comparison: ReBA Table 3 reads the last token)",
-        "metric": METRIC["cmteb"]}, "mean pooling, not Table 3's last pooling") for r in (2, 3)},
+    **_cmteb_rows(),
     **{("transfer", key): Provenance({
         "template": "the prompt's own (docs/spec.md section 3; TP's code `evaluate.py` takes the same)",
         "layer": STS_LAYER + ", where TP's code reads 27 of Llama-2-7B (docs/spec.md section 4)",
@@ -144,6 +170,15 @@ _TABLE = {
                           "TP between layers 14 and 21 of 32 for transfer, deeper than for STS)",
         "metric": METRIC["transfer"]}, "TP end chosen on STS; TP section 5.8 ends it deeper for transfer")
        for key in ("prompteol", "pretended_cot", "knowledge")},
+    **{("transfer", f"{key}+tp-transfer"): Provenance({
+        "template": "the prompt's own with <PST> before the quoted text (docs/spec.md section 3; TP's code)",
+        "layer": STS_LAYER,
+        "readout": "the last token (TP paper)",
+        "TP start / end": "start 1 (TP's code); end chosen within TP section 5.8's transfer range, layers 14-21 of 32 "
+                          "scaled to the model's depth, by SentEval's probe on SST2 dev (train on SST2 train, the test "
+                          "split unused; the row's tp_end_choice)",
+        "metric": METRIC["transfer"]})
+       for key in ("prompteol", "pretended_cot", "knowledge")},
     ("transfer", "prompteol+cp"): Provenance({
         "template": "PromptEOL's, and CP's auxiliary 'The irrelevant information of this sentence' prompt (CP's code "
                     "`run_intervention_eval.sh`; docs/spec.md section 3)",
@@ -154,6 +189,10 @@ _TABLE = {
     ("sts-long", "last"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
                                       "layer": "-1, the final layer (HTP Figure 1's vanilla readout)",
                                       "readout": "the last token (HTP section 3.1)", "metric": METRIC["sts-long"]}),
+    ("sts-long", "mean-final"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
+                                            "layer": "-1, the final layer (HTP Figure 1's vanilla mean)",
+                                            "readout": "mean over the text (HTP section 3.1)",
+                                            "metric": METRIC["sts-long"]}),
     ("sts-long", "mean"): Provenance({"template": "\"{text}\", no instruction (HTP Figure 1)",
                                       "layer": STS_LAYER + ", where HTP's vanilla mean reads the final layer",
                                       "readout": "mean over the text (HTP section 3.1)", "metric": METRIC["sts-long"]},

@@ -65,8 +65,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import (DOCUMENT_TOKENS, PROMPTEOL, block_params, cut_to_tokens, long_texts,  # noqa: E402
-                          matmul_peak, reference_model, scifact_documents, sts_sentences, useful_flops)
+from bench_common import (DOCUMENT_TOKENS, PROMPTEOL, block_params, counting_context, cut_to_tokens,  # noqa: E402
+                          long_texts, matmul_peak, reference_model, scifact_documents, sts_sentences, useful_flops)
 
 BATCH = 32
 
@@ -161,22 +161,7 @@ class FlopCounter:
         self.calls = [0] * model.num_layers
         self.tokens = 0  # block x real new tokens
         self.pairs = 0  # block x causal (query, key) pairs between real tokens
-        original = model.context
-
-        def context(attention_mask, num_new, batch_size, cache=None, position_ids=None, **options):
-            ctx = original(attention_mask, num_new, batch_size, cache, position_ids, **options)
-            key_mask = (cache.key_mask if cache is not None else None)
-            if key_mask is None and attention_mask is not None:
-                key_mask = attention_mask.bool()
-            if key_mask is None:
-                new, past = torch.full((batch_size,), num_new), torch.zeros(batch_size)
-            else:
-                key_mask = key_mask.expand(batch_size, -1)
-                new, past = key_mask[:, -num_new:].sum(1), key_mask[:, :-num_new].sum(1)
-            ctx.bench = (int(new.sum()), int((new * past + new * (new + 1) / 2).sum()))
-            return ctx
-
-        model.context = context  # an instance attribute: the methods' loops call model.context(...)
+        counting_context(model, "bench")
         for i, block in enumerate(model.layers):
             block.register_forward_pre_hook(self._hook(i))
 
@@ -342,6 +327,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
     import minidecoder
     from minidecoder.fast.options import fast_paths_overridden
     from minidecoder.methods.loop import hidden_at
+    from minidecoder.fast.forward import executor
     from minidecoder.methods.reba import encode_repeated, fused_attention
 
     kind, dtype, what, _ = CONFIGS[name]
@@ -375,7 +361,7 @@ def worker_mem(name: str, folder: str, limit: int) -> dict:
             elif name == "docmem:reba":  # the whole method at its defaults, as a user runs it
                 minidecoder.embed(model, texts, "reba", batch_size=len(texts))
             else:
-                fused_attention(model, batch, model.num_layers)
+                fused_attention(model, batch, model.num_layers, executor(model.fast_paths))
             seconds = time.perf_counter() - start
     return dict(seconds=seconds, n=len(texts), T=T, peak_delta_mb=rss.delta_mb, maxrss_mb=maxrss_mb(),
                 loaded_mb=rss_loaded, dtype=dtype)

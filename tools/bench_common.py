@@ -119,6 +119,28 @@ def useful_flops(model, token_blocks: int, pair_blocks: int) -> float:
     return 2 * block_params(model) * token_blocks + 4 * cfg.num_heads * cfg.head_dim * pair_blocks
 
 
+def counting_context(model, attribute: str) -> None:
+    """Wrap `model.context` (an instance attribute over the method: the loops call model.context(...)) so each
+    context it makes carries, as `attribute`, (real new tokens, causal query-key pairs between real tokens,
+    cached keys included) of the block calls it serves; `del model.context` undoes it."""
+    original = model.context
+
+    def context(attention_mask, num_new, batch_size, cache=None, position_ids=None, **options):
+        ctx = original(attention_mask, num_new, batch_size, cache, position_ids, **options)
+        key_mask = cache.key_mask if cache is not None else None
+        if key_mask is None and attention_mask is not None:
+            key_mask = attention_mask.bool()
+        if key_mask is None:
+            new, past = torch.full((batch_size,), num_new), torch.zeros(batch_size)
+        else:
+            key_mask = key_mask.expand(batch_size, -1)
+            new, past = key_mask[:, -num_new:].sum(1), key_mask[:, :-num_new].sum(1)
+        setattr(ctx, attribute, (int(new.sum()), int((new * past + new * (new + 1) / 2).sum())))
+        return ctx
+
+    model.context = context
+
+
 def drop_captures(model) -> None:
     """Forget every CUDA graph and static buffer captured for `model` (its bank of block graphs, its kept
     decode step), so that the next configuration starts as a fresh model would, and its memory is not

@@ -75,8 +75,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # what the CPU benchmark uses too: the PromptEOL template, the reference loader, the inputs, the matmul timing,
 # the FLOP count, and dropping a model's captures between configurations
-from bench_common import (PROMPTEOL, block_params, drop_captures, long_texts, matmul_peak,  # noqa: E402
-                          reference_model, sts_sentences, useful_flops)
+from bench_common import (PROMPTEOL, block_params, counting_context, drop_captures, long_texts,  # noqa: E402
+                          matmul_peak, reference_model, sts_sentences, useful_flops)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # its tokenizer (49,152 ids) is the one the issue measured with
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
@@ -445,20 +445,6 @@ def work_as_run(model, fn: Callable[[], Any]) -> float:
     query-key pairs (cached keys included), read from the context it was given, so a prompt prefix that ran once
     per batch counts once and padding never counts."""
     tokens = pairs = 0
-    original = model.context
-
-    def context(attention_mask, num_new, batch_size, cache=None, position_ids=None, **options):
-        ctx = original(attention_mask, num_new, batch_size, cache, position_ids, **options)
-        key_mask = cache.key_mask if cache is not None else None
-        if key_mask is None and attention_mask is not None:
-            key_mask = attention_mask.bool()
-        if key_mask is None:
-            new, past = torch.full((batch_size,), num_new), torch.zeros(batch_size)
-        else:
-            key_mask = key_mask.expand(batch_size, -1)
-            new, past = key_mask[:, -num_new:].sum(1), key_mask[:, :-num_new].sum(1)
-        ctx.counted_work = (int(new.sum()), int((new * past + new * (new + 1) / 2).sum()))
-        return ctx
 
     def count(module, args) -> None:
         nonlocal tokens, pairs
@@ -466,7 +452,7 @@ def work_as_run(model, fn: Callable[[], Any]) -> float:
         tokens, pairs = tokens + block_tokens, pairs + block_pairs
 
     hooks = [block.register_forward_pre_hook(count) for block in model.layers]
-    model.context = context  # an instance attribute over the method: the loops call model.context(...)
+    counting_context(model, "counted_work")
     try:
         fn()
     finally:
@@ -562,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args, device: torch.device, record: Record, folder: Path) -> None:
     import minidecoder
     import transformers
+    from minidecoder.fast.forward import executor
     from minidecoder.fast.options import fast_paths_overridden
     from minidecoder.methods import build_method
 
@@ -751,7 +738,7 @@ def run(args, device: torch.device, record: Record, folder: Path) -> None:
 
             def loop_only() -> torch.Tensor:
                 with torch.inference_mode():
-                    return method.embed_batch(model, texts)
+                    return method.embed_batch(model, texts, forward=executor(model.fast_paths))
 
             def whole_call() -> torch.Tensor:
                 return minidecoder.embed(model, texts, "prompteol")

@@ -113,7 +113,7 @@ def fitted(name: str, options: dict, num_layers: int) -> dict:
     """`options` with every default block index past the model's last block moved onto it."""
     method = build_method(name, **options)
     last = num_layers - 1
-    uses_end = name in ("tp", "htp") or getattr(method, "tp", False) is True  # CP's end is TP's, unused without it
+    uses_end = hasattr(method, "end")  # tp, htp and cp+tp (`cp tp=true`); plain CP has no block range
     keys = ("end", "steer_layer") if uses_end else ("steer_layer",)
     moved = {key: last for key in keys if getattr(method, key, 0) > last}
     return {**options, **moved}
@@ -183,13 +183,13 @@ def cp_contrast(model, options: dict, texts: list[str] = SENTENCES) -> list[tupl
     """Per text, (||a||, ||a - b||) at CP's steered site and block, over the whole row as NR takes them
     (all heads at z): a is the normal prompt's value there (its first prompt, TP's copies included
     with tp=True), b the auxiliary prompt's. NR divides by ||a - b||: ||a|| / ||a - b|| is its gain."""
-    from minidecoder.methods.cp import SITE_NAMES
+    from minidecoder.methods.cp import SITE_NAMES, unsteered
     from minidecoder.methods.loop import last_token
 
     method = build_method("cp", **options)
     l, site = method.steer_layer, SITE_NAMES[method.site]
     aux = method.passes(model, texts)[0]
-    normal = dataclasses.replace(method, steer=False).passes(model, texts)[0]  # the same forward, unsteered
+    normal = unsteered(method).passes(model, texts)[0]  # the same forward, unsteered
     with torch.no_grad():
         b = last_token(aux.start(model).run_to(aux.blocks).recorded(l, site), aux.batch)
         a = last_token(dataclasses.replace(normal, record={l: {site}}).start(model).recorded(l, site), normal.batch)

@@ -24,11 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat. It purred."]
-OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}}
+OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}, "cp+tp": {"steer_layer": 1, "end": 1}}
 
 
 def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
     """[(module, [functions]), ...]: the stops of `name`'s embed_batch, following the model argument."""
+    from minidecoder.fast.forward import executor
     from minidecoder.methods import build_method
 
     method = build_method(name, **OPTIONS.get(name, {}))
@@ -50,7 +51,7 @@ def reading_path(model, name: str) -> list[tuple[str, list[str]]]:
     with torch.inference_mode():
         sys.settrace(tracer)
         try:
-            method.embed_batch(model, TEXTS)
+            method.embed_batch(model, TEXTS, forward=executor(model.fast_paths))  # as minidecoder.embed picks it
         finally:
             sys.settrace(None)
     stops: list[tuple[str, list[str]]] = []

@@ -22,9 +22,12 @@ in the table's heading: they never belong in results/claims.md.
 
 Row keys are claims.py's (BENCHMARK_CLAIMS): retrieval mean, last, echo, prompteol+tp, mean+tp ("TP w. Mean":
 TP on the bare text with pooling=mean, tools/family_claims.TP_WITH_MEAN), htp; classification echo, prompteol,
-prompteol+tp, htp; cmteb last, mean, repeat-2, repeat-3, reba-2, reba-3. ReBA Table 3's "Repetition only (r)"
-is read as the text repeated r + 1 times with mean pooling over the last copy and no fused attention (the
-Echo-style repetition baseline), written here as `mean` with that template (repeat-2: two copies).
+prompteol+tp, htp; cmteb: ReBA Table 3 under last pooling (last, repeat-2-last, repeat-3-last, reba-2-last,
+reba-3-last; judged by cosine Pearson as Table 3 prints it, the Spearman beside) and Table 2's mean-pooled
+ablation (mean, repeat-2, echo-3, reba-2, reba-3; Spearman). "Repetition only (r)" is the text repeated r + 1
+times by plain concatenation, no fused attention: under last pooling its last token, under mean pooling Echo-k's
+mean over every copy after the first (`over=after-first`; for two copies, the second). repeat-3, the mean over
+the last of three copies, is the earlier reading, kept as an ablation (provenance.py flags it).
 
 Besides DIR/table.md, RESULTS/<model>-<family>.json (and .md, the table) is the claims file
 tools/claims_table.py reads (tools/family_claims.py): every claim of the family whose rows are done, judged by
@@ -62,11 +65,23 @@ ROWS = {
     "classification": [("echo", "Echo Mean", "echo", {}), ("prompteol", "PromptEOL", "prompteol", {}),
                        ("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
                        ("htp", "HTP", "htp", {"start": 1, "end": 7})],
-    "cmteb": [("last", "Classical (last)", "last", {}), ("mean", "Classical (mean)", "mean", {}),
-              ("repeat-2", "Repetition only (1)", "mean", {"template": "{text}{text}"}),
-              ("repeat-3", "Repetition only (2)", "mean", {"template": "{text}{text}{text}"}),
-              ("reba-2", "ReBA", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3", "reba", {"repetitions": 3})],
+    "cmteb": [  # ReBA Table 3, every row under last pooling (ReBA's headline) ...
+              ("last", "Classical (last)", "last", {}),
+              ("repeat-2-last", "Repetition only (1) (last)", "last", {"template": "{text}{text}"}),
+              ("repeat-3-last", "Repetition only (2) (last)", "last", {"template": "{text}{text}{text}"}),
+              ("reba-2-last", "ReBA (last)", "reba", {"repetitions": 2, "pooling": "last"}),
+              ("reba-3-last", "ReBA-3 (last)", "reba", {"repetitions": 3, "pooling": "last"}),
+              # ... and Table 2's mean-pooled ablation: Echo-k's mean over every copy after the first
+              ("mean", "Classical (mean)", "mean", {}),
+              ("repeat-2", "Repetition only (1) (mean)", "mean", {"template": "{text}{text}"}),
+              ("echo-3", "Repetition only (2) (mean)", "mean", {"template": "{text}{text}{text}", "over": "after-first"}),
+              ("reba-2", "ReBA (mean)", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3 (mean)", "reba", {"repetitions": 3}),
+              # the earlier reading of Repetition only (2), kept as an ablation: the last copy alone
+              ("repeat-3", "Repetition only (2) (mean over the last copy)", "mean", {"template": "{text}{text}{text}"})],
 }
+# ReBA Table 3 prints cosine Pearson: a comparison of two of its rows is judged on Pearson (Spearman beside, in
+# the table); every other C-MTEB comparison (Table 2's ablation) on the main score, Spearman
+PEARSON_ROWS = frozenset({"last", "repeat-2-last", "repeat-3-last", "reba-2-last", "reba-3-last"})
 DEFAULT_MODEL = {"retrieval": "smollm2-135m-instruct", "classification": "smollm2-135m-instruct",
                  "cmteb": "qwen2.5-coder-0.5b-instruct"}
 
@@ -227,12 +242,16 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
         lines += ["", f"Ocnli's interval of {', '.join(names)} was drawn from a later re-run of Ocnli alone on {device} "
                   "that reproduced the row's best accuracy (tools/refill_ocnli.py; the row's report gives its command "
                   "and date)."]
+    if family == "cmteb":
+        lines += pearson_table(rows, labels)
     lines += ["", "Paired intervals of each paper's comparison (method - base):", ""]
     report = family_claims(family, rows, args)
     for record in report["claims"]:  # the claims file's own numbers: table.md and claims.md never differ
+        pearson = family == "cmteb" and {record["method"], record["base"]} <= PEARSON_ROWS
         for column, got in record["scores"].items():  # each set, then Avg. (Avg. without each set: in "fragile")
             if (record["score"] == "avg" and WITHOUT not in column) or column == record["score"]:
-                lines.append(f"- {labels[record['method']]} vs {labels[record['base']]}, {column}: {got['diff']:+.2f} "
+                lines.append(f"- {labels[record['method']]} vs {labels[record['base']]}, {column}"
+                             f"{' (Pearson)' if pearson else ''}: {got['diff']:+.2f} "
                              f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: "
                              + (shown(record) if column == record["score"] else got["verdict"]))
     lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows])
@@ -242,33 +261,61 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     return path
 
 
+def pearson_table(rows: dict[str, dict], labels: dict[str, str]) -> list[str]:
+    """The cosine Pearson x100 of every C-MTEB row on each STS set and their mean: ReBA Table 3's metric, by
+    which its rows' comparisons are judged (the table above prints the Spearman beside it)."""
+    sets = [name for name, entry in next(iter(rows.values()))["results"]["sets"].items() if entry["kind"] == "sts"]
+    if not sets:
+        return []
+    lines = ["", "Cosine Pearson x100 of each STS set (ReBA Table 3's metric; Table 3's rows are judged on it):", "",
+             "| row | " + " | ".join(sets) + " | Avg. |", "|---|" + "---:|" * (len(sets) + 1)]
+    for key, label in labels.items():
+        if key in rows:
+            values = [rows[key]["results"]["sets"][name]["pearson"] for name in sets]
+            lines.append(f"| {label} | " + " | ".join(f"{value:.2f}" for value in values) + f" | {np.mean(values):.2f} |")
+    return lines
+
+
 def differences(family: str, rows: dict[str, dict], data: str | None = None):
     """(method, base) -> (point, intervals) of the paired difference per set / task and for "avg"; `data` is
     the C-MTEB folder to read the pairs' labels from (None: where the eval command looks)."""
-    spearmans = {}  # C-MTEB set -> {row: its Spearman x100 on each resample}, every row in one pass
+    scores = {}  # (C-MTEB set, statistic) -> {row: its score x100 on each resample}, every row in one pass
 
-    def resampled(name: str) -> dict[str, np.ndarray]:
-        if name not in spearmans:  # the set's resamples and gold ranks are drawn once, not once per claim
+    def resampled(name: str, statistic: str) -> dict[str, np.ndarray]:
+        if (name, statistic) not in scores:  # the set's resamples and gold ranks are drawn once, not once per claim
             having = {key: report for key, report in rows.items() if name in report["results"]["sets"]}
             boot = _pair_bootstrap(name, list(having.values()), data)
-            got = boot.replicates({key: {name: np.asarray(report["results"]["sets"][name]["cosines"])}
-                                   for key, report in having.items()})
-            spearmans[name] = {key: replicates[0] for key, replicates in got.items()}
-        return spearmans[name]
+            cosines = {key: np.asarray(report["results"]["sets"][name]["cosines"]) for key, report in having.items()}
+            if statistic == "pearson":
+                scores[name, statistic] = pearson_replicates(boot, cosines)
+            else:
+                got = boot.replicates({key: {name: values} for key, values in cosines.items()})
+                scores[name, statistic] = {key: replicates[0] for key, replicates in got.items()}
+        return scores[name, statistic]
 
     def compare(method: str, base: str):
         a, b = rows[method], rows[base]
         if family != "cmteb":
             return paired_means({name: got[2] for name, got in cells(family, a).items()},
                                 {name: got[2] for name, got in cells(family, b).items()})
+        statistic = "pearson" if {method, base} <= PEARSON_ROWS else "score"  # Table 3's Pearson, else Spearman
         point, reps = {}, {}
         for name, ra in a["results"]["sets"].items():
             if ra["kind"] != "sts":
-                continue  # Ocnli: no Spearman to resample; the STS sets make "avg" (as avg_sts)
-            point[name] = ra["score"] - b["results"]["sets"][name]["score"]
-            reps[name] = resampled(name)[method] - resampled(name)[base]  # the same resamples: a paired interval
+                continue  # Ocnli: no correlation to resample; the STS sets make "avg" (as avg_sts)
+            point[name] = ra[statistic] - b["results"]["sets"][name][statistic]
+            reps[name] = resampled(name, statistic)[method] - resampled(name, statistic)[base]  # paired: same resamples
         return with_avg(point, reps) if point else None
     return compare
+
+
+def pearson_replicates(boot, cosines: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{row: (B,) cosine Pearson x100 of one set on each of `boot`'s resamples}: the resamples the Spearman's
+    interval draws, so a Pearson difference is paired as a Spearman one is."""
+    from minidecoder.evaluation.bootstrap import pearson_rows
+
+    index, gold = boot.indices(0), boot.layout[0].gold  # one set: task 0, (B, P) pair indices
+    return {key: 100.0 * pearson_rows(values.astype(np.float64)[index], gold[index]) for key, values in cosines.items()}
 
 
 def _pair_bootstrap(name: str, reports: list[dict], data: str | None):

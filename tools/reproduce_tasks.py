@@ -6,12 +6,17 @@ Table 6) and HTP's long-context STS (Figure 1); resumable by row and, within a r
     python tools/reproduce_tasks.py --model smollm2-135m-instruct --limit 40 --out /tmp/look   # a stamped quick look
 
 Rows (claims.py's row keys). Transfer: prompteol, prompteol+tp, prompteol+cp, pretended_cot(+tp),
-knowledge(+tp). Long STS: last, mean, prompteol, mean+tp ("TP w. Mean": TP on the bare text, `<PST> {text}`,
-start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer, TP end, CP
-steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
-results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'); none is chosen on a test split,
-and none on these benchmarks (the transfer tasks' own validation, SentEval's inner folds, chooses only the
-probe's L2). "last" reads the final layer.
+knowledge(+tp); a `+tp-transfer` row is TP with its end chosen for transfer (TP section 5.8's layers 14-21 of 32,
+scaled to depth) on SST2 dev, the test split unused (`choose_transfer_end`); the `+tp` rows, whose end is the
+STS-B-dev one, stay as the ablation. Long STS: last, mean-final, mean, prompteol, mean+tp ("TP w. Mean": TP on
+the bare text, `<PST> {text}`, start 1 / end 7, pooling=mean at the final layer), htp. Each row's configuration (output layer,
+TP end, CP steer layer and alpha) is the one tools/reproduce.py chose **on STS-B dev** for that row (read from
+results/<model>.json; HTP's and TP w. Mean's start 1 / end 7 are the papers'), but for a `+tp-transfer` row's
+TP end, chosen on SST2 dev; none is chosen on a test split (SentEval's own validation otherwise chooses only
+the probe's L2). "last" and "mean-final" read the final layer, as HTP Figure 1's vanilla readouts do; "mean", at
+the STS-B-dev layer, stays as an ablation. Under the long-STS table, a per-length control (each row's k = 1
+cosines averaged over each long pair's k sub-pairs) separates what length costs a readout from what averaging
+k measurements gives, computed from the kept rows (`--render` adds it to a table made before it).
 
 Files: OUT/<model>-transfer.json / .md and OUT/<model>-sts-long.json / .md (OUT = results/ by default),
 rewritten after every row; a finished row is never recomputed (`--redo` with `--rows` recomputes those).
@@ -59,6 +64,7 @@ from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
+from minidecoder.evaluation.bootstrap import spearman  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.senteval_probe import default_workers  # noqa: E402
 from minidecoder.evaluation.senteval_probe import ClassifierConfig  # noqa: E402
@@ -67,11 +73,20 @@ from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_tasks 
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
 
-TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp", "PromptEOL + TP"), ("prompteol+cp", "PromptEOL + CP (NS)"),
-                 ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp", "Pretended CoT + TP"),
-                 ("knowledge", "Knowledge"), ("knowledge+tp", "Knowledge + TP")]
-STS_LONG_ROWS = [("last", "Last token"), ("mean", "Mean pooling"), ("prompteol", "PromptEOL"),
-                 ("mean+tp", "TP w. Mean"), ("htp", "HTP")]
+TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp-transfer", "PromptEOL + TP"),
+                 ("prompteol+tp", "PromptEOL + TP (STS end)"), ("prompteol+cp", "PromptEOL + CP (NS)"),
+                 ("pretended_cot", "Pretended CoT"), ("pretended_cot+tp-transfer", "Pretended CoT + TP"),
+                 ("pretended_cot+tp", "Pretended CoT + TP (STS end)"),
+                 ("knowledge", "Knowledge"), ("knowledge+tp-transfer", "Knowledge + TP"),
+                 ("knowledge+tp", "Knowledge + TP (STS end)")]
+TRANSFER_TP = "+tp-transfer"  # a row whose TP end is chosen for transfer (`choose_transfer_end`)
+# TP section 5.8: for transfer, "ending token prepending at deeper layers typically between layer index 14 and
+# 21" of Llama-2-7B's 32, "differs significantly from the optimal layer for STS"
+TRANSFER_END_RANGE = (14, 21, 32)
+STS_LONG_ROWS = [("last", "Last token"), ("mean-final", "Mean pooling (final layer)"),
+                 ("mean", "Mean pooling (STS-B-dev layer)"), ("prompteol", "PromptEOL"), ("mean+tp", "TP w. Mean"),
+                 ("htp", "HTP")]
+LONGEST = "16"  # the length Figure 1's claims are judged at
 
 
 def table_name(model: str) -> str:
@@ -91,8 +106,8 @@ def chosen_methods(model: str) -> dict[str, dict]:
 
 
 def row_method(key: str, chosen: dict[str, dict]):
-    if key == "last":
-        return build_method("last")
+    if key in ("last", "mean-final"):  # HTP Figure 1's vanilla readouts: the final layer
+        return build_method(key.removesuffix("-final"))
     spec = dict({"method": "tp", **TP_WITH_MEAN} if key == "mean+tp" else chosen[key])
     name = spec.pop("method")
     spec.pop("pst_init_detail", None)  # a description the method writes, not an option
@@ -167,6 +182,55 @@ def encoder(model, method, work: Path, batch_size: int | None):
 
 
 # ---- transfer ---------------------------------------------------------------------------------------
+def transfer_end_range(num_layers: int) -> list[int]:
+    """TP's candidate ends for transfer: TP section 5.8's layers 14..21 of 32 scaled to the model's depth
+    (rounded half up; never below 2, so at least one copy follows TP's start 1)."""
+    low, high, depth = TRANSFER_END_RANGE
+    scaled = [int(np.floor(value * num_layers / depth + 0.5)) for value in (low, high)]
+    return list(range(max(2, scaled[0]), max(2, scaled[1]) + 1))
+
+
+def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | None) -> dict:
+    """TP's end for transfer, chosen on data that is not a test split: for each end of `transfer_end_range`, the
+    STS row's TP (`spec`) with that end, scored by SentEval's probe trained on SST2 train with its L2 chosen on
+    SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
+    Each end's accuracy is kept in WORK/end-choice.json, so a stopped choice resumes."""
+    import dataclasses
+
+    from minidecoder.evaluation.transfer import probe_task
+
+    ends = transfer_end_range(model.num_layers)
+    dev_only = dataclasses.replace(sst2, splits={"train": sst2.splits["train"], "dev": sst2.splits["dev"],
+                                                 "test": sst2.splits["dev"]})  # the test split left out
+    kept = work / "end-choice.json"
+    accuracy = json.loads(kept.read_text()) if kept.is_file() else {}
+    for end in ends:
+        if str(end) in accuracy:
+            continue
+        method = tp_with_end(spec, end)
+        encode = encoder(model, method, work / f"end-{end}", batch_size)
+        probe = probe_task(dev_only, lambda texts: np.asarray(encode(list(texts)), dtype=np.float32),
+                           workers=default_workers())
+        accuracy[str(end)] = probe.dev_accuracy
+        write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
+    end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
+    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy,
+            "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
+
+
+def tp_with_end(spec: dict, end: int):
+    """The method of `spec` (a row's {"method": name, **options}) with TP's end set to `end`."""
+    options = {**spec, "end": end}
+    return build_method(options.pop("method"), **options)
+
+
+def transfer_tp_spec(key: str, chosen: dict[str, dict]) -> dict:
+    """The STS row's TP configuration a transfer-end row starts from (its end replaced by the choice)."""
+    spec = dict(chosen[key.removesuffix(TRANSFER_TP) + "+tp"])
+    spec.pop("pst_init_detail", None)  # a description the method writes, not an option
+    return spec
+
+
 DEVICES = ("cpu", "cuda", "mps", "xpu")  # where another sitting may have begun a row
 
 
@@ -264,7 +328,21 @@ def transfer_markdown(report: dict, model: str) -> str:
                           "Accuracy x100 of SentEval's probe, 95% bootstrap interval over test items; rows configured "
                           "as chosen on STS-B dev (results/<model>.json).",
                           TRANSFER_ROWS, [*TRANSFER_TASKS, "Avg."], cell, "The papers' comparisons",
-                          tuple(cross_validation_lines(report, TRANSFER_ROWS, list(TRANSFER_TASKS))))
+                          tuple(cross_validation_lines(report, TRANSFER_ROWS, list(TRANSFER_TASKS))) +
+                          tuple(end_choice_lines(report)))
+
+
+def end_choice_lines(report: dict) -> list[str]:
+    """Where each transfer-end TP row's end came from: the candidates and their SST2 dev accuracy."""
+    lines = []
+    for key, label in TRANSFER_ROWS:
+        choice = report["rows"].get(key, {}).get("tp_end_choice")
+        if choice:
+            tried = ", ".join(f"{end}: {accuracy:.2f}" for end, accuracy in choice["sst2_dev_accuracy"].items())
+            lines.append(f"- **{label}**: TP end {choice['end']}, of {choice['range'][0]}..{choice['range'][1]} (TP "
+                         f"section 5.8's layers 14-21 of 32 scaled to depth), chosen on {choice['on']}; dev accuracy "
+                         f"by end: {tried}.")
+    return ["", "## TP's end for transfer", "", *lines] if lines else []
 
 
 def claim_lines(report: dict) -> list[str]:
@@ -278,13 +356,75 @@ def claim_lines(report: dict) -> list[str]:
 
 
 # ---- long STS -----------------------------------------------------------------------------------------
-def sts_long_markdown(report: dict, model: str) -> str:
+def averaged_sub_pairs(row: dict, sets) -> dict[str, dict]:
+    """The per-length control of one row: {k: {"score", "ci95", "diff", "diff_ci95"}}, where "score" is the
+    Spearman x100 of the mean of each long pair's k sub-pair cosines (each sub-pair embedded alone: the row's
+    k = 1 cosines, in the same gold order) against the long pair's gold, and "diff" the long pair's Spearman
+    minus it with a paired interval (the same resamples). A control rising with k is what averaging k similar
+    measurements gives; a long-pair score below it is what length costs the readout."""
+    alone = np.asarray(row["lengths"]["1"]["cosines"], dtype=np.float64)
+    boot = Bootstrap([TaskLayout(str(p.k), "test", p.gold, (0, len(p))) for p in sets])
+    averaged = {str(p.k): alone[:len(p) * p.k].reshape(len(p), p.k).mean(axis=1) for p in sets}
+    joined = {str(p.k): np.asarray(row["lengths"][str(p.k)]["cosines"]) for p in sets}
+    reps = boot.replicates({"control": averaged, "long": joined})
+    control, difference = boot.interval(reps["control"]), boot.interval(reps["long"] - reps["control"])
+    out = {}
+    for p in sets:
+        k = str(p.k)
+        score = 100.0 * spearman(averaged[k], p.gold)
+        out[k] = {"score": score, "ci95": list(control[k]), "diff": row["lengths"][k]["score"] - score,
+                  "diff_ci95": list(difference[k])}
+    return out
+
+
+def length_effect(lo: float, hi: float) -> str:
+    """What a (long - control) interval says about the readout at that length."""
+    return "length hurts the readout" if hi < 0 else "length helps the readout" if lo > 0 else "no length effect at 95%"
+
+
+def control_lines(report: dict, sets) -> list[str]:
+    """The per-length control under the table, each row's long-pair score against it, and, read from the
+    numbers, whether Figure 1's degradation (last-token readout falling with length, mean pooling holding)
+    appears."""
+    rows = [(key, label) for key, label in STS_LONG_ROWS if key in report["rows"]]
+    if not rows or "1" not in report["rows"][rows[0][0]]["lengths"]:
+        return []
+    lengths = [str(p.k) for p in sets]
+    controls = {key: averaged_sub_pairs(report["rows"][key], sets) for key, _ in rows}
+    lines = ["", "## Per-length control: averaging k measurements", "",
+             "Each long pair's gold is the mean of k sub-pairs of near-equal gold, so a score can rise with k "
+             "because k measurements are averaged, not because the readout handles length. The control: the "
+             "Spearman x100 of the mean of the k sub-pairs' cosines, each sub-pair embedded alone (the row's k=1 "
+             "cosines), 95% interval; then the long pair's Spearman minus the control, paired 95% interval. Below "
+             "zero, length hurts the readout; above, the joined text reads better than its parts apart.", "",
+             "| row | " + " | ".join(f"control k={k}" for k in lengths) + " | " +
+             " | ".join(f"long - control k={k}" for k in lengths[1:]) + " |",
+             "|---|" + "---:|" * (2 * len(lengths) - 1)]
+    for key, label in rows:
+        got = controls[key]
+        lines.append(f"| {label} | " + " | ".join(scored(got[k]) for k in lengths) + " | " +
+                     " | ".join(f"{got[k]['diff']:+.2f} [{got[k]['diff_ci95'][0]:+.1f}, {got[k]['diff_ci95'][1]:+.1f}]"
+                                for k in lengths[1:]) + " |")
+    if LONGEST in lengths:
+        lines += ["", f"At k={LONGEST}: " + "; ".join(
+            f"{label}: {length_effect(*controls[key][LONGEST]['diff_ci95'])}" for key, label in rows) + "."]
+        if "last" in controls and "mean-final" in controls:
+            last, mean = (length_effect(*controls[key][LONGEST]["diff_ci95"]) for key in ("last", "mean-final"))
+            appears = last == "length hurts the readout" and mean != "length hurts the readout"
+            lines.append(f"Figure 1's degradation (the last token's readout hurt by length while the final-layer mean "
+                         f"holds) {'appears' if appears else 'does not appear'} here at k={LONGEST}: last token, "
+                         f"{last}; final-layer mean, {mean}.")
+    return lines
+
+
+def sts_long_markdown(report: dict, model: str, sets=()) -> str:
     lengths = [str(k) for k in report["settings"]["lengths"]]
     return table_markdown(report, f"Long-context STS on {model} (HTP Figure 1)",
                           f"built from the first {report['settings']['limit']} STS-B test pairs",
                           "Spearman x100 per length k (k STS-B test pairs joined per long pair), 95% bootstrap "
                           "interval over long pairs.", STS_LONG_ROWS, [f"k={k}" for k in lengths],
-                          lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons")
+                          lambda row, column: scored(row["lengths"][column.removeprefix("k=")]), "HTP's comparisons",
+                          tuple(control_lines(report, sets)) if sets else ())
 
 
 def render(path: Path, data: str | None) -> int:
@@ -294,15 +434,17 @@ def render(path: Path, data: str | None) -> int:
     family, settings = report["settings"]["benchmark"], report["settings"]
     for row in report["rows"].values():  # a file written before rows named their device: its settings' (load_report)
         row["stamp"].setdefault("device", settings.get("device", "cpu"))
+    sets = ()
     if family == "transfer":
         judged = transfer_differences(report["rows"])
     else:
         from minidecoder.evaluation.sts_long import load_long_sts
-        judged = sts_long_differences(report["rows"], load_long_sts(data, settings["limit"], settings["lengths"])[1])
+        sets = load_long_sts(data, settings["limit"], settings["lengths"])[1]
+        judged = sts_long_differences(report["rows"], sets)
     kept = {name: value for name, value in settings.items() if name not in ("benchmark", "bootstrap")}
     report.update(claims_report(family, kept, report["rows_planned"], list(report["rows"]), judged))
     name = settings["model"]
-    write(path, report, transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name))
+    write(path, report, transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name, sets))
     print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
     return 0
 
@@ -390,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                 report.update(claims_report(family, {**without_device(family_settings),
                                                      "device": rows_devices(report)},
                                             planned, list(report["rows"]), judged))
-                text = transfer_markdown(report, name) if family == "transfer" else sts_long_markdown(report, name)
+                text = (transfer_markdown(report, name) if family == "transfer"
+                        else sts_long_markdown(report, name, loaded[1]))
                 write(path, report, text)
 
         for key, label in rows:
@@ -398,9 +541,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if key not in redo and key in add_rows(report, path, family, family_settings, planned, redo):
                 continue  # finished by another run since this one began
-            method = row_method(key, chosen)
             work = out / f"{name}-{family}-work" / key
             work.mkdir(parents=True, exist_ok=True)
+            choice = None
+            if key.endswith(TRANSFER_TP):
+                spec = transfer_tp_spec(key, chosen)
+                print(f"{family}: {label}: choosing TP's end on SST2 dev ...", file=sys.stderr)
+                sst2 = load_transfer_tasks(["SST2"], args.data, args.limit)[0]
+                choice = choose_transfer_end(model, spec, sst2, work / "end-choice", args.batch_size)
+                method = tp_with_end(spec, choice["end"])
+            else:
+                method = row_method(key, chosen)
             elsewhere = began_elsewhere(work, settings, weights, method, keys) if family == "transfer" else None
             if elsewhere and key not in redo:
                 device, kept = elsewhere
@@ -422,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                        "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
                                     for word in (f"--{flag}", str(getattr(args, flag)))]
             report["rows"][key] = {"label": label, "method": method.describe(), **results,
+                                   **({"tp_end_choice": choice} if choice else {}),
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
             write_table()

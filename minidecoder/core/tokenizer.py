@@ -10,12 +10,12 @@ side tokenizes as it would in the reference code after `tokenizer.add_tokens([..
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from pathlib import Path
 
 from minidecoder.core.config import check_types
 from minidecoder.errors import TokenizerError, file_is_there
+from minidecoder.output_files import sha256_files
 
 
 class Tokenizer:
@@ -63,7 +63,7 @@ class Tokenizer:
         if self._fast is not None:
             # The policy above is the single source of truth: the post-processor adds nothing.
             self._fast.post_processor = None
-        self.checksum = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()
+        self.checksum = sha256_files(files)
         from minidecoder.core.chat_template import find_chat_template
         self.chat_template: str | None = find_chat_template(folder, config)
 

@@ -30,7 +30,7 @@ cuts it before the first column the step reads or writes (TP's `<PST>`, CP's las
 it off for a step that reads every column (ReBA's attention) or hides keys from block 0.
 
 The contract with a method's step is written once, here: a step declares which of its fields hold
-batch columns (`column_field`); the loop cuts the prefix before the first column any of them names
+batch columns (`methods.loop.column_field`); the loop cuts the prefix before the first column any of them names
 (`first_touched`) and hands the rest pass a copy of the step with those fields shifted (`shifted`).
 No step reasons about columns. What runs the two passes is the executor, `minidecoder.fast.forward`.
 Tested equal to the plain path in tests/fast/test_fast_paths.py.
@@ -41,6 +41,8 @@ import dataclasses
 from typing import Any
 
 import torch
+
+from minidecoder.methods.loop import COLUMNS
 
 # Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
@@ -75,14 +77,6 @@ def pays(device, p: int, rows: int, forced: bool | None) -> bool:
 
 
 NOWHERE = 1 << 30  # the first column of a row no column field names
-COLUMNS = "batch columns"  # metadata key of a step field that holds positions in the padded batch's rows
-
-
-def column_field(rows: str | None = None) -> Any:
-    """Declare a step field that holds batch columns (a long tensor): one entry per batch row in dimension
-    0, or, with `rows`, (K,) entries whose batch rows are in the field named `rows`. The shared prefix is
-    cut before the first column such a field names, and the rest's copy of the step has it shifted."""
-    return dataclasses.field(metadata={COLUMNS: rows})
 
 
 def _column_fields(obj: Any):

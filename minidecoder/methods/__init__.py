@@ -7,7 +7,7 @@ from typing import Any
 from minidecoder.methods.base import METHODS, Method, build_from, option, register
 
 # One module per method family; each registers its methods as it is imported.
-from minidecoder.methods import cp, echo, htp, metaeol, pooling, reading, reba, tp  # noqa: E402,F401
+from minidecoder.methods import composite, cp, echo, htp, metaeol, pooling, reading, reba, tp  # noqa: E402,F401
 
 
 def build_method(name: str, **options: Any) -> Method:

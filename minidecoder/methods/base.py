@@ -23,13 +23,13 @@ method table are generated from it, so the options a user sees are exactly the f
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.fast.forward import executor
-from minidecoder.methods.loop import Pass, run_passes
+from minidecoder.methods.loop import Forward, Pass, run_passes
 
 METHODS: dict[str, type["Method"]] = {}  # filled by `register` as minidecoder.methods imports each module
 
@@ -53,15 +53,18 @@ class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what it does, with its paper
     takes_context: ClassVar[bool] = False  # True: `passes` takes each text's unpooled context (`contexts=`)
+    extensions: ClassVar[dict[str, str]] = {}  # option -> the method `option=true` builds (`cp tp=true`: cp+tp)
 
     def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """The forwards this configuration runs on `texts`, in order (a step may take what an earlier pass
         recorded: `Pass.made`, CP's b). contexts: each text's context ("" for none), where `takes_context`."""
         raise NotImplementedError
 
-    def embed_batch(self, model, texts: list[str], contexts: list[str] | None = None) -> torch.Tensor:
-        """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool. The passes run
-        through the executor the model's fast paths ask for (`fast.forward`; the plain loop when all are off)."""
+    def embed_batch(self, model, texts: list[str], contexts: list[str] | None = None,
+                    forward: Callable[..., Forward] = Forward) -> torch.Tensor:
+        """(B, E) float32 embeddings of `texts`, in order: the mean of what the passes pool. forward: what runs
+        each pass, the plain loop or the executor the caller picked (`minidecoder.embed` takes the one the
+        model's fast paths ask for, `fast.forward.executor`)."""
         self.check(model)
         if contexts is None:
             passes = self.passes(model, texts)
@@ -70,7 +73,7 @@ class Method:
                              "embed the texts without one, or join the context to each text yourself")
         else:
             passes = self.passes(model, texts, contexts)
-        return run_passes(model, passes, executor(getattr(model, "fast_paths", None)))
+        return run_passes(model, passes, forward)
 
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""
@@ -151,6 +154,14 @@ def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, A
     if not isinstance(name, str) or name not in methods:
         raise InputError(f"unknown method {name!r}", f"available methods: {', '.join(sorted(methods))}")
     cls = methods[name]
+    for switch, other in cls.extensions.items():  # an option naming another method: `cp tp=true` is cp+tp
+        if switch in options:
+            options = dict(options)
+            if check_bool(options.pop(switch), f"method {name!r} option {switch}"):
+                return build_from(methods, other, options)
+            own = {f.name for f in dataclasses.fields(cls)}  # `cp tp=false start=1`: the extension's options unused
+            options = {key: value for key, value in options.items()
+                       if key in own or key not in {f.name for f in dataclasses.fields(methods[other])}}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -19,20 +19,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
+from minidecoder.methods.audit import SteeringAudited
+from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
-from minidecoder.methods.layers import check_block_index, check_block_range, resolve_output_layer
-from minidecoder.fast.prefix_cache import column_field
-from minidecoder.methods.composite import Steps
-from minidecoder.methods.loop import Forward, Pass, Step, last_token
-from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row
+from minidecoder.methods.layers import check_block_index, resolve_output_layer
+from minidecoder.methods.loop import Forward, Pass, Step, column_field, last_token
 from minidecoder.methods.prompts import REFERENCE_LAYERS, resolve_aux_prompt, resolve_prompts
 from minidecoder.methods.text import SENTEVAL_HELP, prepare_texts
-from minidecoder.methods.tp import PST, TPStep, encode_tp, with_placeholders
 
 SITE_NAMES = {"head": "z", "ffn": "mlp_out", "hidden": "resid_post"}  # CP site -> model.Sites name
 MODES = ("ns", "nr", "nr_head", "nr_scaled")
@@ -54,7 +52,7 @@ def steer(a: torch.Tensor, b: torch.Tensor, mode: str, alpha: float) -> torch.Te
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class SteerLastToken(Step):
+class SteerLastToken(SteeringAudited, Step):
     """At block l, each row's last-token value a of `site` becomes steer(a, b) (docs/spec.md section 6.3)."""
 
     blocks: frozenset[int]  # {l}
@@ -72,29 +70,6 @@ class SteerLastToken(Step):
         value[rows, self.last] = steer(value[rows, self.last], self.b, self.mode, self.alpha).to(value.dtype)  # a <- f(a, b)
         return value
 
-    def acts_on(self, row: int) -> list[dict]:
-        return [{"position": int(self.last[row]), "what": f"a: {self.site} steered to steer(a, b)",
-                 "blocks": sorted(self.blocks), "note": f"mode {self.mode}, alpha {self.alpha}"}]
-
-    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
-        """a, b, a - b and the steering term a' written in a's place (norms and cosines), per head for z."""
-        if where != self.site:
-            return []
-        row = int(self.last[0])
-        a, steered, b = old[0, row].float().cpu(), new[0, row].float().cpu(), self.b[0].float().cpu()
-        event = {"block": i, "site": where, "position": row + shift, "total": _norms(a, b, steered)}
-        if a.dim() == 2:  # z: (H, D), one row per head
-            event["heads"] = [{"head": h, **_norms(a[h], b[h], steered[h])} for h in range(a.shape[0])]
-        return [event]
-
-
-def _norms(a: torch.Tensor, b: torch.Tensor, steered: torch.Tensor) -> dict:
-    def cos(x: torch.Tensor, y: torch.Tensor) -> float:
-        return float(torch.nn.functional.cosine_similarity(x.flatten(), y.flatten(), dim=0))
-    return {"a_norm": float(a.norm()), "b_norm": float(b.norm()), "a_minus_b_norm": float((a - b).norm()),
-            "steering_norm": float(steered.norm()), "cos_a_b": cos(a, b),
-            "cos_steering_a": cos(steered, a) if float(steered.norm()) > 0 else 0.0}
-
 
 # ---- the method: options, validation --------------------------------------------------------------
 @register
@@ -105,6 +80,9 @@ class CP(Method):
 
     name = "cp"
     summary = "Contrastive Prompting: steer the prompt's last token away from an auxiliary prompt (arXiv 2505.12831)"
+    extensions: ClassVar[dict[str, str]] = {"tp": "cp+tp"}  # `cp tp=true` builds method cp+tp (methods.composite)
+    steers: ClassVar[bool] = True  # False only in `unsteered(method)`, the audit view's baseline
+    baseline_prompts: ClassVar[str] = "the same prompt(s)"  # the baseline's forwards, in words
 
     prompt: str = option("prompteol", "normal prompt: prompteol, pretended_cot, knowledge, ck (Knowledge + CoT "
                          "averaged), metaeol (8 prompts averaged), or a custom template with {text}")
@@ -119,18 +97,6 @@ class CP(Method):
     site: str = option("head", "head = z, every head's output before o_proj (default), ffn = the block's MLP output, "
                        "hidden = the block's output residual (paper Table 5)")
     senteval_text: bool = option(True, SENTEVAL_HELP)
-    tp: bool = option(False, "minidecoder extension (in no paper): Token Prepending in the same forward -- a <PST> "
-                      "before the quote takes the last token's row before blocks [start, end), as method tp")
-    start: int = option(1, "tp only: first 0-based block before which <PST> takes the last token's row (TP's start)")
-    end: int = option(7, "tp only: copies before blocks start..end-1 (half-open; TP's end, reference 7 on Llama-2)")
-    pst_init: str = option("gaussian", "tp only: <PST> input row (TP's pst_init: zeros, ones, uniform, gaussian, mean, "
-                           "token:<text>)")
-    seed: int = option(0, "tp only: seed of the <PST> row for gaussian/uniform (TP's seed)")
-    tp_aux: bool = option(True, "tp only: the auxiliary prompt gets the same <PST> and copies (a and b come from "
-                          "matched forwards); false runs it plain")
-
-    steer: bool = option(True, "false: the normal prompts run unsteered and no auxiliary pass runs (the baseline the "
-                         "audit view compares with: PromptEOL, or TP with tp=true)")
 
     takes_context = True  # before every prompt, normal and auxiliary (`inputs.encode_prompts`)
 
@@ -143,58 +109,53 @@ class CP(Method):
         site, l = SITE_NAMES[self.site], self.steer_layer
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
         passes = []
-        if self.steer:
-            aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, self.tp_aux,
-                                                  contexts)
+        if self.steers:
+            aux, aux_step, aux_rows = self.encode(model, resolve_aux_prompt(self.aux_prompt), sentences, contexts,
+                                                  auxiliary=True)
             passes.append(Pass(aux, aux_step, depth=l + 1, record={l: {site}}, extra_rows=aux_rows, role="auxiliary prompt",
                                reads=f"b = {site} of block {l} at the last token; blocks after {l} never run"))
         for template in resolve_prompts(self.prompt):  # ck, metaeol: several prompts, averaged as the reference
-            batch, step, rows = self.encode(model, template, sentences, True, contexts)
+            batch, step, rows = self.encode(model, template, sentences, contexts)
 
             def steered(finished: list[Forward], batch=batch, step=step) -> Step:  # once the auxiliary pass ran
                 b = last_token(finished[0].recorded(l, site), aux)  # (B, H, D) at z, (B, E) at the others
-                steering = SteerLastToken(blocks=frozenset({l}), site=site, last=batch.last, b=b, mode=self.mode,
-                                          alpha=self.alpha)
-                return Steps(parts=(step, steering)) if self.tp else steering  # TP's copies, then CP's edit
+                return self.with_steering(step, SteerLastToken(blocks=frozenset({l}), site=site, last=batch.last, b=b,
+                                                               mode=self.mode, alpha=self.alpha))
 
             passes.append(Pass(batch, step, layer=index, extra_rows=rows, reads="the last token",
-                               made=steered if self.steer else None,
+                               made=steered if self.steers else None,
                                pool=lambda run, batch=batch: last_token(run.hidden(index), batch)))
         return passes
 
-    def encode(self, model, template: str, sentences: list[str], with_tp: bool,
-               contexts: list[str] | None = None) -> tuple[PromptBatch, Step, dict]:
-        """A prompt's batch, and with `tp` (a minidecoder extension, in no paper) TP's <PST> before the quote
-        and TP's copies before blocks [start, end) as its step, with the <PST> input row."""
-        if not (self.tp and with_tp):
-            return encode_prompts(model.tokenizer, template, sentences, contexts=contexts), Step(), {}
-        template = template if PST in template else with_placeholders(template, 1)
-        batch, pst_id, pst = encode_tp(model.tokenizer, template, sentences, contexts)
-        step = TPStep.of(batch, pst, set(range(self.start, self.end)), hide_pst_in_block_0=False)
-        return batch, step, {pst_id: placeholder_row(model, self.pst_init, self.seed)}
+    def encode(self, model, template: str, sentences: list[str], contexts: list[str] | None = None,
+               auxiliary: bool = False) -> tuple[PromptBatch, Step, dict]:
+        """A prompt's batch, the step its forward takes before CP's edit (none here) and its placeholder
+        rows (none here); cp+tp gives TP's <PST> and copies (methods.composite)."""
+        return encode_prompts(model.tokenizer, template, sentences, contexts=contexts), Step(), {}
+
+    def with_steering(self, step: Step, steering: "SteerLastToken") -> Step:
+        """The normal prompt's step with CP's edit: the edit alone here (`step` does nothing)."""
+        return steering
 
     def baseline(self, model) -> tuple[Method, str]:
-        what = "the same prompt(s) with TP's copies" if self.tp else "the same prompt(s)"
-        return (dataclasses.replace(self, steer=False),
-                f"{what}, unsteered: the same tokens, the last token at the same output layer "
+        return (unsteered(self),
+                f"{self.baseline_prompts}, unsteered: the same tokens, the last token at the same output layer "
                 f"{self.output_layer(model)}, no edit at block {self.steer_layer}")
 
     def output_layer(self, model) -> int:
         """`layer`, or with `layer=None` the prompt's reference layer (the same on every model)."""
         return REFERENCE_LAYERS.get(self.prompt, -1) if self.layer is None else self.layer
 
+    def describe(self) -> dict:
+        return super().describe() if self.steers else {**super().describe(), "steered": False}
+
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha):
             raise InputError(f"CP alpha {self.alpha!r} is not a finite number", "pass e.g. alpha=0.5")
         check_choice(self.mode, "CP mode", MODES)
         check_choice(self.site, "CP site", SITE_NAMES)
-        for name in ("senteval_text", "tp", "tp_aux", "steer"):
-            check_bool(getattr(self, name), f"CP {name}")
-        for name in ("start", "end"):
-            check_int(getattr(self, name), name)
-        check_seed(self.seed)
+        check_bool(self.senteval_text, "CP senteval_text")
         check_int(self.layer, "layer", allow_none=True, example="-1")
-        check_placeholder_init(self.pst_init)
         if self.mode == "nr_head" and self.site != "head":
             raise InputError(f"CP mode nr_head needs site='head' (got site={self.site!r})",
                              "per-head norms exist only for the attention heads' output z")
@@ -210,8 +171,12 @@ class CP(Method):
                 f"CP output layer {self.output_layer(model)} (hidden_states[{index}], the output of block {index - 1}) "
                 f"comes before the steered block {self.steer_layer}, so the steering would change nothing",
                 f"pick an output layer above {self.steer_layer} (e.g. -1), or a steer_layer below {index}")
-        if self.tp:
-            check_block_range(self.start, self.end, L, "CP + TP")
-            if self.end > index:
-                raise InputError(f"CP + TP range [{self.start}, {self.end}) reaches past the output layer "
-                                 f"{self.output_layer(model)} (blocks 0..{index - 1} run)", "lower `end` or raise `layer`")
+
+
+# ---- for the audit view and the tools, below the paper's method ----------------------------------------
+def unsteered(method: CP) -> CP:
+    """`method` with CP's edit left out: its normal prompts (and cp+tp's copies) read at the same layer, no
+    auxiliary pass. The audit view's baseline (`CP.baseline`); not an option, as it is not CP."""
+    copy = dataclasses.replace(method)
+    copy.steers = False
+    return copy

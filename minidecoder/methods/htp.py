@@ -72,10 +72,9 @@ from minidecoder.errors import InputError
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Pass
+from minidecoder.methods.loop import CopyRows, Pass, masked_mean
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row, refuse_placeholders_in
 from minidecoder.methods.text import SPLITTER, check_template, require_text, split_sentences
-from minidecoder.methods.tp import CopyRows
 
 SOURCES = ("last_text_token", "after_text")
 PST, BPST = "<PST>", "<B-PST>"
@@ -95,9 +94,7 @@ def htp_step(inputs: "HTPInputs", blocks: set[int]) -> CopyRows:
 
 def htp_embedding(h: torch.Tensor, inputs: "HTPInputs") -> torch.Tensor:
     """(B, E): mean of hidden_states[layer] (B, T, E) over the text tokens, placeholders excluded (docs/spec.md section 5.4)."""
-    h = h.float()  # summed in float32
-    pool = inputs.pool.to(h.device, non_blocking=True).unsqueeze(-1).float()  # (B, T, 1)
-    return (h * pool).sum(dim=1) / pool.sum(dim=1)  # reference Pooling 'mean'
+    return masked_mean(h.float(), inputs.pool)  # summed in float32, the reference's Pooling 'mean'
 
 
 # ---- the method: options, validation --------------------------------------------------------------

@@ -10,7 +10,11 @@
 
 A method's forwards are `Pass`es (batch, `Step`, layer read, pooling); `run_passes` runs them and averages
 what they pool. The fast paths live beneath this loop (`fast.forward.FastForward` overrides `block`,
-`hidden`, `recorded`; tested equal to this `Forward` for every method). Layers: methods.layers.
+`hidden`, `recorded`; tested equal to this `Forward` for every method); the caller picks which runs
+(`run_passes(..., forward)`), so nothing here or in a method imports them. Here too the loop's shared
+vocabulary: `column_field` (a step field holding batch columns), `CopyRows` (TP's and HTP's step) and
+`masked_mean`, the one mean over tokens every pooling uses. What a step tells the audit view is apart,
+in methods.audit. Layers: methods.layers.
 """
 from __future__ import annotations
 
@@ -22,13 +26,25 @@ from typing import Any, ClassVar
 import torch
 
 from minidecoder.core.model import Context, Sites
+from minidecoder.methods.audit import Audited, CopiesAudited
 from minidecoder.methods.layers import resolve_output_layer
 
 
+COLUMNS = "batch columns"  # metadata key of a step field that holds positions in the padded batch's rows
+
+
+def column_field(rows: str | None = None) -> Any:
+    """Declare a step field that holds batch columns (a long tensor): one entry per batch row in dimension
+    0, or, with `rows`, (K,) entries whose batch rows are in the field named `rows`. Positions change when
+    the stream does not start at batch column 0 (a shared prompt prefix run once, beneath the loop:
+    fast.prefix_cache cuts before the first column such a field names and shifts the rest)."""
+    return dataclasses.field(metadata={COLUMNS: rows})
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Step:
-    """What a method does inside the loop; this base step does nothing (PromptEOL, pooling, Echo).
-    `blocks`: the 0-based blocks it acts at (before them, at their sites, or on their patterns);
+class Step(Audited):
+    """What a method does inside the loop; this base step does nothing (PromptEOL, pooling, Echo). Its
+    audit hooks (`acts_on`, `report`) come from methods.audit. `blocks`: the 0-based blocks it acts at (before them, at their sites, or on their patterns);
     a subclass declares it as a field. `hidden_keys`: (B, T) bool, keys block 0 must not attend to."""
 
     blocks: ClassVar[frozenset[int]] = frozenset()
@@ -54,15 +70,29 @@ class Step:
                  if isinstance(value := getattr(self, f.name), torch.Tensor) and value.device != device}
         return dataclasses.replace(self, **moved) if moved else self
 
-    # ---- for the audit view (minidecoder.running.explain) ----
-    def acts_on(self, row: int) -> list[dict]:
-        """The positions this step acts on in batch row `row`, in batch columns."""
-        return []
 
-    def report(self, i: int, where: str, old: Any, new: Any, shift: int) -> list[dict]:
-        """What the step did at block i: `where` is "stream" (before the block: old/new h), a site name
-        (old/new value of an edit) or "fold" (old/new A). `shift`: batch column of the stream's column 0."""
-        return []
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CopyRows(CopiesAudited, Step):
+    """Before every block in `blocks`: h[rows[k], target[k]] <- h[rows[k], source[k]] for every k, all
+    sources read before any target is written (TP's and HTP's step). Index tensors are (K,) long."""
+
+    blocks: frozenset[int]
+    rows: torch.Tensor
+    target: torch.Tensor = column_field(rows="rows")
+    source: torch.Tensor = column_field(rows="rows")
+
+    @classmethod
+    def of_pairs(cls, blocks: set[int], pairs: list[tuple[int, int, int]], **fields) -> "CopyRows":
+        """From (row, target, source) triples."""
+        rows, target, source = (torch.tensor([p[k] for p in pairs], dtype=torch.long) for k in range(3))
+        return cls(blocks=frozenset(blocks), rows=rows, target=target, source=source, **fields)
+
+    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        if i not in self.blocks:
+            return h
+        out = h.clone()  # a copy: rows read later keep their values (the references wrote in place)
+        out[self.rows, self.target] = h[self.rows, self.source]  # the whole vector is replaced
+        return out
 
 
 class Forward:
@@ -183,16 +213,21 @@ def last_token(h: torch.Tensor, batch) -> torch.Tensor:
     return h[torch.arange(h.shape[0], device=h.device), last]
 
 
+def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, E) -> (B, E): the mean of h over each row's columns where `mask` (B, T, bool, built on the host)
+    is true, summed in h's dtype: the one masked mean every pooling uses (pass h.float() to sum in float32)."""
+    weights = mask.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
+    return (h * weights).sum(dim=1) / weights.sum(dim=1)
+
+
 def mean_over_spans(h: torch.Tensor, spans: list[list[tuple[int, int]]], occurrence: int = 0) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's token span number `occurrence` (e.g. the {text} tokens), one
-    masked sum for the batch (the mask built on the host), not a launch per row."""
+    masked sum for the batch, not a launch per row."""
     bounds = torch.tensor([row[occurrence] for row in spans], dtype=torch.long)  # (B, 2) [start, end)
     for row in torch.nonzero(bounds[:, 1] <= bounds[:, 0])[:1].tolist():
         raise ValueError(f"row {row[0]} has an empty span to average")  # callers reject empty text first
     columns = torch.arange(h.shape[1])[None, :]  # (1, T)
-    inside = ((columns >= bounds[:, :1]) & (columns < bounds[:, 1:])).to(h.device, h.dtype, non_blocking=True)
-    count = (bounds[:, 1:] - bounds[:, :1]).to(h.device, h.dtype, non_blocking=True)  # (B, 1)
-    return torch.einsum("bt,bte->be", inside, h) / count  # sum over the span, then / its length
+    return masked_mean(h, (columns >= bounds[:, :1]) & (columns < bounds[:, 1:]))
 
 
 def hidden_at(model, batch, layer: int, step: Step | None = None, extra_rows: Mapping | None = None) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 A placeholder (`<PST>`, `<B-PST>`) is an added token whose input-embedding row the method chooses
 (`placeholder_row`); it is added to a copy of the tokenizer (`Tokenizer.with_placeholders`), never to
-the model's own. The copies into it between blocks are TP's step (`methods.tp.CopyRows`).
+the model's own. The copies into it between blocks are TP's and HTP's step (`methods.loop.CopyRows`).
 """
 from __future__ import annotations
 

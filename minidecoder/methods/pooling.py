@@ -1,8 +1,10 @@
 """The two plain baselines (docs/spec.md section 8): mean pooling and last-token pooling of any
 output layer, on the bare text or inside a template.
 
-    mean   average of the hidden states at `layer` over the `{text}` tokens (default) or over every
-           real token of the row (`over=all`: template and BOS included, padding never).
+    mean   average of the hidden states at `layer` over the `{text}` tokens (default), over every
+           real token of the row (`over=all`: template and BOS included, padding never), or, with a
+           template that repeats `{text}`, over every copy after the first (`over=after-first`: Echo-k's
+           mean over positions n..kn, ReBA Table 2's mean-pooled repetition).
     last   hidden state of the last real token at `layer` (with `template="{text}"`, the sentence's
            own last token; with a prompt, what `prompt` computes).
 
@@ -24,7 +26,7 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
-from minidecoder.methods.loop import last_token, mean_over_spans
+from minidecoder.methods.loop import last_token, masked_mean, mean_over_spans
 from minidecoder.methods.reading import OwnTemplate
 from minidecoder.methods.text import SENTEVAL_HELP, template_fields
 
@@ -35,8 +37,17 @@ _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' 
 def mean_over_mask(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean over each row's real tokens (padding and a context excluded, BOS included)."""
     real = batch.attention_mask if batch.context_spans is None else batch.attention_mask & ~batch.context_mask()
-    mask = real.to(h.device, h.dtype, non_blocking=True).unsqueeze(-1)  # (B, T, 1)
-    return (h * mask).sum(dim=1) / mask.sum(dim=1)
+    return masked_mean(h, real)
+
+
+def mean_after_first_copy(h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
+    """(B, T, E) -> (B, E): mean over the tokens of every {text} copy but the first (a token shared by two
+    copies counted once): Echo-k's mean over positions n..kn."""
+    later = torch.zeros(batch.attention_mask.shape, dtype=torch.bool)
+    for row, spans in enumerate(batch.text_spans):
+        for start, end in spans[1:]:
+            later[row, start:end] = True
+    return masked_mean(h, later)
 
 
 def check_occurrence(template: str, occurrence: int) -> int:
@@ -56,8 +67,9 @@ class MeanPooling(OwnTemplate):
     summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
     layer: int = option(-1, _LAYER_HELP)
     template: str = option("{text}", _TEMPLATE_HELP)
-    over: str = option("text", "which tokens to average: 'text' (the {text} tokens only) or 'all' (every real "
-                               "token: template and BOS included)")
+    over: str = option("text", "which tokens to average: 'text' (the {text} tokens only), 'all' (every real "
+                               "token: template and BOS included) or 'after-first' (every {text} copy after the "
+                               "first: Echo-k's positions n..kn)")
     occurrence: int = option(-1, "with over=text and a template that repeats {text}: which copy to average "
                                  "(0 = first, -1 = last)")
     senteval_text: bool = option(False, SENTEVAL_HELP)
@@ -65,12 +77,18 @@ class MeanPooling(OwnTemplate):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_occurrence(self.template, self.occurrence)
-        if self.over not in ("text", "all"):
-            raise InputError(f"over={self.over!r} is not 'text' or 'all'", "pass over=text or over=all")
+        if self.over not in ("text", "all", "after-first"):
+            raise InputError(f"over={self.over!r} is not 'text', 'all' or 'after-first'",
+                             "pass over=text, over=all or over=after-first")
+        if self.over == "after-first" and template_fields(self.template).count("text") < 2:
+            raise InputError(f"over=after-first needs {{text}} at least twice in the template, not {self.template!r}",
+                             "pass a repeating template, e.g. template={text}{text}")
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         if self.over == "all":
             return mean_over_mask(h, batch)
+        if self.over == "after-first":
+            return mean_after_first_copy(h, batch)
         return mean_over_spans(h, batch.text_spans, self.occurrence)
 
 

@@ -28,12 +28,13 @@ ignores and minidecoder omits.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.fast.forward import executor
+from minidecoder.methods.audit import FoldAudited
 from minidecoder.methods.base import Method, check_bool, check_choice, check_int, option, register
 from minidecoder.methods.inputs import PromptBatch, pad
 from minidecoder.methods.layers import resolve_output_layer
@@ -45,7 +46,7 @@ ROWS = ("backward", "full")
 
 # ---- the paper's loop -----------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
-class FoldAttention(Step):
+class FoldAttention(FoldAudited, Step):
     """ReBA's fusion (docs/spec.md section 7.2): for every block and every head, S = (P + P^T) / 2 and
     A = max(A, S), elementwise; A starts at 0 and is one (B, T, T) float32 matrix."""
 
@@ -59,14 +60,6 @@ class FoldAttention(Step):
         del S
         return heads.clamp_min_(0) if A is None else torch.maximum(A, heads)  # ... then over blocks (A starts at 0)
 
-    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
-        """How much block i raised the running maximum (entries raised, largest and total increase)."""
-        if where != "fold":
-            return []
-        delta = new - (torch.zeros_like(new) if old is None else old)  # >= 0: a running maximum only rises
-        return [{"block": i, "raised": int((delta > 0).sum()), "max_increase": float(delta.max()),
-                 "total_increase": float(delta.sum())}]
-
 
 def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
     """A (B, T, T) fp32 of a finished forward with `FoldAttention`, padded rows and columns zeroed: queries
@@ -78,6 +71,7 @@ def fused(forward: Forward, batch: PromptBatch) -> torch.Tensor:
     return forward.folded.masked_fill(~valid, 0.0)
 
 
+# ---- ReBA's inputs and pooling: the repeated texts, the weights w, the rows R ------------------------------
 def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: str = "",
                     contexts: list[str] | None = None) -> PromptBatch:
     """Each text repeated as one string (`separator.join([text] * r)`, the reference's `sentence * r`
@@ -104,18 +98,6 @@ def encode_repeated(tokenizer, texts: list[str], repetitions: int, separator: st
         context_spans.append((len(head), len(head) + covered))
     return pad(rows, spans, tokenizer.pad_id if tokenizer.pad_id is not None else 0, "left",
                context_spans=context_spans if contexts is not None else None)
-
-
-def fused_attention(model, batch: PromptBatch, output_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
-    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs, through the executor the
-    model's fast paths ask for (long inputs fold a head at a time: fast.blocked_fusion)."""
-    L = model.num_layers
-    forward = executor(getattr(model, "fast_paths", None))(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
-                      keep={output_index, L})
-    h = forward.hidden(output_index)
-    forward.run_to(L)
-    return fused(forward, batch), h
 
 
 def weight_vector(A: torch.Tensor, rows: torch.Tensor, weights: str, backward: bool) -> torch.Tensor:
@@ -157,6 +139,7 @@ def rows_mask(batch: PromptBatch, pooling: str, first_half_split: bool) -> torch
     return rows
 
 
+# ---- the method: options, validation --------------------------------------------------------------
 @register
 @dataclass
 class ReBA(Method):
@@ -219,9 +202,23 @@ class ReBA(Method):
                 "(plain mean pooling, no fused attention)")
 
 
+# ---- experiments beyond the sentence embedding: the reference's word embeddings; A and h for the tools -----
+def fused_attention(model, batch: PromptBatch, output_index: int,
+                    forward: Callable[..., Forward] = Forward) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, h): A (B, T, T) fp32 = elementwise max over every block and head of (P + P^T)/2, padded rows and
+    columns zeroed; h = hidden_states[output_index] (B, T, E). Every block runs, through `forward`: the plain
+    loop or the executor the caller picked (long inputs fold a head at a time there: fast.blocked_fusion)."""
+    L = model.num_layers
+    forward = forward(model, batch.input_ids, batch.attention_mask, FoldAttention(blocks=frozenset(range(L))),
+                      keep={output_index, L})
+    h = forward.hidden(output_index)
+    forward.run_to(L)
+    return fused(forward, batch), h
+
+
 def reba_word_embedding(model, text: str, char_start: int, char_end: int, repetitions: int = 2,
                         separator: str = "", layer: int = -1, rows: str = "full",
-                        weights: str = "pooled") -> torch.Tensor:
+                        weights: str = "pooled", forward: Callable[..., Forward] = Forward) -> torch.Tensor:
     """(E,) fp32: the ReBA embedding of the characters text[char_start:char_end] in the first copy.
 
     The span's tokens (those overlapping it) are the rows R. Defaults follow the reference's
@@ -240,5 +237,5 @@ def reba_word_embedding(model, text: str, char_start: int, char_end: int, repeti
     mask = torch.zeros_like(batch.attention_mask)
     mask[0, tokens] = True
     with torch.inference_mode():
-        A, h = fused_attention(model, batch, index)
+        A, h = fused_attention(model, batch, index, forward)
         return aggregate(A, h, mask.to(A.device, non_blocking=True), weights, rows == "backward")[0]

@@ -39,11 +39,10 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.fast.prefix_cache import column_field
 from minidecoder.methods.base import Method, check_bool, check_int, check_seed, option, register
 from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import check_block_range, resolve_output_layer
-from minidecoder.methods.loop import Pass, Step, last_token
+from minidecoder.methods.loop import CopyRows, Pass, last_token, masked_mean
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row, refuse_placeholders_in
 from minidecoder.methods.prompts import METAEOL_TEMPLATES, TEMPLATES
 from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
@@ -53,52 +52,9 @@ PST = "<PST>"
 
 # ---- the paper's loop -----------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, kw_only=True)
-class CopyRows(Step):
-    """Before every block in `blocks`: h[rows[k], target[k]] <- h[rows[k], source[k]] for every k, all
-    sources read before any target is written (TP's and HTP's step). Index tensors are (K,) long;
-    `column_field` declares the columns it touches, so a shared prompt prefix (run once, beneath the loop)
-    stops before them."""
-
-    blocks: frozenset[int]
-    rows: torch.Tensor
-    target: torch.Tensor = column_field(rows="rows")
-    source: torch.Tensor = column_field(rows="rows")
-
-    @classmethod
-    def of_pairs(cls, blocks: set[int], pairs: list[tuple[int, int, int]], **fields) -> "CopyRows":
-        """From (row, target, source) triples."""
-        rows, target, source = (torch.tensor([p[k] for p in pairs], dtype=torch.long) for k in range(3))
-        return cls(blocks=frozenset(blocks), rows=rows, target=target, source=source, **fields)
-
-    def before(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        if i not in self.blocks:
-            return h
-        out = h.clone()  # a copy: rows read later keep their values (the references wrote in place)
-        out[self.rows, self.target] = h[self.rows, self.source]  # the whole vector is replaced
-        return out
-
-    def acts_on(self, row: int) -> list[dict]:
-        return [{"position": t, "source": s, "blocks": sorted(self.blocks),
-                 "note": "h[position] <- h[source] before each of these blocks"}
-                for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()) if b == row]
-
-    def report(self, i: int, where: str, old, new, shift: int) -> list[dict]:
-        """Each row written: its norm, the norm of the row it replaced, and their cosine."""
-        if where != "stream":
-            return []
-        events = []
-        for b, t, s in zip(self.rows.tolist(), self.target.tolist(), self.source.tolist()):
-            written, replaced = new[b, t].float(), old[b, t].float()
-            events.append({"block": i, "target": t + shift, "source": s + shift,
-                           "written_norm": float(written.norm()), "replaced_norm": float(replaced.norm()),
-                           "cosine": float(torch.nn.functional.cosine_similarity(written, replaced, dim=0))})
-        return events
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
 class TPStep(CopyRows):
     """TP's intervention in the block loop (docs/spec.md section 4.2; reference `senllm/modeling_llama.py`,
-    `LlamaModel.forward`, plan "tp"), a `CopyRows` from each row's last token to its <PST>:
+    `LlamaModel.forward`, plan "tp"), a `CopyRows` (methods.loop) from each row's last token to its <PST>:
 
         for i in blocks:                    # [start, end), plus [resume_at, L) for paper Table 16
             h_i[b, <PST>] = h_i[b, last_b]  # before block i: hidden_states[arange(B), pst] = hidden_states[:, -1]
@@ -217,19 +173,18 @@ class TP(Method):
                              "lower `end` or raise `layer`")
 
 
+# ---- pooling=mean: an experiment of another paper (HTP Table 1's "TP w. Mean") -----------------------------
 MEAN_READS = "the mean over the text tokens, <PST> and the template excluded"
 
 
 def mean_over_text(h: torch.Tensor, batch: PromptBatch, pst_id: int) -> torch.Tensor:
     """(B, T, E) -> (B, E): mean of hidden_states[layer] over each row's {text} tokens, <PST> excluded
     (pooling=mean; HTP's pool, docs/spec.md section 5.4, on TP's tokens), summed in float32 as HTP does."""
-    pool = torch.zeros(batch.input_ids.shape, dtype=torch.bool)  # (B, T)
+    pool = torch.zeros(batch.input_ids.shape, dtype=torch.bool)  # (B, T), built on the host
     for b, spans in enumerate(batch.text_spans):
         for start, end in spans:
             pool[b, start:end] = True
-    pool &= batch.input_ids.cpu() != pst_id
-    pool = pool.to(h.device, non_blocking=True).unsqueeze(-1).float()  # (B, T, 1), built on the host
-    return (h.float() * pool).sum(dim=1) / pool.sum(dim=1)
+    return masked_mean(h.float(), pool & (batch.input_ids.cpu() != pst_id))
 
 
 # ---- TP's inputs: the templates with <PST>, tokenized with the placeholder as an added token -----------

@@ -24,6 +24,7 @@ import torch
 
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError
 from minidecoder.fast.device import to_host_later
+from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
 from minidecoder.running import memory
@@ -238,11 +239,13 @@ def _check_context(model, method: Method, texts: list[str], lengths: list[int]) 
 
 def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int],
                contexts: list[str] | None = None) -> torch.Tensor:
-    """method.embed_batch on rows `index`; a context error (prompt + text too long) names the row."""
+    """method.embed_batch on rows `index`, through the executor the model's fast paths ask for (the plain loop
+    when all are off); a context error (prompt + text too long) names the row."""
+    forward = executor(getattr(model, "fast_paths", None))
     try:
         if contexts is None:
-            return method.embed_batch(model, [texts[i] for i in index])
-        return method.embed_batch(model, [texts[i] for i in index], [contexts[i] for i in index])
+            return method.embed_batch(model, [texts[i] for i in index], forward=forward)
+        return method.embed_batch(model, [texts[i] for i in index], [contexts[i] for i in index], forward=forward)
     except ContextLengthError as error:
         row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
         raise ContextLengthError(

@@ -271,7 +271,7 @@ def _record(model, text: str, method: Method) -> Explanation:
             record.notes.append("this method only reads the plain loop: no intervention to show")
         else:
             baseline, record.baseline = declared
-            other = baseline.embed_batch(model, [text])[0]
+            other = baseline.embed_batch(model, [text], forward=executor(getattr(model, "fast_paths", None)))[0]
             record.net_cosine = float(torch.nn.functional.cosine_similarity(embedding, other.float(), dim=0))
     return record
 

@@ -42,21 +42,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
-import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
 from minidecoder.fast.options import fast_paths_of
-from minidecoder.output_files import check_not_inputs, claim_outputs, publish, write_whole
+from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, write_chunk, write_kept,
+                                      write_streamed, write_whole)
 from minidecoder.running.texts import check_context, check_text
 from minidecoder.sources.checksums import model_identity
 
@@ -172,7 +171,7 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
         data = "".join(json.dumps({"context": text[0], "text": text[1]} if isinstance(text, tuple) else {"text": text})
                        + "\n" for text in texts).encode("ascii")
         if not source.is_file() or source.read_bytes() != data:
-            _atomic_write(source, data)
+            write_kept(source, data)
     except OSError as error:
         raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
@@ -263,13 +262,13 @@ def scan_input(path: str | Path) -> tuple[str, str, int]:
 
 def _scan(path: Path, kind: str) -> tuple[str, int]:
     """sha256 of the file and its number of texts, validating every line on the way (streamed)."""
-    digest = hashlib.sha256()
     count = 0
     with path.open("rb") as handle:
-        for number, raw in enumerate(read_lines(handle, digest.update), start=1):
+        reader = Sha256Reader(handle)  # one pass hashes what it checks
+        for number, raw in enumerate(read_lines(reader), start=1):
             _parse_line(raw, number, path, kind)
             count += 1
-    return digest.hexdigest(), count
+    return reader.hexdigest(), count
 
 
 def _read_texts(path: Path, kind: str) -> Iterator[str]:
@@ -281,15 +280,13 @@ def _read_texts(path: Path, kind: str) -> Iterator[str]:
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def read_lines(handle, on_block: Callable[[bytes], None] | None = None, block: int = 1 << 20) -> Iterator[bytes]:
+def read_lines(handle, block: int = 1 << 20) -> Iterator[bytes]:
     """The lines of a binary file, without their ends. A line ends at `\\n`, `\\r\\n` or a lone `\\r`;
     a final line end makes no empty row. Streamed in blocks (an old Mac file has no `\\n` at all, so
-    reading by `\\n` would read it whole); `on_block` sees every block read (for the file's sha256)."""
+    reading by `\\n` would read it whole)."""
     pending = b""
     while True:
         data = handle.read(block)
-        if data and on_block is not None:
-            on_block(data)
         pending += data
         start = 0
         for match in _LINE_END.finditer(pending):
@@ -473,8 +470,8 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
         shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
     try:
         work.mkdir(parents=True, exist_ok=True)
-        _atomic_write(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
-                                                     "settings": settings}, sort_keys=True).encode("utf-8"))
+        write_kept(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
+                                                 "settings": settings}, sort_keys=True).encode("utf-8"))
     except OSError as error:
         raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
@@ -515,7 +512,7 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         return False
     try:
         work.mkdir(exist_ok=True)
-        _atomic_write(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
+        write_kept(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     except OSError as error:
         shutil.rmtree(work, ignore_errors=True)
         raise OutputError(f"could not start the job's work folder {work}: {error}",
@@ -582,31 +579,15 @@ def _chunk_done(work: Path, k: int) -> bool:
 
 
 def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any], num_chunks: int) -> None:
-    tmp = _chunk_path(work, k, ".npy.tmp")
     try:
-        _atomic_write(_chunk_path(work, k, ".json"), json.dumps(info).encode("utf-8"))
-        with tmp.open("wb") as handle:
-            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, _chunk_path(work, k, ".npy"))
+        write_chunk(_chunk_path(work, k, ".npy"), np.ascontiguousarray(vectors, dtype=np.float32),
+                    _chunk_path(work, k, ".json"), info)
     except OSError as error:
-        for leftover in (tmp, _chunk_path(work, k, ".json.tmp")):
-            leftover.unlink(missing_ok=True)
         saved = sum(_chunk_done(work, j) for j in range(num_chunks))
         raise OutputError(f"writing chunk {k} into {work} failed: {error.strerror or error}; the {saved} finished "
                           f"chunk(s) of {num_chunks} are kept there",
                           "free space (or fix the folder), then run the same command again: it resumes from them") \
             from None
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _load_chunk(work: Path, k: int) -> np.ndarray:
@@ -624,48 +605,43 @@ def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: d
               overwrite: bool) -> int:
     """Copy the chunks into `output` one at a time; published whole at the end. Returns the dimension.
 
-    A failed write (a full disk, a file that appeared at the output's name) removes the half-written
-    file, keeps every chunk, and says so."""
-    tmp = work / ("assembled" + output.suffix)
+    A failed write (a full disk, a file that appeared at the output's name) leaves no half-written file,
+    keeps every chunk, and says so."""
     try:
-        return _assemble_to(work, num_chunks, total, output, metadata, tmp, overwrite)
+        return _assemble_to(work, num_chunks, total, output, metadata, overwrite)
     except OutputError as error:
-        tmp.unlink(missing_ok=True)
         raise OutputError(f"{error.problem}; all {num_chunks} computed chunk(s) are kept in {work}", error.fix) \
             from None
     except OSError as error:
-        tmp.unlink(missing_ok=True)
         raise OutputError(f"writing {output} failed: {error.strerror or error}; all {num_chunks} computed chunk(s) "
                           f"are kept in {work}",
                           "free space (the output needs rows x dim x 4 bytes) or fix the folder, then run the same "
                           "command again: it only assembles them") from None
 
 
-def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any], tmp: Path,
+def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any],
                  overwrite: bool) -> int:
-    first = _load_chunk(work, 0)
-    dim = int(first.shape[1])
-    if output.suffix == ".npy":
+    dim = int(_load_chunk(work, 0).shape[1])
+
+    def fill(handle: BinaryIO) -> None:
         # Streamed (header, then each chunk's bytes), never a memory map over a file a full disk may not back.
-        with tmp.open("wb") as handle:
+        if output.suffix == ".npy":
             np.lib.format.write_array_header_1_0(
                 handle, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
                          "shape": (total, dim)})
-            row = _stream_chunks(handle, work, num_chunks)
-        _check_rows(row, total, work)
-        sidecar = output.with_name(output.name + ".json")
-        write_whole(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"), overwrite)
-    else:
-        header = {"__metadata__": {key: json.dumps(value, sort_keys=True) for key, value in metadata.items()},
-                  "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
-        encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-        with tmp.open("wb") as handle:
+        else:
+            header = {"__metadata__": {key: json.dumps(value, sort_keys=True) for key, value in metadata.items()},
+                      "embeddings": {"dtype": "F32", "shape": [total, dim], "data_offsets": [0, total * dim * 4]}}
+            encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+            encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
             handle.write(len(encoded).to_bytes(8, "little"))
             handle.write(encoded)
-            row = _stream_chunks(handle, work, num_chunks)
-        _check_rows(row, total, work)
-    publish(tmp, output, overwrite)
+        _check_rows(_stream_chunks(handle, work, num_chunks), total, work)
+        if output.suffix == ".npy":  # the sidecar once the array is whole, and before it is published
+            sidecar = output.with_name(output.name + ".json")
+            write_whole(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"), overwrite)
+
+    write_streamed(output, fill, overwrite, tmp_folder=work)  # a killed assembly's copy goes with the folder
     return dim
 
 
@@ -706,12 +682,10 @@ def _advance(bar, progress, done: int, total: int, step: int) -> None:
 
 
 def _stream_chunks(handle, work: Path, num_chunks: int) -> int:
-    """Append every finished chunk's float32 rows to `handle` in order, flushed to disk; returns the rows."""
+    """Append every finished chunk's float32 rows to `handle` in order; returns the rows."""
     rows = 0
     for k in range(num_chunks):
         chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
         handle.write(chunk.tobytes())
         rows += len(chunk)
-    handle.flush()
-    os.fsync(handle.fileno())
     return rows

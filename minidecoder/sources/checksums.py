@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from minidecoder.sources.fetch import sha256_file
+from minidecoder.output_files import sha256_file
 
 _DIGESTS: dict[tuple[str, int, int, int], str] = {}
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # minidecoder/, above sources/
@@ -56,9 +56,9 @@ def model_identity(model: Any) -> dict[str, Any]:
 
 
 def sources_sha256() -> str:
-    """sha256 over every minidecoder source file (its path in the package, a NUL, its bytes), in path order:
-    any change to the code gives another digest. Read afresh on each call, so an edited file counts at once."""
-    digest = hashlib.sha256()
-    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    """sha256 of `sha256sum`'s listing of every minidecoder source file (its digest, two spaces, its path in
+    the package), in path order: any change to the code gives another digest. Read afresh on each call
+    (never `file_sha256`'s memory), so an edited file counts at once."""
+    paths = sorted(_PACKAGE_DIR.rglob("*.py"))
+    listing = "".join(f"{sha256_file(path)}  {path.relative_to(_PACKAGE_DIR).as_posix()}\n" for path in paths)
+    return hashlib.sha256(listing.encode("utf-8")).hexdigest()

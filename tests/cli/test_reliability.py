@@ -92,9 +92,9 @@ def test_2_batches_are_split_to_fit_and_a_text_that_cannot_fit_is_refused(model,
     monkeypatch.setattr(memory, "available_bytes", lambda device: int(3.5 * one_row / memory.BUDGET_FRACTION))
     original = type(minidecoder.methods.build_method("mean")).embed_batch
 
-    def counting(self, model_, batch):
+    def counting(self, model_, batch, **forward):
         sizes.append(len(batch))
-        return original(self, model_, batch)
+        return original(self, model_, batch, **forward)
     monkeypatch.setattr(type(minidecoder.methods.build_method("mean")), "embed_batch", counting)
     split = minidecoder.embed(model, texts, "mean", batch_size=12)
     assert max(sizes) < 12 and sum(sizes) == 12

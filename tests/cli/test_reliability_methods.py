@@ -14,7 +14,7 @@ from minidecoder.methods import METHODS
 
 TEXTS = ["a man plays a flute.", "The cat sat. It purred."]
 OPTIONS = {"tp": dict(layer=-1, end=3, pst_init="uniform", seed=3), "htp": dict(end=3),
-           "cp": dict(steer_layer=1, tp=True, start=0, end=1)}  # 4 blocks
+           "cp": dict(steer_layer=1, tp=True, start=0, end=1), "cp+tp": dict(steer_layer=1, start=0, end=1)}  # 4 blocks
 
 
 @pytest.fixture(scope="module")

@@ -162,22 +162,23 @@ def test_a_verdict_one_task_decides_is_marked_fragile(tmp_path: Path) -> None:
 
 
 def test_a_comparison_on_a_row_its_paper_never_ran_prints_its_number_without_a_verdict(tmp_path: Path) -> None:
-    """TP's transfer rows use the STS-chosen TP end (provenance.py flags them: TP section 5.8 ends TP deeper for
-    transfer), so "TP improves PromptEOL" on transfer gets no verdict even where its interval lies above zero;
-    CP's row is not flagged, and the same interval holds."""
-    tp, cp = (next(c for c in BENCHMARK_CLAIMS if c.benchmark == "transfer" and c.method == key)
-              for key in ("prompteol+tp", "prompteol+cp"))
+    """TP's transfer ablation rows use the STS-chosen TP end (provenance.py flags them: TP section 5.8 ends TP
+    deeper for transfer), so "TP improves PromptEOL (STS end, ablation)" gets no verdict even where its interval
+    lies above zero; CP's row and TP's transfer-end row are not flagged, and the same interval holds."""
+    tp, cp, deep = (next(c for c in BENCHMARK_CLAIMS if c.benchmark == "transfer" and c.method == key)
+                    for key in ("prompteol+tp", "prompteol+cp", "prompteol+tp-transfer"))
     withheld = judge(tp, {"avg": 1.0}, {"avg": (0.5, 1.5)})
     assert withheld["verdict"] == NOT_PAPER and "TP end chosen on STS" in withheld["not_paper"]
     assert withheld["scores"]["avg"]["verdict"] == NOT_PAPER
     assert judge(cp, {"avg": 1.0}, {"avg": (0.5, 1.5)})["verdict"] == HOLDS
+    assert judge(deep, {"avg": 1.0}, {"avg": (0.5, 1.5)})["verdict"] == HOLDS
     bootstrap = {"resamples": 1000, "seed": 0, "level": 0.95, "interval": "percentile"}
     data = {"settings": {"model": "m", "benchmark": "transfer", "limit": None, "bootstrap": bootstrap},
             "rows_planned": ["a"], "rows_done": ["a"], "claims": [withheld]}
     (tmp_path / "m-transfer.json").write_text(json.dumps(data))
     text = claims_table.render(*claims_table.load_tables(tmp_path))
-    line = next(line for line in text.splitlines() if line.startswith("| TP improves PromptEOL |")
+    line = next(line for line in text.splitlines() if line.startswith("| TP improves PromptEOL (STS end, ablation) |")
                 and "+1.00" in line)
     assert "+1.00 [+0.50, +1.50], **not the paper's setup** (prompteol+tp: TP end chosen on STS" in line
     assert "re-run pending" in line and "**holds**" not in line and line.endswith("| 0 / 0 / 0, 1 not the paper's setup |")
-    assert "TP improves PromptEOL (transfer)" in text[text.index("**No verdict: judged only on rows"):]
+    assert "TP improves PromptEOL (STS end, ablation) (transfer)" in text[text.index("**No verdict: judged only on rows"):]

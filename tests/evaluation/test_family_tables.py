@@ -8,9 +8,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import minidecoder
 from minidecoder.evaluation import transfer
+from minidecoder.evaluation.senteval_probe import dev_selected
 from reproduce.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
 from test_retrieval import write_beir
@@ -70,14 +73,30 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
     chosen(monkeypatch, tool)
     assert tool.main(["--model", str(tiny_llama), "--family", "transfer", "--tasks", "SST2,TREC", "--data",
                       str(write_folder(tmp_path / "senteval")), "--limit", "59", "--rows",
-                      "prompteol,prompteol+tp", "--out", str(tmp_path)]) == 0  # 59: TREC's 60 training rows cut
+                      "prompteol,prompteol+tp-transfer", "--out", str(tmp_path)]) == 0  # 59: TREC's 60 training rows cut
     line, record = rendered_row(tmp_path, "tiny-llama-transfer.json", "tp", "transfer", "TP improves PromptEOL")
     avg = record["scores"]["avg"]
     assert set(record["scores"]) == {"SST2", "TREC", "avg", "avg without SST2", "avg without TREC"}
     assert f"[{avg['lo']:+.2f}, {avg['hi']:+.2f}]" in line
     assert record["scores"]["avg without SST2"]["diff"] == pytest.approx(record["scores"]["TREC"]["diff"])
     saved = json.loads((tmp_path / "tiny-llama-transfer.json").read_text())
-    assert saved["rows_done"] == ["prompteol", "prompteol+tp"] and "knowledge+tp" in saved["rows_planned"]
+    assert saved["rows_done"] == ["prompteol", "prompteol+tp-transfer"] and "knowledge+tp" in saved["rows_planned"]
+    # TP's end for transfer: TP section 5.8's layers 14-21 of 32 scaled to the tiny model's 4 blocks, 2..3, chosen
+    # by each end's SST2 dev accuracy, recomputed here from embeddings of SST2 train and dev alone
+    choice = saved["rows"]["prompteol+tp-transfer"]["tp_end_choice"]
+    assert choice["range"] == [2, 3] and set(choice["sst2_dev_accuracy"]) == {"2", "3"}
+    sst2 = transfer.load_transfer_tasks(["SST2"], tmp_path / "senteval", 59)[0]
+    model = minidecoder.load(tiny_llama)
+    for end, accuracy in choice["sst2_dev_accuracy"].items():
+        options = {"prompt": "prompteol", "start": 1, "end": int(end)}
+        x, dev = (np.asarray(minidecoder.embed(model, sst2.splits[split].texts, method="tp", progress=False, **options))
+                  for split in ("train", "dev"))
+        probe = dev_selected(x, sst2.splits["train"].labels, dev, sst2.splits["dev"].labels, dev,
+                             sst2.splits["dev"].labels, len(sst2.classes))
+        assert probe.dev_accuracy == pytest.approx(accuracy, abs=1e-9)
+    best = max((accuracy, -int(end)) for end, accuracy in choice["sst2_dev_accuracy"].items())
+    assert saved["rows"]["prompteol+tp-transfer"]["method"]["end"] == choice["end"] == -best[1]
+    assert "## TP's end for transfer" in (tmp_path / "tiny-llama-transfer.md").read_text()
     # each task's validation accuracy sits beside its test accuracy, with the items it scores: TREC's 10 folds
     # cross-validate its training set, SST2 scores its dev split
     tasks = saved["rows"]["prompteol"]["tasks"]
@@ -101,7 +120,7 @@ def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Pa
     chosen(monkeypatch, tool)
     monkeypatch.setattr(tool, "TP_WITH_MEAN", {**tool.TP_WITH_MEAN, "end": 3})
     assert tool.main(["--model", str(tiny_llama), "--family", "sts-long", "--data", str(DATA), "--limit", "96",
-                      "--rows", "last,mean,mean+tp", "--out", str(tmp_path)]) == 0
+                      "--rows", "last,mean-final,mean+tp", "--out", str(tmp_path)]) == 0
     line, record = rendered_row(tmp_path, "tiny-llama-sts-long.json", "htp", "sts-long",
                                 "Mean pooling beats last-token readout at 16 sentences")
     decisive = record["scores"]["16"]
@@ -132,7 +151,7 @@ def test_a_transfer_row_from_another_device_joins_the_table_under_its_own_device
     assert {key: row["stamp"]["device"] for key, row in saved["rows"].items()} == {"prompteol": "cuda",
                                                                                  "prompteol+tp": "cpu"}
     assert saved["settings"]["device"] == "cpu and cuda" and saved["rows_done"] == ["prompteol", "prompteol+tp"]
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in saved["claims"])
     table = (tmp_path / "tiny-llama-transfer.md").read_text()
     assert "| Device |" in table and "| cuda |" in table and "| cpu |" in table
     with pytest.raises(SystemExit, match="other settings"):
@@ -209,7 +228,7 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     saved = json.loads((cpu / "tiny-llama-transfer.json").read_text())
     assert saved["rows_done"] == ["prompteol", "prompteol+tp"]  # neither sitting's row lost
     assert saved["rows"]["prompteol"] == gpu_table["rows"]["prompteol"]
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in saved["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in saved["claims"])
 
     # --merge: the other way round, into a table that has one row of its own and one the other also has
     (gpu / "tiny-llama-transfer-work" / "prompteol+tp").mkdir(parents=True)  # a row the GPU had begun
@@ -224,7 +243,7 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     merged = json.loads((gpu / "tiny-llama-transfer.json").read_text())
     assert merged["rows_done"] == ["prompteol", "prompteol+tp"] and merged["rows"]["prompteol+tp"] == own
     assert merged["rows"]["prompteol"]["marker"] == "the GPU's copy"  # this table's own row is kept
-    assert any(claim["claim"] == "TP improves PromptEOL" for claim in merged["claims"])
+    assert any(claim["claim"] == "TP improves PromptEOL (STS end, ablation)" for claim in merged["claims"])
     assert "PromptEOL + TP" in (gpu / "tiny-llama-transfer.md").read_text()
     assert not (gpu / "tiny-llama-transfer-work" / "prompteol+tp").exists()  # finished elsewhere: kept work gone
 
@@ -260,3 +279,48 @@ def test_a_transfer_table_is_written_under_its_lock(tiny_llama: Path, tmp_path: 
                       "--out", str(tmp_path)]) == 0
     assert checked == ["tiny-llama-transfer.json"]
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.lock"))  # nothing left beside it
+
+
+@needs_data
+def test_sts_long_has_the_final_layer_mean_and_the_per_length_control(tiny_llama: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final-layer mean row reads layer -1 (HTP's vanilla mean), and each row's control per length is the
+    Spearman of the mean of the k sub-pairs' cosines, each sub-pair embedded alone: here embedded again with
+    minidecoder.embed and scored by scipy. The table says from those numbers whether Figure 1's degradation
+    appears, and --render adds the control to a table made before it."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    import minidecoder
+    from minidecoder.evaluation.sts_long import load_long_sts
+
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    assert tool.main(["--model", str(tiny_llama), "--family", "sts-long", "--data", str(DATA), "--limit", "96",
+                      "--rows", "last,mean-final", "--out", str(tmp_path)]) == 0
+    path = tmp_path / "tiny-llama-sts-long.json"
+    saved = json.loads(path.read_text())
+    assert saved["rows"]["mean-final"]["method"]["layer"] == -1 and saved["rows"]["mean-final"]["method"]["method"] == "mean"
+    sets = load_long_sts(DATA, 96)[1]
+    model = minidecoder.load(tiny_llama)
+    alone = sets[0]  # k = 1: every sub-pair on its own, in gold order
+
+    def cosines(first: list[str], second: list[str]) -> np.ndarray:
+        a, b = (np.asarray(minidecoder.embed(model, texts, method="last", progress=False), np.float64)
+                for texts in (first, second))
+        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+    each = cosines(alone.first, alone.second)
+    table = path.with_suffix(".md").read_text()
+    control = table[table.index("## Per-length control"):]
+    line = next(line for line in control.splitlines() if line.startswith("| Last token |"))
+    for pairs in sets:
+        want = 100.0 * spearmanr(each[:len(pairs) * pairs.k].reshape(len(pairs), pairs.k).mean(1), pairs.gold)[0]
+        assert f" {want:.2f} [" in line, (pairs.k, want, line)
+    assert "Figure 1's degradation" in control
+    appears = "appears here" in control
+    hurts = {label: f"{label}: length hurts the readout" in control for label in ("Last token", "Mean pooling (final layer)")}
+    assert appears == (hurts["Last token"] and not hurts["Mean pooling (final layer)"])
+    path.with_suffix(".md").write_text(table[:table.index("## Per-length control")])  # a table made before it
+    assert tool.main(["--render", str(path), "--data", str(DATA)]) == 0
+    assert path.with_suffix(".md").read_text() == table

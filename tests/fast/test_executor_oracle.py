@@ -26,8 +26,8 @@ from tiny_models import checkpoint, random_ids
 
 TEXTS = ["a man plays a flute.", "the cat sat. It purred.", "dogs run.", "Rain."]
 OPTIONS = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1},  # 4 blocks
-           "cp+tp": {"steer_layer": 2, "tp": True, "start": 0, "end": 2, "mode": "nr"}, "metaeol": {"tasks": [0, 4]}}
-CONFIGURATIONS = sorted(METHODS) + ["cp+tp"]
+           "cp+tp": {"steer_layer": 2, "start": 0, "end": 2, "mode": "nr"}, "metaeol": {"tasks": [0, 4]}}
+CONFIGURATIONS = sorted(METHODS)  # cp+tp included
 ATOL = RTOL = 2e-5  # today's tolerance for every fast path in fp32 (tests/fast/test_fast_paths.py, test_graphs.py)
 OFF = FastPaths(prefix_cache=False, explicit_attention=False, compiled=False, buckets=False, graphs=False,
                 blocked_fusion_from=None)
@@ -51,7 +51,7 @@ def tiny():
 
 
 def method_of(name: str):
-    return build_method("cp" if name == "cp+tp" else name, **OPTIONS.get(name, {}))
+    return build_method(name, **OPTIONS.get(name, {}))
 
 
 class Spy(FastForward):
@@ -82,7 +82,8 @@ def test_the_executor_with_one_plan_field_on_equals_the_plain_loop(name: str, fi
 
 
 def test_every_fast_path_off_runs_the_plain_loop_itself() -> None:
-    """With every fast path off, `Method.embed_batch` takes `methods.loop.Forward`: nothing of fast/ runs."""
+    """With every fast path off, `minidecoder.embed` gives `Method.embed_batch` `methods.loop.Forward`: nothing of
+    fast/ runs."""
     from minidecoder.fast.forward import executor
     assert executor(OFF) is Forward
     assert executor(FastPaths()) is FastForward

@@ -97,7 +97,7 @@ class _Spy(Method):
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+    def embed_batch(self, model, texts: list[str], forward=None) -> torch.Tensor:
         assert torch.is_inference_mode_enabled()  # no autograd bookkeeping anywhere on the embedding path
         self.batches.append(list(texts))
         out = torch.zeros(len(texts), model.config.hidden_size)

@@ -21,7 +21,7 @@ from minidecoder.fast import prefix_cache
 from minidecoder.fast.graphs import GRAPH_BANK_MAX_BYTES, GRAPH_MAX_TOKENS, GraphBank, bucket, graph_bank
 from minidecoder.fast.options import FastPaths, describe, fast_paths_overridden
 from minidecoder.methods import build_method
-from minidecoder.fast.forward import FastForward
+from minidecoder.fast.forward import FastForward, executor
 from repo_paths import SHARED
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat.", "dogs run.", "Rain.", "two kids play.", "a b c d"]
@@ -147,9 +147,9 @@ def test_same_shape_calls_under_inference_mode_then_no_grad(model) -> None:
     method = build_method("prompteol")
     with fast_paths_overridden(model, **GRAPHS):
         with torch.inference_mode():
-            first = method.embed_batch(model, TEXTS[:3])
+            first = method.embed_batch(model, TEXTS[:3], forward=executor(model.fast_paths))
         with torch.no_grad():
-            second = method.embed_batch(model, TEXTS[:3])
+            second = method.embed_batch(model, TEXTS[:3], forward=executor(model.fast_paths))
     assert graph_bank(model).captures > 0
     assert torch.equal(first, second)
 
@@ -287,7 +287,7 @@ def test_gpu_defaults_planned_over_sts_b_for_a_7b_shape() -> None:
         model.fast_paths = FastPaths(graphs=True, prefix_cache=False)
         with torch.inference_mode():
             for first in range(0, len(order), 8 * 40):  # every 40th call of 8 texts, across all lengths
-                method.embed_batch(model, [texts[i] for i in order[first:first + 8]])
+                method.embed_batch(model, [texts[i] for i in order[first:first + 8]], forward=executor(model.fast_paths))
         bank = graph_bank(model)
         assert bank.captures > 0
         pinned[layers] = bank.bytes

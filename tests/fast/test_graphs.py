@@ -100,9 +100,10 @@ def test_captured_graphs_on_a_gpu_equal_the_plain_loop_and_never_sync() -> None:
     assert_close(graphed, plain, atol=1e-4, rtol=1e-4)
     torch.cuda.set_sync_debug_mode("error")
     try:
+        from minidecoder.fast.forward import executor
         from minidecoder.methods import build_method
         method = build_method("tp", layer=-1, end=3)
         with torch.inference_mode():
-            method.embed_batch(model, TEXTS)
+            method.embed_batch(model, TEXTS, forward=executor(model.fast_paths))
     finally:
         torch.cuda.set_sync_debug_mode(0)

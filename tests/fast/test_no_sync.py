@@ -24,7 +24,8 @@ from minidecoder.fast.forward import FastForward
 from minidecoder.methods.loop import Forward, run_passes
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat. It purred.", "dogs run."]
-OPTIONS = {"tp": dict(layer=-1, end=3), "htp": dict(end=3, pst_init="gaussian"), "cp": dict(steer_layer=1)}
+OPTIONS = {"tp": dict(layer=-1, end=3), "htp": dict(end=3, pst_init="gaussian"), "cp": dict(steer_layer=1),
+           "cp+tp": dict(steer_layer=1, end=2)}
 CASES = [(name, OPTIONS.get(name, {})) for name in sorted(METHODS)] + [
     ("cp", dict(steer_layer=1, tp=True, start=0, end=2, mode="nr")),
     ("tp", dict(layer=-1, end=3, mask_pst_first_layer=True, resume_at=3)),

@@ -283,3 +283,17 @@ def test_real_smollm2_matches_transformers(smollm2: Path, smollm2_transformers) 
     ours = minidecoder.embed(model, texts, "cp", prompt=PROMPT, layer=-1, steer_layer=4, alpha=0.5)
     theirs = torch.stack([oracle(hf, tok, t, 4, "head", -1, "ns", 0.5, model.config.num_heads) for t in texts])
     assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_cp_keeps_its_papers_options_and_tp_true_is_the_composite_method() -> None:
+    """CP's options are the paper's; TP's extension is the method cp+tp, which `cp tp=true` still builds."""
+    paper = {"prompt", "aux_prompt", "layer", "steer_layer", "alpha", "mode", "site", "senteval_text"}
+    assert set(cp_module.CP().option_values()) == paper
+    both = build_method("cp", tp=True, start=0, end=2, tp_aux=False, alpha=0.7)
+    assert both.name == "cp+tp" and both.option_values() == {
+        **build_method("cp", alpha=0.7).option_values(), "start": 0, "end": 2, "pst_init": "gaussian", "seed": 0,
+        "tp_aux": False}
+    assert build_method("cp+tp", **both.option_values()).describe() == both.describe()  # its stamp rebuilds it
+    assert build_method("cp", tp=False, start=3).describe() == build_method("cp").describe()  # TP's options unused
+    with pytest.raises(InputError, match="tp 'yes' is not true or false"):
+        build_method("cp", tp="yes")

@@ -30,7 +30,8 @@ def test_every_method_runs_the_shared_loop(model, monkeypatch) -> None:
     forwards = count(monkeypatch, loop.Forward, "run_to")
     for method in sorted(minidecoder.methods.METHODS):
         forwards.clear()
-        options = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1}}.get(method, {})  # 4 blocks
+        options = {"tp": {"layer": -1, "end": 3}, "htp": {"end": 3}, "cp": {"steer_layer": 1},
+                   "cp+tp": {"steer_layer": 1, "end": 1}}.get(method, {})  # 4 blocks
         minidecoder.embed(model, TEXTS, method, **options)
         assert forwards, f"{method} never ran a block through the shared loop"
 

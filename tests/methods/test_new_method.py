@@ -18,8 +18,7 @@ from minidecoder.evaluation.sweep import BlockCounter, method_at, sweep_sts
 from minidecoder.methods import METHODS, Method, option
 from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
-from minidecoder.fast.prefix_cache import column_field
-from minidecoder.methods.loop import Pass, Step, hidden_at, last_token
+from minidecoder.methods.loop import Pass, Step, column_field, hidden_at, last_token
 
 TEXTS = ["a man plays a flute.", "the cat sat on the mat.", "dogs run."]
 

@@ -15,6 +15,7 @@ import minidecoder
 from minidecoder.cli import main
 from minidecoder.methods.inputs import encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
+from minidecoder.fast.forward import executor
 from minidecoder.methods.reba import encode_repeated, fused_attention
 from minidecoder.methods.text import fill_template
 from minidecoder.methods.tp import PST, tp_templates
@@ -110,7 +111,7 @@ def test_reba_fused_matrix_is_the_methods_own(model) -> None:
     record = minidecoder.explain(model, TEXT, "reba")
     batch = encode_repeated(model.tokenizer, [TEXT], 2)
     with torch.inference_mode():  # as `embed` runs it
-        A, _ = fused_attention(model, batch, resolve_output_layer(-1, model.num_layers))
+        A, _ = fused_attention(model, batch, resolve_output_layer(-1, model.num_layers), executor(model.fast_paths))
     assert torch.equal(record.details["fused_attention"], A[0])
     folds = record.passes[0].interventions
     assert [e["block"] for e in folds] == list(range(model.num_layers))

@@ -201,7 +201,7 @@ class HashMethod(Method):
 
     name = "hash"
 
-    def embed_batch(self, model, texts: list[str]) -> torch.Tensor:
+    def embed_batch(self, model, texts: list[str], forward=None) -> torch.Tensor:
         seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
         return torch.stack([torch.arange(model.config.hidden_size, dtype=torch.float32) + s % 1000 for s in seeds])
 

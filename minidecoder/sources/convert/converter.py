@@ -8,7 +8,7 @@
 
 Everything goes into a hidden temporary folder beside the output, renamed into place at the end, so
 an interrupted conversion never leaves a folder that looks complete; the folder is locked while it is
-written, so one left by a killed run is removed by the next (`sources.staging`).
+written, so one left by a killed run is removed by the next (`output_files.staging`).
 
 source.json is also the converter's mark on its folders: `overwrite` replaces only a folder that has
 it and holds nothing else than what the converter writes (`why_not_replaceable`), so a folder of the
@@ -33,9 +33,8 @@ from minidecoder.sources.convert.names import expected_hf_names, hf_name
 from minidecoder.sources.convert.transforms import undo_llama_cpp
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
-from minidecoder.output_files import check_writable_folder
-from minidecoder.sources.fetch import sha256_file
-from minidecoder.sources.staging import remove_stale, staging, swap_into_place
+from minidecoder.output_files import (check_writable_folder, remove_stale_partials, sha256_file, staging,
+                                      swap_into_place)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -81,7 +80,7 @@ def convert_gguf(
             raise InputError(f"output folder {output_dir} already exists", "pass --overwrite (overwrite=True) or choose another folder")
         _check_replaceable(output_dir, gguf_path)
     check_writable_folder(output_dir.parent, f"the folder for {output_dir}")  # before reading a large GGUF
-    remove_stale(output_dir)  # what a killed conversion into the same folder left
+    remove_stale_partials(output_dir)  # what a killed conversion into the same folder left
     torch_dtype = DTYPES[dtype]
 
     gguf = GGUFFile(gguf_path)
