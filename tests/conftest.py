@@ -3,6 +3,8 @@ from pathlib import Path
 
 # Test helpers (tiny_models.py, real_models.py) are plain modules beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
+# The reproduction application (reproduce/) sits beside the package at the checkout's root.
+sys.path.insert(1, str(Path(__file__).parents[1]))
 
 import shutil  # noqa: E402
 

@@ -247,7 +247,7 @@ def texts_of(name: str, limit: int) -> tuple[list[str], list[float] | None]:
 
 
 def spearman_x100(vectors: torch.Tensor, gold: list[float] | None) -> float:
-    from minidecoder.evaluation.spearman import spearman
+    from minidecoder.evaluation.bootstrap import spearman
     if gold is None:
         return float("nan")
     v = torch.nn.functional.normalize(vectors.float(), dim=-1)

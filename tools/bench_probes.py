@@ -27,9 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from minidecoder.evaluation import senteval_classifier as sc  # noqa: E402
-from minidecoder.evaluation import probe_pool  # noqa: E402
-from minidecoder.evaluation.probe_pool import default_workers, one_thread  # noqa: E402
+from minidecoder.evaluation import senteval_probe as sc  # noqa: E402
+from minidecoder.evaluation.senteval_probe import default_workers, one_thread  # noqa: E402
 
 
 class SentEvalsOwnLoop(sc.LogisticRegressionProbe):
@@ -70,7 +69,7 @@ def fold_after_fold(x: np.ndarray, y: np.ndarray, folds: int, workers: int) -> t
         inner = sc._folds(y_train, folds, sc.SEED)
         jobs = [(x_train[fit], y_train[fit], x_train[check], y_train[check], l2) for fit, check in inner
                 for l2 in sc.L2_GRID]
-        accuracies = probe_pool.train_all(_probe_on_copies, jobs, workers)
+        accuracies = sc.train_all(_probe_on_copies, jobs, workers)
         scores = [round(100 * float(np.mean(accuracies[n::len(sc.L2_GRID)])), 2) for n in range(len(sc.L2_GRID))]
         chosen.append(sc.L2_GRID[int(np.argmax(scores))])
         with one_thread():
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{peer / ours_time:.2f}x; the same weights bit for bit: {same}", flush=True)
     print(f"an inner k-fold task: {args.folds} outer x {args.folds} inner folds x {len(sc.L2_GRID)} L2 values on "
           f"{args.rows:,} x {args.dim} rows, {args.workers} worker processes", flush=True)
-    probe_pool.train_all(_probe_on_copies, [first_fold + (1e-2,)] * args.workers, args.workers)  # start them
+    sc.train_all(_probe_on_copies, [first_fold + (1e-2,)] * args.workers, args.workers)  # start them
     start = time.perf_counter()
     peer_chosen, peer_predictions = fold_after_fold(x, y, args.folds, args.workers)
     before = time.perf_counter() - start

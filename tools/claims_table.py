@@ -11,7 +11,7 @@ types no number: every cell is copied from a JSON's `claims`, and the counts are
 
 A verdict on the mean over several sets names the sets whose leaving out changes its class ("fragile
 (decided by SET)", claims.judge's `fragile`); a comparison on a row that is not its paper's configuration
-(minidecoder/evaluation/provenance.py) prints its number and the reason instead of a verdict.
+(reproduce/provenance.py) prints its number and the reason instead of a verdict.
 
 Only tables on the full test sets enter the counts (`settings.limit` and `settings.dev_limit` both
 None): a limited run's interval answers a different question. A full table that is not complete yet
@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from minidecoder.evaluation.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
-                                           SOURCE, UNDECIDED, Claim)
+from reproduce.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
+                              SOURCE, UNDECIDED, Claim)
 from minidecoder.output_files import write_whole  # noqa: E402
 
 NOT_RUN = "not yet run"
@@ -169,7 +169,7 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "SET out (the mean over the others of the same per-resample differences) changes the verdict's class "
              "(holds / n.s. / reversed). **not the paper's setup (WHY); re-run pending**: a row of the comparison "
              "is not its paper's configuration (its table's provenance section says where each setting comes "
-             "from; minidecoder/evaluation/provenance.py), so the number is printed without a verdict.",
+             "from; reproduce/provenance.py), so the number is printed without a verdict.",
              "",
              "Command: `python tools/claims_table.py` (after any table sitting; `--check` says whether this file "
              "is stale).",

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED  # noqa: E402
-from minidecoder.evaluation.claims import BENCHMARK_CLAIMS, BENCHMARKS, judge, leave_one_out  # noqa: E402
+from reproduce.claims import BENCHMARK_CLAIMS, BENCHMARKS, judge, leave_one_out  # noqa: E402
 from minidecoder.output_files import write_whole  # noqa: E402
 
 # HTP Table 1 / Figure 1's "TP w. Mean": TP on the bare text (`<PST> {text}`), the paper's start 1 / end 7,

@@ -24,7 +24,7 @@ BUDGETS = [2048, 4096, 8192, 16384, 32768]
 
 
 def sts_b_sentences(data_dir: Path) -> list[str]:
-    from minidecoder.evaluation.sts_data import load_task
+    from minidecoder.evaluation.sts import load_task
 
     subset = load_task("STSBenchmark", data_dir).subsets["test"]
     return subset.sentences1 + subset.sentences2

@@ -70,7 +70,7 @@ def refill(key: str, row: dict, again: dict) -> dict:
 
 def save(path: Path, row: dict) -> None:
     """The row's report (.json as `eval cmteb` writes it) and its Markdown, with the interval's source."""
-    from minidecoder.cli.eval_cmteb_cmd import markdown
+    from minidecoder.evaluation.cmteb import markdown
     from minidecoder.output_files import write_whole  # whole or not at all, under the report's lock
 
     source = row["results"]["sets"]["Ocnli"]["interval_from"]

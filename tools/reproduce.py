@@ -20,7 +20,7 @@ made with other settings (model checksum, dtype, limits, grids, data checksums, 
 mixed. Each row records the command that recomputes it alone.
 
 Within a row, too: a row's sweep and each of its test pieces (at most 1,000 pairs of one task:
-`minidecoder.evaluation.pieces`) are kept as they finish, the sweep in the JSON's "in_progress" and the
+`reproduce.pieces`) are kept as they finish, the sweep in the JSON's "in_progress" and the
 pieces' pair cosines in results/<model>-pairs/<row>.partial.txt, so a row longer than a sitting (MetaEOL
 on a slow CPU) is finished by the next sitting, on any machine, with the same command. Each sitting's
 share of a row's test time is divided by that sitting's own yardstick.
@@ -29,7 +29,7 @@ Statistics: every cell has a 95% percentile bootstrap interval over pairs (pairs
 subset, 1,000 resamples, seed 0: `minidecoder.evaluation.bootstrap`), and every comparison the papers
 make (TP or CP vs its prompt, HTP, ReBA and Echo vs mean pooling, MetaEOL vs PromptEOL) a paired
 interval of the difference, in Avg. and per dataset, with a verdict generated from the interval
-(`minidecoder.evaluation.claims`). The paired intervals need both rows' per-pair similarities, which
+(`reproduce.claims`). The paired intervals need both rows' per-pair similarities, which
 are kept beside the JSON in results/<model>-pairs/<row>.txt as integer order codes (the cosines'
 ranks within each task, one line per task: lossless for every Spearman, about 87 KB per row on the full sets). Sentence
 embeddings are never written.
@@ -63,14 +63,15 @@ sys.path.insert(0, str(REPO))
 
 import minidecoder  # noqa: E402
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
-from minidecoder.evaluation.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
-                                           sentence)
-from minidecoder.evaluation.harness import StsScorer, unique_sentences  # noqa: E402
-from minidecoder.evaluation.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
-from minidecoder.evaluation.report import _json_safe, build_stamp, code_version, sha256_file  # noqa: E402
-from minidecoder.evaluation.sts_data import ALL_SEVEN, load_tasks  # noqa: E402
+from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
+                              sentence)
+from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
+from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
+from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
+from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
+from minidecoder.sources.checksums import file_sha256 as sha256_file  # noqa: E402
 
 FORMAT = "minidecoder-reproduce/2"
 SHORT = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
@@ -534,7 +535,7 @@ def figures(report: dict, out: Path) -> list[str]:
     """The sweep figures, each chosen point ringed; returns the PNG names (beside the JSON). They are redrawn
     every sitting, so they replace the last sitting's (overwrite=True)."""
     try:
-        from minidecoder.evaluation.plots import plot_curves
+        from minidecoder.evaluation.report import plot_curves
         import matplotlib  # noqa: F401
     except ImportError:
         print("matplotlib is not installed: no figures (pip install 'minidecoder[plots]')", file=sys.stderr)

@@ -49,12 +49,12 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
+sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reproduce.py
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
-from minidecoder.evaluation.claims import WITHOUT, shown  # noqa: E402
-from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
+from reproduce.claims import WITHOUT, shown  # noqa: E402
+from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 # family: [(row key, label, method, options)]
@@ -323,7 +323,7 @@ def _pair_bootstrap(name: str, reports: list[dict], data: str | None):
     machine's C-MTEB folder (`data`, else where the eval command looks), not from the stamp's data_dir, which
     names the machine a row ran on (a lent GPU's /tmp/data); the file's sha256 must equal every row's stamp."""
     from minidecoder.evaluation.cmteb import pair_bootstrap
-    from minidecoder.evaluation.cmteb_data import load_pair_set
+    from minidecoder.evaluation.cmteb import load_pair_set
     from minidecoder.sources.fetch import sha256_file
 
     pairs = load_pair_set(name, data, reports[0]["stamp"]["limit"])

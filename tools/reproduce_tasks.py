@@ -38,7 +38,7 @@ chunks) lets the next sitting go on from where this one stopped.
 Statistics: every cell a 95% bootstrap interval (transfer: over test items / out-of-fold predictions;
 long STS: over long pairs); every paper comparison (TP or CP vs its prompt) a paired interval of the
 difference on the same resamples, per task / length and for Avg. (mean over them of the per-resample
-differences), judged by `minidecoder.evaluation.claims.judge` for each claim of `claims.BENCHMARK_CLAIMS`.
+differences), judged by `reproduce.claims.judge` for each claim of `claims.BENCHMARK_CLAIMS`.
 """
 from __future__ import annotations
 
@@ -53,23 +53,23 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when loaded from elsewhere
+sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reproduce.py
 
 import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
-from minidecoder.evaluation.claims import shown  # noqa: E402
-from minidecoder.evaluation.provenance import provenance_lines  # noqa: E402
+from reproduce.claims import shown  # noqa: E402
+from reproduce.provenance import provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
-from minidecoder.evaluation.data_files import run_limit  # noqa: E402
+from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
-from minidecoder.evaluation.spearman import spearman  # noqa: E402
+from minidecoder.evaluation.bootstrap import spearman  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
-from minidecoder.evaluation.probe_pool import default_workers  # noqa: E402
-from minidecoder.evaluation.senteval_classifier import ClassifierConfig  # noqa: E402
+from minidecoder.evaluation.senteval_probe import default_workers  # noqa: E402
+from minidecoder.evaluation.senteval_probe import ClassifierConfig  # noqa: E402
 from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
-from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
+from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
 from minidecoder.sources.checksums import model_identity  # noqa: E402
 

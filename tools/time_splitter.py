@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from minidecoder.evaluation.retrieval_data import load_beir_set  # noqa: E402
+from minidecoder.evaluation.retrieval import load_beir_set  # noqa: E402
 from minidecoder.methods.text import split_sentences  # noqa: E402
 
 

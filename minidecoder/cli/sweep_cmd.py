@@ -29,7 +29,7 @@ from pathlib import Path
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
                                     check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options,
                                     resume_settings)
-from minidecoder.cli.eval_family import default_prefix
+from minidecoder.evaluation.family import default_prefix
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
@@ -132,7 +132,7 @@ def _from_layers(args: argparse.Namespace, name: str) -> bool:
 def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
     """The PREFIX-<axis>.png that --plot will write, known before the model loads (`--layers all` counts as
     several layers), so that they are claimed with the report."""
-    from minidecoder.evaluation.plots import sweep_figure_paths
+    from minidecoder.evaluation.report import sweep_figure_paths
     from minidecoder.evaluation.report import report_paths
     from minidecoder.evaluation.sweep import parse_values
 
@@ -149,7 +149,7 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
-    from minidecoder.evaluation.sts_data import load_tasks, resolve_data_dir
+    from minidecoder.evaluation.sts import load_tasks, resolve_data_dir
     from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
-    from minidecoder.evaluation.sweep_report import sweep_markdown, write_sweep_report
+    from minidecoder.evaluation.sweep import sweep_markdown, write_sweep_report
     from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
     fixed = set(parse_options(args.opt))
@@ -206,7 +206,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
                                              prefix, sweep_markdown(result, {}))
         written = [json_path, md_path]
         if args.plot:
-            from minidecoder.evaluation.plots import plot_sweep
+            from minidecoder.evaluation.report import plot_sweep
             written += plot_sweep(result.to_dict(), json_path.with_suffix(""),  # r.json -> r-<axis>.png
                                   metadata["model"], overwrite=args.overwrite)
     except KeyboardInterrupt:

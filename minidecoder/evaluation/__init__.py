@@ -1,12 +1,18 @@
-"""STS evaluation: SentEval-exact data loaders, Spearman without scipy, the harness and reports.
+"""Benchmark evaluation: one module per benchmark family, each its data, scorer, table and command.
 
-- `sts_data`: the seven STS test sets (and STS-B dev) read as SentEval reads them.
-- `spearman`: average-rank Spearman correlation in float64.
-- `harness`: `evaluate_sts(encode, ...)`, and `StsScorer` to score many embedding sets cheaply.
-- `report`: JSON and Markdown output stamped with model, method, data checksums and code version.
+- `sts`: the seven STS test sets read as SentEval reads them, `evaluate_sts(encode, ...)`, `StsScorer`
+  to score many embedding sets cheaply, and `minidecoder eval sts`.
+- `transfer` (with `senteval_probe`, SentEval's probe), `sts_long`, `retrieval`, `classification`,
+  `cmteb`: the other families, each one module.
+- `family`: the `Family` protocol every family's command runs through, and what they share (reading the
+  data folders, encoding each distinct text once).
+- `bootstrap`: the shared statistics (Spearman without scipy, bootstrap intervals).
+- `report`: JSON, Markdown and figures stamped with model, method, data checksums and code version.
+- `sweep` (with `forking`, the sweeps' shared trunks) and `mteb_lookup` (embeddings served to mteb).
 """
-from minidecoder.evaluation.harness import StsScorer, encode_sentences, evaluate_sts, score_embeddings, unique_sentences
-from minidecoder.evaluation.sts_data import ALL_SEVEN, TASKS, StsSubset, StsTask, load_task, load_tasks
+from minidecoder.evaluation.family import encode_sentences
+from minidecoder.evaluation.sts import (ALL_SEVEN, TASKS, StsScorer, StsSubset, StsTask, evaluate_sts, load_task,
+                                        load_tasks, score_embeddings, unique_sentences)
 
 __all__ = [
     "ALL_SEVEN",

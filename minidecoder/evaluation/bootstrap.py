@@ -1,8 +1,16 @@
-"""Bootstrap intervals over STS pairs: one row's score, and the paired difference of two rows.
+"""The statistics every family shares: Spearman without scipy, and bootstrap intervals.
+
+Spearman rank correlation without scipy: average ranks for ties, then Pearson on the ranks.
+
+This is what `scipy.stats.spearmanr(x, y)[0]` returns for two 1-D inputs (SentEval's scorer):
+`rankdata(method="average")` on each side and the Pearson coefficient of the two rank vectors,
+all in float64. A constant input has no defined correlation and gives NaN, as scipy does.
+
+Bootstrap intervals over STS pairs: one row's score, and the paired difference of two rows.
 
 A resample draws pairs with replacement **within each subset** (so every subset keeps its size and
 STS12-16 keep their mix of subsets), then recomputes the task score exactly as the harness forms it
-(`harness.StsScorer.__call__`): a Spearman x100 of similarity against gold over the concatenation of
+(`sts.StsScorer.__call__`): a Spearman x100 of similarity against gold over the concatenation of
 the year's subsets ("all", STS12-16), or over the single split (STS-B test, SICK-R test); Avg. is the
 mean of the task scores of the same resample. Two rows compared on the same resamples (the indices
 depend only on the seed and the data, never on the row) give a paired interval of their difference.
@@ -18,10 +26,53 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from minidecoder.evaluation.sts_data import StsTask
+if TYPE_CHECKING:  # the STS family imports this module
+    from minidecoder.evaluation.sts import StsTask
+
+
+
+def rankdata(values: ArrayLike) -> np.ndarray:
+    """1-based ranks of a 1-D array; tied values share the mean of the ranks they span. (N,) float64."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if np.isnan(x).any():
+        raise ValueError("rankdata got NaN; NaNs have no rank (SentEval maps NaN cosines to 0 before ranking)")
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    # start index of each run of equal values in sorted order
+    starts = np.flatnonzero(np.concatenate(([True], sorted_x[1:] != sorted_x[:-1])))
+    ends = np.concatenate((starts[1:], [x.size]))
+    mean_rank = (starts + ends + 1) / 2.0  # mean of 1-based ranks starts+1 .. ends
+    ranks = np.empty_like(x)
+    ranks[order] = np.repeat(mean_rank, ends - starts)
+    return ranks
+
+
+def pearson(x: ArrayLike, y: ArrayLike) -> float:
+    """Pearson correlation of two equal-length 1-D arrays in float64; NaN if either is constant."""
+    a = np.asarray(x, dtype=np.float64).ravel()
+    b = np.asarray(y, dtype=np.float64).ravel()
+    if a.size != b.size:
+        raise ValueError(f"pearson needs equal lengths, got {a.size} and {b.size}")
+    if a.size < 2:
+        return float("nan")
+    a = a - a.mean()
+    b = b - b.mean()
+    denominator = np.sqrt(np.dot(a, a) * np.dot(b, b))
+    if denominator == 0.0:
+        return float("nan")
+    # clip: rounding can push |r| a hair past 1 for (anti-)identical inputs, as scipy also clips
+    return float(np.clip(np.dot(a, b) / denominator, -1.0, 1.0))
+
+
+def spearman(x: ArrayLike, y: ArrayLike) -> float:
+    """Spearman rank correlation of two 1-D arrays (in [-1, 1]; NaN if either side is constant)."""
+    return pearson(rankdata(x), rankdata(y))
+
 
 RESAMPLES = 1000
 SEED = 0

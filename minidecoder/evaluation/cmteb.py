@@ -1,4 +1,5 @@
-"""C-MTEB's sentence-pair sets (ReBA Tables 2-3) scored by the installed mteb's own task classes.
+"""C-MTEB's sentence-pair sets (ReBA Tables 2-3) scored by the installed mteb's own task classes: the data,
+the scorer and `minidecoder eval cmteb`.
 
     sets = [load_pair_set(name) for name in SETS]
     results = evaluate_cmteb(encode, sets)
@@ -14,19 +15,129 @@ encodes the sentences as they are.
 
 mteb takes float32 cosines (`1 - paired_cosine_distances` of the float32 embeddings), so pairs whose
 cosines tie exactly in float64 may be ordered by rounding; `eval sts` keeps such ties
-(`harness.pair_cosines`). Here the numbers are mteb's, rounding included.
+(`sts.pair_cosines`). Here the numbers are mteb's, rounding included.
+
+The data: C-MTEB's sentence-pair sets (ReBA Tables 2-3), read from the original files in `../shared/data/cmteb`.
+
+    ATEC, BQ, LCQMC, PAWSX, STSB   `<SET>.test.data`: sentence1<TAB>sentence2<TAB>label, UTF-8, no header
+    AFQMC                          dev.json: JSON lines {"sentence1", "sentence2", "label": "0"/"1"}
+    QBQTC                          test_public.json: JSON lines {"query", "title", "label": "0"/"1"/"2"}
+    Ocnli                          dev.json: JSON lines; C-MTEB keeps entailment (1) and contradiction (0)
+                                   and drops neutral and "-" (no majority)
+
+Each set is read as the split C-MTEB evaluates (test, or validation for AFQMC and Ocnli). An STS label
+outside the mteb task's [min_score, max_score], an OCNLI label outside its four, an empty sentence or a
+line that does not parse is an error naming the file and line; so is a file with no pairs, and an STS set
+whose (kept) labels are all equal, which no correlation can score.
 """
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, item_interval
-from minidecoder.evaluation.cmteb_data import PairSet
-from minidecoder.evaluation.data_files import run_limit
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
+                                           json_line, limit_that_cut, limited_note, markdown_report, numbered_lines,
+                                           parse_names, require_file, require_rows, resolve_data_folder, run_limit)
+
+
+# name: (file under the folder, format, split C-MTEB evaluates, label range or None for Ocnli)
+SETS = {
+    "ATEC": ("ATEC/ATEC.test.data", "tsv", "test", (0, 1)),
+    "BQ": ("BQ/BQ.test.data", "tsv", "test", (0, 1)),
+    "LCQMC": ("LCQMC/LCQMC.test.data", "tsv", "test", (0, 1)),
+    "PAWSX": ("PAWSX/PAWSX.test.data", "tsv", "test", (0, 1)),
+    "STSB": ("STSB/STS-B.test.data", "tsv", "test", (0, 5)),
+    "AFQMC": ("AFQMC/dev.json", "json", "validation", (0, 1)),
+    "QBQTC": ("QBQTC/test_public.json", "qbqtc", "test", (0, 2)),
+    "Ocnli": ("OCNLI/dev.json", "ocnli", "validation", None),
+}
+OCNLI_LABELS = {"entailment": 1, "contradiction": 0, "neutral": None, "-": None}  # None: dropped, as C-MTEB
+
+
+@dataclass
+class PairSet:
+    name: str  # also the mteb task's name
+    kind: str  # "sts" or "pair-classification"
+    split: str
+    sentences1: list[str]
+    sentences2: list[str]
+    labels: list[float]
+    data_dir: Path
+    file: str
+    limit: int | None = None
+    dropped: int = 0  # Ocnli's neutral and "-" rows
+
+
+def resolve_cmteb_dir(data_dir: str | Path | None) -> Path:
+    return resolve_data_folder(data_dir, "cmteb", "the folder holding ATEC/, BQ/, ..., OCNLI/")
+
+
+def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> PairSet:
+    """Read and check one set; `limit` keeps its first N pairs (a limit that keeps them all is none)."""
+    if name not in SETS:
+        raise InputError(f"unknown C-MTEB set {name!r}", "choose from " + ",".join(SETS))
+    root = resolve_cmteb_dir(data_dir)
+    relative, kind, split, bounds = SETS[name]
+    path = require_file(root / relative, f"C-MTEB {name} file")
+    first, second, labels, dropped = [], [], [], 0
+    for number, line in numbered_lines(path):
+        a, b, raw = _fields(path, number, line, kind)
+        label = _label(path, number, raw, bounds)
+        if label is None:
+            dropped += 1
+            continue
+        for text in (a, b):
+            if not text.strip():
+                raise InputError(f"{path} line {number} has an empty sentence", "remove that line or give it text")
+        first.append(a), second.append(b), labels.append(label)
+    require_rows(path, len(labels), "sentence pairs", f"every one of its {dropped} pairs is neutral or unlabelled, "
+                 "which C-MTEB drops" if dropped else "it is empty")
+    limit = limit_that_cut(limit, [len(labels)])
+    if limit is not None:
+        first, second, labels = first[:limit], second[:limit], labels[:limit]
+    if bounds is not None and len(set(labels)) == 1:  # mteb's Spearman against a constant is nan, said nowhere
+        cut = f"the first {limit} of " if limit is not None else ""
+        raise InputError(f"{path}: {cut}its pairs all have the label {labels[0]:g}, so their Spearman correlation "
+                         "with any similarity is undefined (mteb would print nan)",
+                         "use a larger --limit, or none" if limit is not None else "restore the file")
+    return PairSet(name, "pair-classification" if bounds is None else "sts", split, first, second, labels, root,
+                   relative, limit, dropped)
+
+
+def _fields(path: Path, number: int, line: str, kind: str) -> tuple[str, str, str]:
+    if kind == "tsv":
+        cells = line.split("\t")
+        if len(cells) != 3:
+            raise InputError(f"{path} line {number} has {len(cells)} tab-separated fields, not "
+                             "sentence1<TAB>sentence2<TAB>label", "fix or remove that line")
+        return cells[0], cells[1], cells[2]
+    record = json_line(path, number, line)
+    keys = ("query", "title") if kind == "qbqtc" else ("sentence1", "sentence2")
+    return field(path, number, record, keys[0]), field(path, number, record, keys[1]), field(path, number, record, "label")
+
+
+def _label(path: Path, number: int, raw: str, bounds: tuple[int, int] | None) -> float | None:
+    if bounds is None:
+        if raw not in OCNLI_LABELS:
+            raise InputError(f"{path} line {number}: label {raw!r} is not one of OCNLI's "
+                             + ", ".join(map(repr, OCNLI_LABELS)), "fix the label")
+        return OCNLI_LABELS[raw]
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not bounds[0] <= value <= bounds[1]:
+        raise InputError(f"{path} line {number}: label {raw!r} is outside the task's range {bounds[0]}-{bounds[1]}",
+                         "fix the label (a gold similarity in the task's range)")
+    return value
+
 
 Encoder = Callable[[list[str]], torch.Tensor]  # texts -> (N, E)
 
@@ -118,3 +229,67 @@ def best_accuracy_interval(cosines: np.ndarray, labels: np.ndarray) -> tuple[flo
     1,000 resamples, seed 0)."""
     cosines, labels = np.asarray(cosines), np.asarray(labels)
     return item_interval(len(labels), lambda draws: best_accuracy(cosines[draws], labels[draws]))
+
+
+# what `minidecoder eval ... --help` prints
+COMMAND_HELP = """`minidecoder eval cmteb`: C-MTEB's pair sets (ReBA Tables 2-3) of one method; PREFIX.json and PREFIX.md.
+
+    minidecoder eval cmteb --method reba --limit 200 --output /tmp/z
+
+ATEC, BQ, LCQMC, PAWSX, STSB, AFQMC, QBQTC (STS: cosine Spearman x100 with Pearson beside it, a 95%
+bootstrap interval over pairs) and Ocnli (pair classification: best accuracy over cosine thresholds, AP
+beside it), each scored by the installed mteb's own task class on the original files. No instruction
+(ReBA encodes sentences as they are). Resumable: the same command (same --output) resumes.
+"""
+
+
+def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = family_parser(benchmarks, FAMILY, "C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3", COMMAND_HELP)
+    parser.add_argument("--tasks", default=",".join(SETS), help="comma-separated sets (default: all eight)")
+    add_family_options(parser, "cmteb", "C-MTEB data folder (default: $MINIDECODER_CMTEB_DATA or ../shared/data/cmteb)",
+                       "score only the first N pairs of each set", instruction=True)
+    parser.set_defaults(instruction="none")
+
+
+def read(args: argparse.Namespace) -> list:
+    from minidecoder.errors import InputError
+
+    names = parse_names(args.tasks, list(SETS))
+    if args.instruction not in ("none", "auto"):
+        raise InputError(f"--instruction {args.instruction!r}: the C-MTEB sets take no instruction",
+                         "leave --instruction out (ReBA encodes each sentence as it is)")
+    return [load_pair_set(name, args.data, args.limit) for name in names]
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list[str]:
+    return texts_needed(loaded)
+
+
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+
+    return evaluate_cmteb(encode, loaded, progress=False)
+
+
+def table(results: dict) -> str:
+    names = list(results["sets"])
+    rows = ["| | " + " | ".join(names) + " | Avg. (STS) |", "|---|" + "---:|" * (len(names) + 1)]
+    main = [f"{e['score']:.2f}" for e in results["sets"].values()]
+    beside = [f"{e['pearson']:.2f}" if e["kind"] == "sts" else f"AP {e['ap']:.2f}" for e in results["sets"].values()]
+    ci = [f"[{e['ci95'][0]:.1f}, {e['ci95'][1]:.1f}]" if e.get("ci95") else "" for e in results["sets"].values()]
+    avg = f"{results['avg_sts']:.2f}" if results.get("avg_sts") is not None else "n/a"
+    rows += ["| Spearman x100 (Ocnli: accuracy) | " + " | ".join(main) + f" | {avg} |",
+             "| 95% CI over pairs | " + " | ".join(ci) + " | |",
+             "| Pearson x100 (Ocnli: AP) | " + " | ".join(beside) + " | |"]
+    if results.get("limit") is not None:
+        rows.append(limited_note(f"--limit {results['limit']} pairs a set"))
+    return "\n".join(rows)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    about = ("Scored by the installed mteb's own task classes on the local files: STS sets cosine Spearman x100 "
+             "(main) and Pearson x100; Ocnli the best accuracy over cosine thresholds and its AP; splits as C-MTEB "
+             "evaluates them (" + ", ".join(f"{n}: {e['split']}" for n, e in results["sets"].items()) + ").")
+    return markdown_report("C-MTEB pair sets", about, table(results), stamp)
+
+
+FAMILY = Family("cmteb", read, texts, evaluate, table, markdown, ("--tasks", "--limit"))

@@ -1,4 +1,5 @@
-"""BEIR retrieval (HTP Table 1): exact cosine search over the whole corpus, scored by `pytrec_eval`.
+"""BEIR retrieval (HTP Table 1): exact cosine search over the whole corpus, scored by `pytrec_eval`: the
+data, the search, the scorer and `minidecoder eval retrieval`.
 
     data = load_beir_set("scifact")
     results = evaluate_retrieval(encode, data, instruction=INSTRUCTIONS["scifact"])
@@ -16,19 +17,145 @@ kept as it goes (`exact_top_k`). Queries take the task's instruction when the ca
 HTP's code's `embed_mask = 0` piece); `placement="pooled"` joins it to the text instead ("{instruct} {text}",
 pooled with it). Documents take none.
 A 95% interval over queries comes with each metric (percentile bootstrap, `bootstrap.mean_interval`).
+
+The data: A BEIR retrieval set read from its own layout (SciFact, NFCorpus, or any BEIR folder).
+
+    <set>/corpus.jsonl      {"_id", "title", "text", ...} a line; a document's text is title + " " + text
+    <set>/queries.jsonl     {"_id", "text", ...} a line
+    <set>/qrels/<split>.tsv header `query-id corpus-id score`, then one judgement a line
+
+Only the queries the split's qrels name are evaluated (BEIR's `GenericDataLoader`). Every id the qrels
+name must exist (a judged document absent from the corpus would silently score as never retrieved), and
+every document must hold text (an empty one would be embedded as a prompt alone). `limit` keeps the
+first N judged queries; `corpus_limit` keeps the judged documents of the kept queries plus the first M
+other documents (a quick look; stamped as such, unless it kept every query and document).
 """
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field as dataclass_field
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.harness import encode_sentences
-from minidecoder.evaluation.retrieval_data import BeirSet
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
+                                           instruction_for, instructions_line, json_line, limit_that_cut, limited_note,
+                                           markdown_report, numbered_lines, require_file, resolve_data_folder)
 from minidecoder.running.texts import with_instruction
+
+
+# HTP Table 10: each set's query instruction (docs/spec.md section 11)
+INSTRUCTIONS = {
+    "scifact": "Given a scientific claim, retrieve documents that support or refute the claim",
+    "nfcorpus": "Given a question, retrieve relevant documents that answer the question",
+}
+SETS = tuple(INSTRUCTIONS)
+
+
+@dataclass
+class BeirSet:
+    name: str
+    data_dir: Path  # the folder above the set (the stamp's data_dir)
+    doc_ids: list[str]
+    documents: list[str]  # title + " " + text, BEIR's and MTEB's join
+    query_ids: list[str]
+    queries: list[str]  # without instruction
+    qrels: dict[str, dict[str, int]]  # {query id: {document id: relevance}}, pytrec_eval's input
+    files: list[str]  # relative to data_dir, for the stamp's checksums
+    limit: int | None = None
+    corpus_limit: int | None = None
+    corpus_size: int = 0  # documents in corpus.jsonl before corpus_limit
+    notes: list[str] = dataclass_field(default_factory=list)
+
+
+def resolve_beir_dir(data_dir: str | Path | None) -> Path:
+    return resolve_data_folder(data_dir, "beir", "the folder holding BEIR sets (scifact/, nfcorpus/, ...)")
+
+
+def load_beir_set(name: str, data_dir: str | Path | None = None, split: str = "test", limit: int | None = None,
+                  corpus_limit: int | None = None) -> BeirSet:
+    """Read and check one BEIR set (`data_dir/name/`)."""
+    root = resolve_beir_dir(data_dir)
+    folder = root / name
+    if not folder.is_dir():
+        found = sorted(p.name for p in root.iterdir() if (p / "corpus.jsonl").is_file())
+        raise InputError(f"no BEIR set {name!r} in {root}", f"choose one of {', '.join(found) or '(none there)'}, "
+                         "or point --data at the folder that holds it")
+    paths = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl",
+             "qrels": folder / "qrels" / f"{split}.tsv"}
+    for what, path in paths.items():
+        require_file(path, f"BEIR {what} file")
+    qrels = read_qrels(paths["qrels"])
+    query_text = read_records(paths["queries"], ("text",))
+    judged = [qid for qid in qrels if qid in query_text]
+    missing = [qid for qid in qrels if qid not in query_text]
+    if missing:
+        raise InputError(f"{paths['qrels']} names {len(missing)} queries absent from {paths['queries']} "
+                         f"(first: {missing[0]!r})", "use the qrels and queries of the same BEIR set")
+    limit = limit_that_cut(limit, [len(judged)])  # a limit that keeps every query is no limit
+    if limit is not None:
+        judged = judged[:limit]
+        qrels = {qid: qrels[qid] for qid in judged}
+    corpus = read_records(paths["corpus"], ("title", "text"), optional=("title",))
+    absent = [(qid, did) for qid, docs in qrels.items() for did in docs if did not in corpus]
+    if absent:
+        raise InputError(f"{paths['qrels']}: query {absent[0][0]!r} is judged against document {absent[0][1]!r}, "
+                         f"which is not in {paths['corpus']} ({len(absent)} such judgements)",
+                         "use the qrels and corpus of the same BEIR set (a judged document that cannot be "
+                         "retrieved would silently lower every score)")
+    doc_ids = list(corpus)
+    corpus_limit = limit_that_cut(corpus_limit, [len(doc_ids)])
+    if corpus_limit is not None:
+        wanted = {did for docs in qrels.values() for did in docs}
+        head = set(doc_ids[:corpus_limit])
+        doc_ids = [did for did in doc_ids if did in head or did in wanted]
+    return BeirSet(name=name, data_dir=root, doc_ids=doc_ids, documents=[corpus[did] for did in doc_ids],
+                   query_ids=judged, queries=[query_text[qid] for qid in judged], qrels=qrels,
+                   files=[str(p.relative_to(root)) for p in paths.values()], limit=limit,
+                   corpus_limit=corpus_limit, corpus_size=len(corpus))
+
+
+def read_records(path: Path, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str]:
+    """{_id: the `keys` fields joined by a space} of a BEIR JSON Lines file; a blank text, a repeated id
+    or a line that does not parse is an error naming the line."""
+    out: dict[str, str] = {}
+    for number, line in numbered_lines(path):
+        record = json_line(path, number, line)
+        rid = field(path, number, record, "_id")
+        parts = [field(path, number, record, key) if key not in optional or key in record else "" for key in keys]
+        text = " ".join(parts).strip() if optional else " ".join(parts)  # BEIR: (title + " " + text).strip()
+        if not text.strip():
+            raise InputError(f"{path} line {number}: {rid!r} has no text (an empty document or query)",
+                             "remove that line or give it text; an empty text would be embedded as a prompt alone")
+        if rid in out:
+            raise InputError(f"{path} line {number} repeats the id {rid!r}", "give every line its own _id")
+        out[rid] = text
+    return out
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """{query id: {document id: relevance}} of a BEIR qrels TSV (header, then `qid<TAB>did<TAB>score`)."""
+    qrels: dict[str, dict[str, int]] = {}
+    for number, line in numbered_lines(path):
+        cells = line.split("\t")
+        if number == 1 and cells[0] == "query-id":
+            continue
+        try:
+            qid, did, score = cells
+            relevance = int(score)
+        except ValueError:
+            raise InputError(f"{path} line {number} is not `query-id<TAB>corpus-id<TAB>score` with an integer "
+                             f"score: {line!r}", "fix or remove that line") from None
+        qrels.setdefault(qid, {})[did] = relevance
+    if not qrels:
+        raise InputError(f"{path} holds no judgements", "use the qrels file of a BEIR split")
+    return qrels
+
 
 Encoder = Callable[[list], torch.Tensor]  # texts (or (context, text) pairs) -> (N, E)
 K_VALUES = (1, 3, 5, 10, 100, 1000)  # MTEB's AbsTaskRetrieval.k_values
@@ -119,3 +246,90 @@ def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None =
         "data_dir": str(data.data_dir),
         "data_files": data.files,
     }
+
+
+# what `minidecoder eval ... --help` prints
+COMMAND_HELP = """`minidecoder eval retrieval`: BEIR retrieval (HTP Table 1) of one method; PREFIX.json and PREFIX.md.
+
+    minidecoder eval retrieval --method mean --sets scifact --limit 20 --corpus-limit 200 --output /tmp/r
+
+nDCG@10 x100 (headline), MAP@100 and recall@100/1000 by pytrec_eval over the judged test queries, exact
+cosine search over the whole corpus (minidecoder.evaluation.retrieval), each with a 95% bootstrap interval
+over queries. Queries take the set's HTP instruction for mean, last, echo, htp and reba (--instruction),
+read as unpooled context (--instruction-placement pooled joins it as "{instruct} {text}"); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
+Resumable: the same command (same --output) resumes from the chunks an interrupted run kept.
+"""
+
+
+def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = family_parser(benchmarks, FAMILY, "BEIR retrieval (SciFact, NFCorpus): HTP Table 1", COMMAND_HELP)
+    parser.add_argument("--sets", default="scifact,nfcorpus", help="comma-separated BEIR sets under --data")
+    parser.add_argument("--split", default="test", help="the qrels split to score (default: test)")
+    parser.add_argument("--corpus-limit", type=int, default=None, metavar="M",
+                        help="search only the first M documents plus those judged for the kept queries (quick look)")
+    add_family_options(parser, "retrieval", "BEIR data folder (default: $MINIDECODER_BEIR_DATA or ../shared/data/beir)",
+                       "score only the first N judged queries", truncate=512, instruction=True)
+
+
+def read(args: argparse.Namespace) -> list:
+    from minidecoder.errors import InputError
+
+    if args.corpus_limit is not None and args.corpus_limit < 0:
+        raise InputError(f"--corpus-limit {args.corpus_limit} must be 0 or more", "e.g. --corpus-limit 200")
+    names = [name.strip() for name in args.sets.split(",") if name.strip()]
+    if not names:
+        raise InputError(f"--sets {args.sets!r} names no set", "e.g. --sets scifact,nfcorpus")
+    return [load_beir_set(name, args.data, args.split, args.limit, args.corpus_limit) for name in names]
+
+
+def _instruction(args: argparse.Namespace, data) -> str | None:
+    return instruction_for(args, INSTRUCTIONS.get(data.name))
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list[str]:
+    return [text for data in loaded
+            for text in query_texts(data, _instruction(args, data), args.instruction_placement) + data.documents]
+
+
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+    from minidecoder.evaluation.family import run_limit
+
+    sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
+                                          placement=args.instruction_placement) for data in loaded}
+    for result in sets.values():
+        for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
+            result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
+    # the limits that cut some set (`family.limit_that_cut`): one that scored everything is a full run
+    return {"sets": sets, "limit": run_limit(data.limit for data in loaded),
+            "corpus_limit": run_limit(data.corpus_limit for data in loaded),
+            "data_dir": str(loaded[0].data_dir), "data_files": [f for data in loaded for f in data.files]}
+
+
+def table(results: dict) -> str:
+    labels = list(HEADLINE.values())
+    lines = ["| set | queries | documents | " + " | ".join(labels) + " |", "|---|---:|---:|" + "---:|" * len(labels)]
+    for name, result in results["sets"].items():
+        cells = [f"{m['score']:.2f} [{m['ci95'][0]:.2f}, {m['ci95'][1]:.2f}]" for m in result["metrics"].values()]
+        lines.append(f"| {name} | {result['queries']} | {result['documents']} | " + " | ".join(cells) + " |")
+    if results.get("limit") is not None or results.get("corpus_limit") is not None:
+        lines.append(limited_note(f"--limit {results.get('limit')}, --corpus-limit {results.get('corpus_limit')}"))
+    return "\n".join(lines)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    about = ("x100, mean over the judged queries, by pytrec_eval (as BEIR and MTEB call it) on each query's top "
+             "1,000 documents by cosine over the corpus searched; [95% bootstrap interval over queries]. "
+             + instructions_line(results["sets"])
+             + f". Truncation: {results['embedding']['truncation']}.")
+    job = results["embedding"]
+    timing = (f"- embedding: {job['texts']} distinct texts"
+              + (f" in {job['seconds']:.1f} s ({job['texts_per_second']:.1f} texts/s)\n" if job["seconds"] else
+                 f" (resumed from {job['chunks_reused']} kept chunks: this sitting's time is not a rate)\n")
+              + "".join(f"- {name}: exact search and scoring {r['search_seconds']:.1f} s\n"
+                        for name, r in results["sets"].items()))
+    return markdown_report("Retrieval (BEIR)", about, table(results), stamp,
+                           f"## Timing\n\n{timing}\n")
+
+
+FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, ("--sets", "--split", "--limit", "--corpus-limit", "--instruction",
+                                                                      "--instruction-placement"))

@@ -1,16 +1,17 @@
-"""HTP's long-context STS (HTP Figure 1, section 3.1): STS-B test pairs made long, Spearman x100 per length.
+"""HTP's long-context STS (HTP Figure 1, section 3.1): STS-B test pairs made long, Spearman x100 per length;
+the construction, the scorer, the figure and `minidecoder eval sts-long`.
 
 The HTP paper defers the construction to an appendix it does not print; this is the construction the spec
 fixes (docs/spec.md section 11), seed-free and deterministic so any reader rebuilds it:
 
-1. read the STS-B test pairs (sts_data.py, as SentEval reads them; 1,379 pairs);
+1. read the STS-B test pairs (sts.py, as SentEval reads them; 1,379 pairs);
 2. sort them by gold score, a **stable** sort (ties keep file order);
 3. for each length k in {1, 2, 4, 8, 16}: cut the sorted list into consecutive groups of k pairs (the last
    `P mod k` pairs, which make no full group, are left out: 1,379 -> 1,379 / 689 / 344 / 172 / 86 long
    pairs); a group is one long pair, its k first sentences joined by one space against its k second
    sentences joined by one space, gold = the mean of its k golds;
-4. score each k as the STS harness scores a task: cosine of the two embeddings (float64; harness.pair_cosines),
-   Spearman x100 against gold (spearman.py).
+4. score each k as the STS harness scores a task: cosine of the two embeddings (float64; sts.pair_cosines),
+   Spearman x100 against gold (bootstrap.py).
 
 k = 1 is STS-B test itself, in gold order (Spearman does not depend on the order of pairs). Each score has
 a 95% percentile bootstrap interval over the long pairs of its length (bootstrap.py, 1,000 resamples,
@@ -19,6 +20,7 @@ error unless a `truncate` is given, and the report counts every text it cut.
 """
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout
-from minidecoder.evaluation.harness import Encoder, encode_sentences, longest_first, pair_cosines
-from minidecoder.evaluation.spearman import spearman
-from minidecoder.evaluation.sts_data import StsTask, load_sts_benchmark, resolve_data_dir
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
+from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
+                                           longest_first)
+from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
 
@@ -145,8 +147,87 @@ def sts_long_markdown(results: dict, stamp: dict) -> str:
 
 def plot_sts_long(curves: dict[str, dict], path: str | Path, model: str = "?", overwrite: bool = False) -> Path:
     """Score against length, one line per method (HTP Figure 1); curves: {label: results["lengths"]}."""
-    from minidecoder.evaluation.plots import plot_curves
+    from minidecoder.evaluation.report import plot_curves
 
     return plot_curves({label: ([int(k) for k in lengths], [entry["score"] for entry in lengths.values()])
                         for label, lengths in curves.items()}, path, "STS-B pairs joined per long pair (k)",
                        f"long-context STS on {model}", ylabel="Spearman x100", overwrite=overwrite)
+
+
+# ---- the command ---------------------------------------------------------------------------------------
+# what `minidecoder eval ... --help` prints
+COMMAND_HELP = """`minidecoder eval sts-long`: HTP's long-context STS (HTP Figure 1) for one method.
+
+    minidecoder eval sts-long --method mean --limit 200 --plot --output /tmp/sts-long-smoke
+
+STS-B test pairs sorted by gold (stable); for each length k (default 1,2,4,8,16) k consecutive pairs are
+joined into one long pair (first sentences joined by a space, second sentences joined, gold = mean of the
+k golds); Spearman x100 of cosine vs gold per k with a 95% bootstrap interval over long pairs
+(minidecoder.evaluation.sts_long). --plot also writes PREFIX.png, score against length (needs matplotlib).
+A text past the model's context is an error unless --truncate N (HTP: 512); the report counts texts cut.
+Resumable like `eval sts`: the same command (same --output) resumes from the kept chunks.
+"""
+
+
+def add_parser(benchmarks: argparse._SubParsersAction) -> None:
+    parser = family_parser(benchmarks, FAMILY, "HTP's long-context STS (STS-B pairs joined; Figure 1)",
+                           COMMAND_HELP)
+    parser.add_argument("--lengths", default=None, help="comma-separated k values (default: 1,2,4,8,16)")
+    parser.add_argument("--plot", action="store_true", help="also write PREFIX.png: score against length (needs matplotlib)")
+    add_family_options(parser, "sts-long",
+                       "STS data folder holding STSBenchmark/ (default: $MINIDECODER_STS_DATA or ../shared/data/sts)",
+                       "build from the first N STS-B test pairs only (a quick look, stamped as such)")
+
+
+def parse_lengths(text: str | None) -> list[int]:
+    if text is None:
+        return list(LENGTHS)
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"--lengths {text!r} is not a comma-separated list of integers", "e.g. --lengths 1,2,4,8,16") from None
+
+
+def read(args: argparse.Namespace):
+    return load_long_sts(args.data, args.limit, parse_lengths(args.lengths))  # read and built before the model loads
+
+
+def texts(loaded, args: argparse.Namespace) -> list[str]:
+    _, sets = loaded
+    return [text for pairs in sets for text in pairs.first + pairs.second]
+
+
+def evaluate(encode, loaded, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+
+    return evaluate_sts_long(encode, loaded=loaded, progress=False, chunk_size=1 << 62)
+
+
+def stamp(loaded, args: argparse.Namespace) -> dict:
+    return {"lengths": [pairs.k for pairs in loaded[1]], "construction": "see results.construction",
+            **({"lengths_option": args.lengths} if args.lengths else {})}
+
+
+def figures(prefix: Path, args: argparse.Namespace) -> list[Path]:
+    if not args.plot:
+        return []
+    from minidecoder.evaluation.report import report_paths
+    from minidecoder.running.figures import check_figure_path
+
+    figure = report_paths(prefix)[0].with_suffix(".png")
+    check_figure_path(figure)  # matplotlib installed: found out now, not after the run
+    return [figure]
+
+
+def draw(results: dict, paths: list[Path], args: argparse.Namespace) -> None:
+    plot_sts_long({args.method: results["lengths"]}, paths[0], args.model or "default model", args.overwrite)
+
+
+def table(results: dict) -> str:
+    return sts_long_table(results)
+
+
+def markdown(results: dict, stamp: dict) -> str:
+    return sts_long_markdown(results, stamp)
+
+
+FAMILY = Family("sts-long", read, texts, evaluate, table, markdown, ("--limit", "--lengths"), stamp, figures, draw)

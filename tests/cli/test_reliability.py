@@ -229,7 +229,7 @@ def test_6_existing_reports_and_sidecars_are_never_overwritten(tiny_llama, tmp_p
 
 def test_6_a_failed_final_write_prints_the_table_and_saves_it_beside_the_cache(tiny_llama, tmp_path, capsys,
                                                                                monkeypatch) -> None:
-    import minidecoder.evaluation.harness as harness
+    import minidecoder.evaluation.sts as sts
 
     monkeypatch.setenv("MINIDECODER_CACHE", str(tmp_path / "cache" / "downloads"))
     out = tmp_path / "results"
@@ -242,9 +242,9 @@ def test_6_a_failed_final_write_prints_the_table_and_saves_it_beside_the_cache(t
         return {"tasks": {"STSBenchmark": {"setting": "test", "pairs": 2, "score": 61.25,
                                            "subsets": {"test": {"pairs": 2, "spearman": 61.25}}}},
                 "avg": 61.25, "avg_over": ["STSBenchmark"], "avg_is_published_avg": False, "limit": None}
-    monkeypatch.setattr(harness, "evaluate_sts", evaluate)
-    monkeypatch.setattr("minidecoder.evaluation.sts_data.resolve_data_dir", lambda data=None: tmp_path)
-    monkeypatch.setattr("minidecoder.evaluation.sts_data.load_tasks", lambda *args: [])  # the data check: no data
+    monkeypatch.setattr(sts, "evaluate_sts", evaluate)
+    monkeypatch.setattr("minidecoder.evaluation.sts.resolve_data_dir", lambda data=None: tmp_path)
+    monkeypatch.setattr("minidecoder.evaluation.sts.load_tasks", lambda *args: [])  # the data check: no data
     monkeypatch.setattr("minidecoder.evaluation.report.summary_table", lambda results: "TABLE Avg. 61.25")
     code, err = cli(capsys, "eval", "sts", "--method", "mean", "--model", str(tiny_llama), "--output",
                     str(out / "run"), "--no-progress", "--tasks", "STSBenchmark")
@@ -287,7 +287,7 @@ def test_7_nan_weights_make_logits_fail_naming_the_weights(nan_model, capsys) ->
 
 def test_7_sts_data_that_is_not_utf8_is_named(tmp_path) -> None:
     from minidecoder.errors import InputError
-    from minidecoder.evaluation.sts_data import load_task
+    from minidecoder.evaluation.sts import load_task
 
     folder = tmp_path / "STSBenchmark"
     folder.mkdir(parents=True)

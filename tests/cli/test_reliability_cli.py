@@ -271,7 +271,7 @@ def test_9_explain_plot_into_a_read_only_folder_is_refused_before_the_model_load
 @pytest.mark.parametrize("gold, shown", [("abc", "'abc'"), ("nan", "'nan'"), ("inf", "'inf'")])
 def test_9_an_sts_gold_score_that_is_not_a_finite_number_is_named_before_any_work(tmp_path, capsys, gold,
                                                                                   shown) -> None:
-    from minidecoder.evaluation.sts_data import load_task
+    from minidecoder.evaluation.sts import load_task
 
     data = sts_data(tmp_path / "sts", gold=gold)
     with pytest.raises(InputError, match=rf"sts-test.csv line 2: the gold score {shown} is not a finite number"):

@@ -237,7 +237,7 @@ def test_10_a_one_point_sweep_costs_what_a_separate_run_costs(tiny_llama, tmp_pa
 
 
 def test_10_the_ratio_never_calls_a_larger_count_fewer() -> None:
-    from minidecoder.evaluation.sweep_report import _ratio_text
+    from minidecoder.evaluation.sweep import _ratio_text
 
     assert _ratio_text({"ratio": 0.5}) == "0.500 of the naive grid, 2.0x fewer"
     assert "fewer" not in _ratio_text({"ratio": 1.0}) and "fewer" not in _ratio_text({"ratio": 1.04})

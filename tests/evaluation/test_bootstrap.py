@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, order_codes, rank_rows
-from minidecoder.evaluation.claims import CLAIMS, HOLDS, REVERSED, UNDECIDED, Claim, judge, sentence, verdict
-from minidecoder.evaluation.spearman import pearson, rankdata, spearman
+from reproduce.claims import CLAIMS, HOLDS, REVERSED, UNDECIDED, Claim, judge, sentence, verdict
+from minidecoder.evaluation.bootstrap import pearson, rankdata, spearman
 
 
 def layout(seed: int = 0) -> list[TaskLayout]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from repo_paths import REPO
-from minidecoder.evaluation.claims import ALL_CLAIMS, BENCHMARK_CLAIMS, CLAIMS, HOLDS, NOT_PAPER, UNDECIDED, judge
+from reproduce.claims import ALL_CLAIMS, BENCHMARK_CLAIMS, CLAIMS, HOLDS, NOT_PAPER, UNDECIDED, judge
 
 SPEC = importlib.util.spec_from_file_location("claims_table", REPO / "tools" / "claims_table.py")
 claims_table = importlib.util.module_from_spec(SPEC)

@@ -16,8 +16,7 @@ from sklearn.metrics import accuracy_score
 
 from family_helpers import assert_input_error, bag_of_words, run_cli
 from minidecoder.errors import InputError
-from minidecoder.evaluation.classification import evaluate_classification, with_instruction
-from minidecoder.evaluation.classification_data import INSTRUCTIONS, load_classification_set
+from minidecoder.evaluation.classification import INSTRUCTIONS, evaluate_classification, load_classification_set, with_instruction
 from minidecoder.sources.paths import shared_data_dir
 
 MTEB_DATA = shared_data_dir("mteb", "MINIDECODER_MTEB_DATA")

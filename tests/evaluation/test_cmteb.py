@@ -13,8 +13,7 @@ from sklearn.metrics import average_precision_score
 from sklearn.metrics.pairwise import paired_cosine_distances
 
 from family_helpers import assert_input_error, bag_of_words, run_cli
-from minidecoder.evaluation.cmteb import evaluate_cmteb
-from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
+from minidecoder.evaluation.cmteb import SETS, evaluate_cmteb, load_pair_set
 from minidecoder.sources.paths import shared_data_dir
 
 CMTEB = shared_data_dir("cmteb", "MINIDECODER_CMTEB_DATA")
@@ -28,7 +27,7 @@ def characters(texts: list[str]):
 def cosines(data) -> np.ndarray:
     """scikit-learn's cosines of the float32 embeddings, as mteb's evaluators see them. (float64 cosines of
     this bag of characters, which has many exact ties, move the Spearman by about 0.02: mteb's float32
-    rounding breaks ties that float64 keeps; the STS harness keeps them, `harness.pair_cosines`.)"""
+    rounding breaks ties that float64 keeps; the STS harness keeps them, `sts.pair_cosines`.)"""
     a, b = characters(data.sentences1).numpy(), characters(data.sentences2).numpy()  # float32
     return 1.0 - paired_cosine_distances(a, b)
 

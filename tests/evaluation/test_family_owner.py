@@ -107,7 +107,7 @@ def test_ctrl_c_while_scoring_a_family_that_keeps_nothing_says_so(tmp_path: Path
     once read back): the line must not promise a resume."""
     import argparse
 
-    from minidecoder.cli.eval_family import _scoring_interrupted
+    from minidecoder.evaluation.family import _scoring_interrupted
 
     line = _scoring_interrupted(tmp_path / ".x.json.partial", argparse.Namespace(output=None), tmp_path / "x")
     assert line == (f"interrupted while scoring; nothing was kept, so run the same command again with --output "
@@ -123,7 +123,7 @@ def test_the_order_of_a_runs_texts_is_the_same_in_every_process():
     import sys
 
     texts = [f"text {i:03d}" for i in range(60)] + ["a longer text", "text 007", "short"]
-    program = ("import json, sys; from minidecoder.evaluation.harness import longest_first; "
+    program = ("import json, sys; from minidecoder.evaluation.family import longest_first; "
                "print(json.dumps(longest_first(json.loads(sys.argv[1]))))")
     orders = [json.loads(subprocess.run([sys.executable, "-c", program, json.dumps(texts)], check=True,
                                         capture_output=True, text=True,

@@ -13,8 +13,8 @@ import pytest
 
 import minidecoder
 from minidecoder.evaluation import transfer
-from minidecoder.evaluation.senteval_classifier import dev_selected
-from minidecoder.evaluation.claims import BENCHMARKS, PAPERS
+from minidecoder.evaluation.senteval_probe import dev_selected
+from reproduce.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
 from test_retrieval import write_beir
 from test_sts_data import DATA, needs_data

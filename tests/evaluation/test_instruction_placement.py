@@ -12,10 +12,8 @@ import torch
 import minidecoder
 from family_helpers import bag_of_words, run_cli
 from minidecoder.errors import InputError
-from minidecoder.evaluation.classification import evaluate_classification, texts_needed
-from minidecoder.evaluation.classification_data import INSTRUCTIONS, load_classification_set
-from minidecoder.evaluation.retrieval import evaluate_retrieval, query_texts
-from minidecoder.evaluation.retrieval_data import load_beir_set
+from minidecoder.evaluation.classification import INSTRUCTIONS, evaluate_classification, load_classification_set, texts_needed
+from minidecoder.evaluation.retrieval import evaluate_retrieval, load_beir_set, query_texts
 from test_classification import write_emotion
 from test_retrieval import write_beir
 

@@ -49,8 +49,8 @@ def test_model_meta_is_what_mteb_needs(tiny_llama: Path):
 def test_mteb_sts_evaluator_equals_harness(tiny_llama: Path, model, method: str, pairs: int | None):
     import mteb
 
-    from minidecoder.evaluation.harness import evaluate_sts
-    from minidecoder.evaluation.sts_data import resolve_data_dir
+    from minidecoder.evaluation.sts import evaluate_sts
+    from minidecoder.evaluation.sts import resolve_data_dir
     from minidecoder.integrations.mteb import MtebEncoder
 
     path = resolve_data_dir() / "STSBenchmark" / "sts-test.csv"

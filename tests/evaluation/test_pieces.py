@@ -1,4 +1,4 @@
-"""Test scoring in pieces (minidecoder.evaluation.pieces): the pieces' cosines are the one-table cosines,
+"""Test scoring in pieces (reproduce.pieces): the pieces' cosines are the one-table cosines,
 every distinct sentence is timed exactly once, and a resume on an empty memory gives the same numbers."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from minidecoder.evaluation import ALL_SEVEN, StsScorer, load_tasks, unique_sentences
-from minidecoder.evaluation.harness import encode_sentences
-from minidecoder.evaluation.pieces import PieceEncoder, PiecePlan, cosines_text, parse_cosines
+from minidecoder.evaluation.family import encode_sentences
+from reproduce.pieces import PieceEncoder, PiecePlan, cosines_text, parse_cosines
 from test_sts_data import DATA, needs_data
 from test_sts_harness import CountingEncoder
 

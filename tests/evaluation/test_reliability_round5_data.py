@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.classification_data import load_classification_set
-from minidecoder.evaluation.cmteb_data import SETS, load_pair_set
-from minidecoder.evaluation.retrieval_data import load_beir_set
-from minidecoder.evaluation.sts_data import load_task
-from minidecoder.evaluation.transfer_data import load_transfer_task
+from minidecoder.evaluation.classification import load_classification_set
+from minidecoder.evaluation.cmteb import SETS, load_pair_set
+from minidecoder.evaluation.retrieval import load_beir_set
+from minidecoder.evaluation.sts import load_task
+from minidecoder.evaluation.transfer import load_transfer_task
 from cli_runner import cli
 from repo_paths import REPO
 from test_classification import write_emotion

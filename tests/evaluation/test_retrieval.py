@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from family_helpers import assert_input_error, bag_of_words, run_cli
-from minidecoder.evaluation.retrieval import evaluate_retrieval, exact_top_k, query_texts, score_run
-from minidecoder.evaluation.retrieval_data import INSTRUCTIONS, load_beir_set
+from minidecoder.evaluation.retrieval import INSTRUCTIONS, evaluate_retrieval, exact_top_k, load_beir_set, query_texts, score_run
 from minidecoder.sources.paths import shared_data_dir
 
 BEIR = shared_data_dir("beir", "MINIDECODER_BEIR_DATA")

@@ -96,8 +96,7 @@ def test_the_table_and_claims_are_written_under_the_claims_files_lock(tiny_llama
 
 
 def test_cmteb_rows_and_paired_spearman(tiny_llama: Path, tmp_path: Path) -> None:
-    from minidecoder.evaluation.cmteb import pair_bootstrap
-    from minidecoder.evaluation.cmteb_data import load_pair_set
+    from minidecoder.evaluation.cmteb import load_pair_set, pair_bootstrap
 
     tool, data, out = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table"
     assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
@@ -126,9 +125,9 @@ def test_cmteb_table3_rows_are_last_pooled_and_judged_by_paired_pearson(tiny_lla
     the claim gets a verdict. The earlier mean over the last of three copies stays as a flagged ablation."""
     from scipy.stats import pearsonr
 
-    from minidecoder.evaluation.claims import NOT_PAPER
+    from reproduce.claims import NOT_PAPER
     from minidecoder.evaluation.cmteb import pair_bootstrap
-    from minidecoder.evaluation.cmteb_data import load_pair_set
+    from minidecoder.evaluation.cmteb import load_pair_set
 
     tool, data, out, results = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table", tmp_path / "results"
     assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation.sts_data import ALL_SEVEN, STS_YEARS, TASKS, load_task, load_tasks, resolve_data_dir
+from minidecoder.evaluation.sts import ALL_SEVEN, STS_YEARS, TASKS, load_task, load_tasks, resolve_data_dir
 from minidecoder.sources.paths import sts_data_dir
 
 DATA = sts_data_dir()

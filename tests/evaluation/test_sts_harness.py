@@ -17,7 +17,7 @@ import torch
 
 from minidecoder.errors import NumericsError
 from minidecoder.evaluation import ALL_SEVEN, StsScorer, evaluate_sts, load_tasks, unique_sentences
-from minidecoder.evaluation.harness import encode_sentences
+from minidecoder.evaluation.family import encode_sentences
 from test_sts_data import DATA, needs_data, senteval_task
 
 DIM = 32

@@ -11,7 +11,7 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation import sts_long
-from minidecoder.evaluation.sts_data import StsSubset, StsTask
+from minidecoder.evaluation.sts import StsSubset, StsTask
 from test_sts_cli import FakeMethod, FakeModel, fake_embed, fakes, run_cli  # noqa: F401
 from test_sts_data import DATA, needs_data
 

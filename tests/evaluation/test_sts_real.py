@@ -69,7 +69,7 @@ def _reference_score(data_dir: Path) -> float:
 
 def test_prompteol_stsb_test_score_equals_independent_transformers_computation() -> None:
     import minidecoder
-    from minidecoder.evaluation.harness import evaluate_sts
+    from minidecoder.evaluation.sts import evaluate_sts
 
     data_dir = _data_dir()
     model = minidecoder.load(DEFAULT, progress=False)

@@ -9,7 +9,7 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidecoder.evaluation.spearman import pearson, rankdata, spearman
+from minidecoder.evaluation.bootstrap import pearson, rankdata, spearman
 
 # small integer pools force many ties; floats cover the generic case
 tied = st.lists(st.integers(min_value=0, max_value=4), min_size=2, max_size=60)

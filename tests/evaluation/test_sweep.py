@@ -18,7 +18,7 @@ import torch
 import minidecoder
 from minidecoder.errors import InputError
 from minidecoder.evaluation import load_tasks
-from minidecoder.evaluation.harness import score_embeddings, unique_sentences
+from minidecoder.evaluation.sts import score_embeddings, unique_sentences
 from minidecoder.evaluation.sweep import BlockCounter, grid_points, layer_axis, method_at, sweep_sts
 from minidecoder.methods import build_method
 from tiny_models import tiny_checkpoint

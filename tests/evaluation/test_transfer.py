@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from minidecoder.errors import InputError
-from minidecoder.evaluation import senteval_classifier as sc
+from minidecoder.evaluation import senteval_probe as sc
 from minidecoder.evaluation import transfer
-from minidecoder.evaluation.transfer_data import TRANSFER_TASKS, load_transfer_task, load_transfer_tasks
+from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_task, load_transfer_tasks
 from minidecoder.sources.paths import senteval_data_dir
 from test_sts_cli import fakes, run_cli  # noqa: F401  (the fake model, method and job of eval sts's tests)
 
@@ -109,7 +109,7 @@ def test_inner_kfold_scores_as_senteval_and_equals_sklearn_accuracy() -> None:
 
 
 def test_probes_trained_in_worker_processes_equal_those_trained_here() -> None:
-    """probe_pool: the grid's probes in two spawned processes give the very same result as one after
+    """train_all: the grid's probes in two spawned processes give the very same result as one after
     another in this process (each probe is seeded alone and trains on one thread either way)."""
     x, y = gaussian_classes(120, 6, seed=4)
     config = sc.ClassifierConfig(max_epoch=8)
@@ -155,51 +155,46 @@ def test_inner_kfold_running_all_folds_grids_together_equals_one_fold_after_anot
 
 
 def test_a_failed_probe_in_a_worker_ends_the_pool_and_the_next_call_starts_a_new_one() -> None:
-    from minidecoder.evaluation import probe_pool
-
     x, y = gaussian_classes(60, 4, seed=6)
     config = sc.ClassifierConfig(max_epoch=4)
     everything = np.arange(len(y))
-    with probe_pool.shared_rows(x, y) as rows:
+    with sc.shared_rows(x, y) as rows:
         good, bad = [(rows, everything, everything, l2, 2, config) for l2 in (1e-4, -1.0)]  # Adam refuses -1
         with pytest.raises(ValueError, match="weight_decay"):
-            probe_pool.train_all(sc._trained_accuracy, [good, bad, good], workers=2)
-        assert 2 not in probe_pool._POOLS  # the broken pool is gone, its processes ended
-        again = probe_pool.train_all(sc._trained_accuracy, [good, good], workers=2)
-        assert again[0] == again[1] == probe_pool.train_all(sc._trained_accuracy, [good], workers=1)[0]
+            sc.train_all(sc._trained_accuracy, [good, bad, good], workers=2)
+        assert 2 not in sc._POOLS  # the broken pool is gone, its processes ended
+        again = sc.train_all(sc._trained_accuracy, [good, good], workers=2)
+        assert again[0] == again[1] == sc.train_all(sc._trained_accuracy, [good], workers=1)[0]
     assert not Path(rows.folder).exists()  # the shared rows go with the task
 
 
 def test_shared_rows_give_the_values_indexing_gives_and_report_each_job_in_order() -> None:
-    from minidecoder.evaluation import probe_pool
-
     x, y = gaussian_classes(50, 5, seed=8)
     picked = np.array([7, 3, 3, 49, 0])
-    with probe_pool.shared_rows(x, y) as rows:
+    with sc.shared_rows(x, y) as rows:
         taken_x, taken_y = rows.take(picked)
         assert taken_x.dtype == x.dtype and np.array_equal(taken_x, x[picked]) and np.array_equal(taken_y, y[picked])
         seen: list[int] = []
-        assert probe_pool.train_all(abs, [-3, 1, -2], workers=1, finished=seen.append) == [3, 1, 2]
+        assert sc.train_all(abs, [-3, 1, -2], workers=1, finished=seen.append) == [3, 1, 2]
         assert seen == [0, 1, 2]
 
 
 def test_shared_rows_that_cannot_be_written_say_where_and_what_to_do(monkeypatch) -> None:
     from minidecoder.errors import OutputError
-    from minidecoder.evaluation import probe_pool
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(probe_pool.np, "save", full_disk)
+    monkeypatch.setattr(sc.np, "save", full_disk)
     x, y = gaussian_classes(20, 3, seed=9)
     with pytest.raises(OutputError, match="No space left") as caught:
-        with probe_pool.shared_rows(x, y):
+        with sc.shared_rows(x, y):
             pass
     assert "TMPDIR" in caught.value.fix
 
 
 def load_stub_task():
-    from minidecoder.evaluation.transfer_data import Split, TransferTask
+    from minidecoder.evaluation.transfer import Split, TransferTask
     return TransferTask("MR", "inner_kfold", ("0", "1"), {"all": Split([], np.zeros(0, np.int64))}, Path("."), [])
 
 

@@ -250,7 +250,7 @@ def _sts_b() -> list[str]:
     path = SHARED / "data" / "sts"
     if not (path / "STSBenchmark" / "sts-test.csv").is_file():
         pytest.skip(f"STS data not found at {path}")
-    from minidecoder.evaluation.sts_data import load_task
+    from minidecoder.evaluation.sts import load_task
 
     subset = load_task("STSBenchmark", path).subsets["test"]
     return subset.sentences1 + subset.sentences2

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import minidecoder
-from minidecoder.evaluation.harness import score_embeddings, unique_sentences
-from minidecoder.evaluation.sts_data import load_tasks
+from minidecoder.evaluation.sts import score_embeddings, unique_sentences
+from minidecoder.evaluation.sts import load_tasks
 from minidecoder.evaluation.sweep import BlockCounter, method_at, sweep_sts
 from minidecoder.methods import METHODS, Method, option
 from minidecoder.methods.inputs import encode_prompts

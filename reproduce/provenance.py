@@ -232,7 +232,7 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]]) -> list[str]:
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** decides no verdict: "
              "its comparisons print their number only, until it is re-run in the paper's configuration "
-             "(minidecoder/evaluation/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
+             "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
     for key, label in rows:
         entry = provenance(benchmark, key)
         if entry is None:

@@ -1,4 +1,5 @@
-"""SentEval's logistic-regression probe and its three validation schemes, as the papers ran them.
+"""SentEval's logistic-regression probe and its three validation schemes, as the papers ran them, and the
+worker processes that train a grid's probes.
 
 TP (Table 5) and CP (Table 6) score the transfer tasks "in line with prior works (SimCSE; MetaEOL)":
 SentEval with `usepytorch=True, kfold=10` and the classifier
@@ -23,22 +24,148 @@ and `MLP`; `senteval/tools/validation.py`, `InnerKFoldClassifier`, `KFoldClassif
   `2**t` in validation.py belong to the scikit-learn branch, which the papers did not run); a grid
   score is `round(100 * mean accuracy, 2)` and `np.argmax` takes the first best;
 - folds: scikit-learn's `StratifiedKFold(n_splits=10, shuffle=True, random_state=1111)`, on the rows in
-  the order the task hands them (SentEval's own sort; see transfer_data.py).
+  the order the task hands them (SentEval's own sort; see transfer.py).
 
 Predictions use `argmax` of the logits (`output.data.max(1)[1]`), the first class on a tie. The three
 schemes also return each test row's prediction, for the bootstrap intervals (transfer.py).
+
+The probes run in worker processes: the same accuracies as one after another, faster.
+
+An inner k-fold task trains 410 probes, each a few seconds of small steps that
+one CPU thread runs best, so a task takes tens of minutes on one core. The probes of one L2 grid do not
+depend on each other: each is seeded alone (`LogisticRegressionProbe` seeds its own weights and its own
+shuffles), so where it runs does not change it. Here they run in `workers` spawned processes, each on
+one thread; with `workers=1`, in this process, also on one thread (`one_thread`), so both give the same
+probes bit for bit (tests/evaluation/test_transfer.py checks it).
+
+A task's rows are written once to a temporary folder that every worker memory-maps (`shared_rows`), and a
+job names its rows by index: an inner k-fold task would otherwise pickle its training rows into each of
+its 400 grid jobs (about 20 MB each for MR), which on 16 CPUs kept the workers waiting on the parent.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from minidecoder.evaluation import probe_pool
+from minidecoder.errors import OutputError
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """The CPUs this process may use: the probes run after the embeddings, so the cores are free."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread while probes train here, as in a worker; the earlier count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train_all(train: Callable[[T], R], jobs: list[T], workers: int = 1,
+              finished: Callable[[int], None] | None = None) -> list[R]:
+    """`train(job)` for every job, in the jobs' order: here on one thread, or in `workers` processes
+    (`train` must be a module-level function, so a spawned worker can import it). `finished(n)` is called
+    as job n's result arrives, in the jobs' order (for a progress bar)."""
+    if workers <= 1 or len(jobs) <= 1:
+        with one_thread():
+            return [_reported(n, train(job), finished) for n, job in enumerate(jobs)]
+    pool = _pool(workers)
+    try:
+        return [_reported(n, result, finished) for n, result in enumerate(pool.map(train, jobs))]
+    except BaseException:  # Ctrl-C, SIGTERM or a failed probe: stop at once, not after the queued probes
+        _POOLS.pop(workers, None)
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: an inner k-fold task asks 10 times
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """The worker processes, started once (each imports torch, seconds) and started again if one died."""
+    pool = _POOLS.get(workers)
+    if pool is None or getattr(pool, "_broken", False):
+        # spawn, not fork: a forked copy of a process whose torch already ran threads can hang
+        pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                                     initializer=_start_worker)
+    return pool
+
+
+def _start_worker() -> None:
+    """One thread, as `one_thread` here; Ctrl-C is the parent's to handle (a worker's would print a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+
+
+def _reported(n: int, result: R, finished: Callable[[int], None] | None) -> R:
+    if finished is not None:
+        finished(n)
+    return result
+
+
+@dataclass(frozen=True)
+class SharedRows:
+    """A task's rows (x: (N, E) features, y: (N,) labels) in a folder of .npy files that each process maps
+    once; a job carries this (a path) and row indices, and `take` gives the very values indexing the
+    arrays would."""
+
+    folder: str
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x, y = _mapped(self.folder)
+        return np.asarray(x[rows]), np.asarray(y[rows])
+
+
+_MAPPED: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # this process's maps: the current task's alone
+
+
+def _mapped(folder: str) -> tuple[np.ndarray, np.ndarray]:
+    if folder not in _MAPPED:
+        _MAPPED.clear()  # an earlier task's folder is gone; let its pages go
+        _MAPPED[folder] = (np.load(Path(folder) / "x.npy", mmap_mode="r"), np.load(Path(folder) / "y.npy", mmap_mode="r"))
+    return _MAPPED[folder]
+
+
+@contextlib.contextmanager
+def shared_rows(x: np.ndarray, y: np.ndarray) -> Iterator[SharedRows]:
+    """x and y written once to a temporary folder (removed after) for the jobs of one task."""
+    with tempfile.TemporaryDirectory(prefix="minidecoder-probe-rows-") as folder:
+        try:
+            np.save(Path(folder) / "x.npy", np.ascontiguousarray(x))
+            np.save(Path(folder) / "y.npy", np.ascontiguousarray(y))
+        except OSError as error:
+            raise OutputError(f"could not write the probes' rows ({x.nbytes / 2**20:.0f} MB) to {folder}: {error}",
+                              "free space there, or point TMPDIR at a folder with room") from None
+        try:
+            yield SharedRows(folder)
+        finally:
+            _MAPPED.pop(folder, None)
+
 
 SEED = 1111
 L2_GRID: tuple[float, ...] = tuple(10.0 ** t for t in range(-5, -1))  # SentEval, usepytorch=True
@@ -173,13 +300,13 @@ def _folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarra
 Grid = list[tuple[np.ndarray, np.ndarray]]  # (fit rows, check rows) of each fold, as indices into a task's rows
 
 
-def _grid_scores(rows: probe_pool.SharedRows, grids: list[Grid], num_classes: int, config: ClassifierConfig,
+def _grid_scores(rows: SharedRows, grids: list[Grid], num_classes: int, config: ClassifierConfig,
                  progress: Progress, workers: int = 1) -> list[tuple[float, float]]:
     """(best L2, its score) of each grid, as SentEval's grid search finds it: for each L2 value, a probe
     trained on each fold's fit rows, early-stopped on its check rows and scored there; the L2's score is
     `round(100 * mean accuracy, 2)` and `np.argmax` keeps the first best. The probes are independent (each
     seeded alone), so all the grids' probes go to the `workers` processes at once, which keeps them busy
-    across an inner k-fold task's outer folds: the same accuracies bit for bit (probe_pool.py; every probe
+    across an inner k-fold task's outer folds: the same accuracies bit for bit (`train_all`; every probe
     trains on one thread, here or there)."""
     jobs = [(rows, fit, check, l2, num_classes, config) for grid in grids for fit, check in grid for l2 in L2_GRID]
 
@@ -187,7 +314,7 @@ def _grid_scores(rows: probe_pool.SharedRows, grids: list[Grid], num_classes: in
         if progress and n % len(L2_GRID) == len(L2_GRID) - 1:
             progress(1)  # a fold's four probes are done
 
-    accuracies = iter(probe_pool.train_all(_trained_accuracy, jobs, workers, finished))  # in the jobs' order
+    accuracies = iter(train_all(_trained_accuracy, jobs, workers, finished))  # in the jobs' order
     chosen = []
     for grid in grids:
         per_fold = [[next(accuracies) for _ in L2_GRID] for _ in grid]
@@ -227,10 +354,10 @@ def inner_kfold(x: np.ndarray, y: np.ndarray, num_classes: int, k: int = KFOLD,
     outer = _folds(y, k, config.seed)
     # SentEval's innerskf splits the outer training rows with the same seed; as indices into all rows
     grids = [[(train[fit], train[check]) for fit, check in _folds(y[train], k, config.seed)] for train, _ in outer]
-    with probe_pool.shared_rows(x, y) as rows:
+    with shared_rows(x, y) as rows:
         chosen = _grid_scores(rows, grids, num_classes, config, progress, workers)
         jobs = [(rows, train, test, l2, num_classes, config) for (train, test), (l2, _) in zip(outer, chosen)]
-        fold_predictions = probe_pool.train_all(_fold_predictions, jobs, workers)
+        fold_predictions = train_all(_fold_predictions, jobs, workers)
     predictions = np.empty(len(y), dtype=np.int64)
     fold_scores = []
     for (_, test), predicted in zip(outer, fold_predictions):
@@ -246,7 +373,7 @@ def kfold_then_test(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np
                     workers: int = 1) -> ProbeResult:
     """SentEval's `KFoldClassifier` (TREC, MRPC): the L2 value chosen by k-fold cross-validation on the
     training set, then a model trained on all of it (5% held out for early stopping) scored on the test set."""
-    with probe_pool.shared_rows(x, y) as rows:
+    with shared_rows(x, y) as rows:
         [(l2, dev)] = _grid_scores(rows, [_folds(y, k, config.seed)], num_classes, config, progress, workers)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation_split=0.05)
 
@@ -256,7 +383,7 @@ def dev_selected(x: np.ndarray, y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndar
                  progress: Progress = None, workers: int = 1) -> ProbeResult:
     """SentEval's `SplitClassifier` (SST2): each L2 value trained on train (early stopping on dev) and
     scored on dev; the best is trained again the same way and scored on test."""
-    with probe_pool.shared_rows(np.concatenate([x, dev_x]), np.concatenate([y, dev_y])) as rows:
+    with shared_rows(np.concatenate([x, dev_x]), np.concatenate([y, dev_y])) as rows:
         train_and_dev = [(np.arange(len(x)), np.arange(len(x), len(x) + len(dev_x)))]
         [(l2, dev)] = _grid_scores(rows, [train_and_dev], num_classes, config, progress, workers)
     return _final(x, y, test_x, test_y, num_classes, l2, dev, config, validation=(dev_x, dev_y))
@@ -264,7 +391,7 @@ def dev_selected(x: np.ndarray, y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndar
 
 def _final(x, y, test_x, test_y, num_classes: int, l2: float, dev: float, config: ClassifierConfig,
            **validation) -> ProbeResult:
-    with probe_pool.one_thread():
+    with one_thread():
         probe = LogisticRegressionProbe(x.shape[1], num_classes, l2, config)
         probe.fit(x, y, **validation)
         predictions = probe.predict(test_x)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minidecoder.evaluation.harness import Encoder, encode_sentences, pair_cosines
-from minidecoder.evaluation.sts_data import StsTask
+from minidecoder.evaluation.family import Encoder, encode_sentences
+from minidecoder.evaluation.sts import pair_cosines
+from minidecoder.evaluation.sts import StsTask
 
 PIECE_PAIRS = 1000  # SICK-R's 4,927 pairs are five pieces; 22 pieces for the seven full test sets
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidecoder.evaluation.provenance import not_the_papers
+from reproduce.provenance import not_the_papers
 
 SOURCE = "docs/spec.md section 10 (Llama-2-7B, fp32, STS Avg. of seven)"
 

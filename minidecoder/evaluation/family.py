@@ -2,7 +2,7 @@
 the order of the checks (everything that can fail cheaply fails before the model loads), the owned kept-work
 folder, one resumable embedding job for every text of a run, the stamp and the report.
 
-A family's command module gives a `Family`: `read(args)` (its data, read and checked), `texts(loaded, args)`
+A family's module gives a `Family`: `read(args)` (its data, read and checked), `texts(loaded, args)`
 (every text it may ask for), `evaluate(encode, loaded, args, kept)` (its results dict; `kept` a `Kept` folder
 that survives an interruption, for work slower than the embeddings, e.g. transfer's probes), `table(results)`
 (what is printed), `markdown(results, stamp)` (PREFIX.md), and `input_flags`, the flags that choose its texts.
@@ -14,6 +14,24 @@ and the same command with other input flags is refused by flag. Inside it, every
 in one job (`running.jobs.embed_resumably`, in `job/`), started on the first `encode` call, so Ctrl-C keeps
 every finished chunk and the same command resumes from them; the family reads its vectors from that table, in
 any order, as often as it likes.
+
+The data folders: reading the benchmark folders of `../shared/data` (BEIR, MTEB, C-MTEB): the folder, each
+file's lines, and errors that name the file, the line and the way out.
+
+Every reader of the retrieval, classification and C-MTEB families goes through these three calls, so a
+missing file, a line that does not parse or text that is not UTF-8 reads the same everywhere:
+
+    folder = resolve_data_folder("--data", "beir", "the folder holding scifact/ and nfcorpus/")
+    for number, line in numbered_lines(folder / "scifact" / "queries.jsonl"): ...
+    record = json_line(path, number, line)
+
+and every reader of an eval family (these, SentEval's transfer and STS files) ends a file with the same two:
+`require_rows` (a file with no rows, empty or a header alone, is an error naming it, never an empty array
+handed to scikit-learn) and `limit_that_cut` (the one stamp rule: a run is limited only where its --limit
+left items of the data unscored).
+
+The encoding: what every benchmark family's texts go through: each distinct text once, longest first,
+encoded in chunks that must come back as finite (N, D) tensors.
 """
 from __future__ import annotations
 
@@ -24,16 +42,21 @@ import json
 import re
 import shlex
 import shutil
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from tqdm import tqdm
+
 from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, first_interrupted, load_model, model_stamp,
                                     resume_settings)
-from minidecoder.errors import Interrupted
+from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file
+
 
 # Methods that take a task's instruction (docs/spec.md section 11, HTP Appendix B: Vanilla Mean, Vanilla Last, Echo
 # Mean, HTP); the prompt methods (PromptEOL, TP, CP, ...) keep their own prompt on both sides and take none
@@ -134,8 +157,6 @@ def parse_names(text: str | None, known: Sequence[str], flag: str = "--tasks",
                 default: Sequence[str] | None = None) -> list[str]:
     """The comma-separated names of `text`, each one of `known` (None: `default`, else all of `known`), or an
     InputError naming the others."""
-    from minidecoder.errors import InputError
-
     if text is None:
         return list(default if default is not None else known)
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -154,7 +175,6 @@ def default_prefix(benchmark: str, model: str | None, method: str) -> Path:
 
 
 def run_family(args: argparse.Namespace, family: Family) -> int:
-    from minidecoder.errors import InputError
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
     from minidecoder.running.jobs import check_work_owner
 
@@ -181,7 +201,6 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     model = load_model(args)
     stamp = {**model_stamp(args, model, method), "model_identity": model_identity(model)}
     command = shlex.join(["minidecoder", "eval", family.name, *argv_of(args)])
-    from minidecoder.evaluation.harness import longest_first
 
     texts = longest_first(family.texts(loaded, args))  # the same order in every process: resumable
     row = {text: i for i, text in enumerate(texts)}
@@ -307,3 +326,135 @@ def markdown_report(family: str, about: str, table: str, stamp: dict, more: str 
 
 def limited_note(what: str) -> str:
     return f"\n**Limited run** ({what}): a quick look, not comparable to published results."
+
+
+def resolve_data_folder(data_dir: str | Path | None, folder: str, holds: str) -> Path:
+    """`data_dir` if given, else `$MINIDECODER_<FOLDER>_DATA` or ../shared/data/<folder> (`sources.paths.shared_data_dir`);
+    it must be a folder."""
+    from minidecoder.sources.paths import shared_data_dir
+
+    if data_dir is not None:
+        path: Path | None = Path(data_dir).expanduser()
+    else:
+        path = shared_data_dir(folder, f"MINIDECODER_{folder.upper()}_DATA")
+    if path is None or not path.is_dir():
+        why = "(none found)" if path is None else f"{path} {describe_unusable_file(path, 'folder')}"
+        if path is not None and path.is_file():
+            why = f"{path} is a file, not a folder"
+        raise InputError(f"{folder} data folder {why}",
+                         f"pass --data DIR (or set MINIDECODER_{folder.upper()}_DATA) to {holds}")
+    return path
+
+
+def require_file(path: Path, what: str) -> Path:
+    """`path` if it is a readable file, else an InputError naming it and what it should hold."""
+    if not path.is_file():
+        raise InputError(f"{what} {path} {describe_unusable_file(path)}",
+                         "point --data at a complete copy of the data (the folder's README lists its files)")
+    return path
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line without its end) of a UTF-8 text file; a UTF-8 byte order mark is dropped.
+    Line ends are \\n or \\r\\n (SciFact's qrels use CRLF)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise InputError(f"{path} line {line} is not valid UTF-8", "re-encode the file as UTF-8") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line[:-1] if line.endswith("\r") else line
+        if line.strip():
+            yield number, line
+
+
+def json_line(path: Path, number: int, line: str) -> dict:
+    """One JSON Lines record (an object), or an InputError naming the file and line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path} line {number} is not JSON ({error.msg} at column {error.colno})",
+                         "fix or remove that line (one JSON object a line)") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{path} line {number} is not a JSON object", "write one JSON object a line")
+    return record
+
+
+def field(path: Path, number: int, record: dict, key: str) -> str:
+    """record[key] as a string (a number is taken as its text: BEIR ids are sometimes written as numbers)."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"{path} line {number} has no string {key!r} field (got {value!r})",
+                         f"give every line a {key!r} string")
+    return str(value)
+
+
+def require_rows(path: Path, rows: int, what: str = "rows", why: str = "it is empty or a header alone") -> int:
+    """`rows` if the file gave any, else an InputError naming the file, what it lacks and `why`."""
+    if rows == 0:
+        raise InputError(f"{path} holds no {what} ({why})",
+                         "restore the file, or point --data at a complete copy of the data (the folder's README "
+                         "lists its files)")
+    return rows
+
+
+def limit_that_cut(limit: int | None, sizes: Iterable[int]) -> int | None:
+    """The limit a run is stamped with: `limit` where it left some of the data unscored (a file, set or split of
+    `sizes` holds more items than it), else None. A --limit at least the size of everything scores every item:
+    a full run, comparable to published results, and the claims tools count it."""
+    return limit if limit is not None and any(size > limit for size in sizes) else None
+
+
+def run_limit(limits: Iterable[int | None]) -> int | None:
+    """The stamp's limit of a run over several sets: the limit where any set was cut, else None."""
+    return next((limit for limit in limits if limit is not None), None)
+
+
+Encoder = Callable[[list[str]], torch.Tensor]  # sentences -> (N, D)
+
+
+def longest_first(texts: Iterable[str]) -> list[str]:
+    """Every distinct text once, longest first (less padding per batch; a batch that does not fit in memory
+    fails at once instead of hours in); ties keep first-appearance order. The order must be the same in
+    every process: a resumed job refuses texts in another order, and a set's order follows the per-process
+    string hash (PYTHONHASHSEED), so with a set an interrupted run could never resume. A (context, text) pair
+    counts the characters of both."""
+    return sorted(dict.fromkeys(texts), key=lambda t: len(t[0]) + len(t[1]) + 1 if isinstance(t, tuple) else len(t),
+                  reverse=True)
+
+
+def encode_sentences(
+    encode: Encoder, sentences: Sequence[str], chunk_size: int = 256, progress: bool = True,
+    desc: str = "STS sentences",
+) -> torch.Tensor:
+    """Call `encode` on consecutive chunks of `sentences`; returns (N, D) on the CPU, row i = sentences[i].
+
+    Each chunk must come back as a finite (len(chunk), D) tensor. The progress bar (stderr) counts
+    sentences, so its rate is sentences per second.
+    """
+    parts: list[torch.Tensor] = []
+    with tqdm(total=len(sentences), unit="sent", desc=desc, file=sys.stderr, disable=not progress,
+              dynamic_ncols=True) as bar:
+        for start in range(0, len(sentences), chunk_size):
+            chunk = list(sentences[start:start + chunk_size])
+            vectors = encode(chunk)
+            if not isinstance(vectors, torch.Tensor) or vectors.dim() != 2 or vectors.shape[0] != len(chunk):
+                shape = tuple(vectors.shape) if isinstance(vectors, torch.Tensor) else type(vectors).__name__
+                raise RuntimeError(f"encode returned {shape} for {len(chunk)} sentences; expected a ({len(chunk)}, D) tensor")
+            vectors = vectors.detach().cpu()
+            bad = ~torch.isfinite(vectors).all(dim=1)
+            if bad.any():
+                first = chunk[int(bad.nonzero()[0])]
+                raise NumericsError(
+                    f"{int(bad.sum())} of {len(chunk)} STS embeddings contain NaN or inf (first: {first!r})",
+                    "run in float32 (--dtype float32); half precision can overflow in long prompts",
+                )
+            parts.append(vectors)
+            bar.update(len(chunk))
+    if not parts:
+        return torch.empty(0, 0)
+    if len({part.shape[1] for part in parts}) != 1:
+        raise RuntimeError(f"encode returned different widths across chunks: {sorted({p.shape[1] for p in parts})}")
+    return torch.cat(parts)  # (N, D)
