@@ -21,7 +21,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import minidecoder  # noqa: E402
-from minidecoder.cli.common import parse_options  # noqa: E402
+from minidecoder.running.command_line import parse_options  # noqa: E402
 from minidecoder.running.distributed import default_backend, embed_distributed  # noqa: E402
 
 

@@ -62,7 +62,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import minidecoder  # noqa: E402
-from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, layout_of, order_codes  # noqa: E402
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, order_codes  # noqa: E402
+from minidecoder.evaluation.sts import layout_of  # noqa: E402
 from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
                               sentence)
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402

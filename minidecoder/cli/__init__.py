@@ -126,7 +126,7 @@ def _catch_sigterm():
 def interrupted_line(interrupt: KeyboardInterrupt, command: str | None) -> str:
     """What was kept and how to resume: the command's own `Interrupted` line, else its module's
     `INTERRUPTED`, else NOTHING_KEPT."""
-    from minidecoder.cli.common import first_interrupted
+    from minidecoder.running.command_line import first_interrupted
 
     kept = first_interrupted(interrupt)  # a second Ctrl-C on the way up keeps the first one's line
     if kept is not None:

@@ -35,7 +35,7 @@ INTERRUPTED = ("interrupted before the job started; chunks an earlier run finish
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from minidecoder.cli.common import add_model_options, add_output_options
+    from minidecoder.running.command_line import add_model_options, add_output_options
 
     parser = subparsers.add_parser(
         "embed", help="embed a file of sentences (txt or jsonl) into .npy or .safetensors",
@@ -94,7 +94,7 @@ def check_output(path: Path, overwrite: bool) -> None:
 
 # ---- the command -----------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
-    from minidecoder.cli.common import build_cli_method, check_sizes, claim_cli_outputs
+    from minidecoder.running.command_line import build_cli_method, check_sizes, claim_cli_outputs
 
     # everything that can fail cheaply fails before the model loads
     from minidecoder.output_files import check_not_inputs
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace, method, output: Path) -> int:
-    from minidecoder.cli.common import load_model
+    from minidecoder.running.command_line import load_model
     from minidecoder.running.jobs import run_embedding_job
 
     model = load_model(args)
@@ -138,7 +138,7 @@ def _embed(args: argparse.Namespace, method, output: Path) -> int:
 def _embed_sharded(args: argparse.Namespace, output: Path) -> int:
     """Under torchrun: this rank's shard of the job, its chunks kept, and (rank 0) the shards manifest
     (running.distributed.embed_sharded). Rerun the same command after a crash: every rank resumes."""
-    from minidecoder.cli.common import build_cli_method, load_model
+    from minidecoder.running.command_line import build_cli_method, load_model
     from minidecoder.output_files import check_not_inputs, output_lock
     from minidecoder.running import distributed
     from minidecoder.running.jobs import job_outputs, scan_input

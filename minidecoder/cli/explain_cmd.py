@@ -14,7 +14,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
+from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
 
 

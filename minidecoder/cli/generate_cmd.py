@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from minidecoder import generate
-from minidecoder.cli.common import add_model_options, load_model
+from minidecoder.running.command_line import add_model_options, load_model
 from minidecoder.errors import InputError
 
 

@@ -5,7 +5,7 @@ import argparse
 
 import torch
 
-from minidecoder.cli.common import add_model_options, load_model
+from minidecoder.running.command_line import add_model_options, load_model
 from minidecoder.errors import InputError, NumericsError
 
 

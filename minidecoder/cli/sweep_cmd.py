@@ -26,7 +26,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_integers,
+from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_integers,
                                     check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options,
                                     resume_settings)
 from minidecoder.evaluation.family import default_prefix

@@ -26,13 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-if TYPE_CHECKING:  # the STS family imports this module
-    from minidecoder.evaluation.sts import StsTask
 
 
 
@@ -93,18 +89,6 @@ class TaskLayout:
         return int(self.bounds[-1])
 
 
-def layout_of(tasks: Sequence[StsTask]) -> list[TaskLayout]:
-    """The layout of each task, pairs in the order `StsScorer.cosines` returns them."""
-    out = []
-    for task in tasks:
-        gold, bounds = [], [0]
-        for subset in task.subsets.values():
-            gold += subset.gold
-            bounds.append(len(gold))
-        out.append(TaskLayout(task.name, task.setting, np.asarray(gold, np.float64), tuple(bounds)))
-    return out
-
-
 def rank_rows(x: np.ndarray) -> np.ndarray:
     """Average ranks (1-based, ties share their mean rank) of every row of a (B, n) array, float64;
     row by row what `spearman.rankdata` returns."""
@@ -148,7 +132,7 @@ def order_codes(similarities: np.ndarray) -> np.ndarray:
 class Bootstrap:
     """Resamples fixed by (data, resamples, seed); scores any number of rows on the same resamples.
 
-        boot = Bootstrap(layout_of(test_tasks))
+        boot = Bootstrap(sts.layout_of(test_tasks))   # evaluation/sts.py
         reps = boot.replicates({"a": sims_a, "b": sims_b})  # sims: {task name: (P,) similarities}
         boot.interval(reps["a"])                              # {task: (lo, hi), ..., "avg": (lo, hi)}
         boot.interval(reps["a"] - reps["b"])                  # the paired difference's interval

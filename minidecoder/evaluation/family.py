@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
+from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, first_interrupted, load_model, model_stamp,
                                     resume_settings)
 from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file

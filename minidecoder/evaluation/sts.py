@@ -74,10 +74,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minidecoder.cli.common import (add_model_options, add_output_options, build_cli_method, check_sizes,
+from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model, model_stamp)
 from minidecoder.errors import InputError, describe_unusable_file
-from minidecoder.evaluation.bootstrap import pearson, rankdata
+from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, argv_of, default_prefix, embed_kept, encode_sentences,
                                            limit_that_cut, longest_first, parse_names, require_rows)
 from minidecoder.sources.paths import sts_data_dir
@@ -533,6 +533,19 @@ def kept_settings(args: argparse.Namespace) -> dict:
     """The flags that choose the sentences a kept job embeds and those that make their vectors, so that a
     resume with others is refused by flag (`--limit was 300, now 30`, `--method was 'mean', now 'last'`),
     all at once and before the model loads, never by the job's fields (`input.rows`)."""
-    from minidecoder.cli.common import resume_settings
+    from minidecoder.running.command_line import resume_settings
 
     return resume_settings(args, ("--tasks", "--limit"))
+
+
+def layout_of(tasks: Sequence[StsTask]) -> list[TaskLayout]:
+    """The bootstrap's layout of each task (evaluation.bootstrap.Bootstrap), pairs in the order
+    `StsScorer.cosines` returns them."""
+    out = []
+    for task in tasks:
+        gold, bounds = [], [0]
+        for subset in task.subsets.values():
+            gold += subset.gold
+            bounds.append(len(gold))
+        out.append(TaskLayout(task.name, task.setting, np.asarray(gold, np.float64), tuple(bounds)))
+    return out

@@ -20,7 +20,9 @@ import torch
 import minidecoder
 import minidecoder.methods
 import minidecoder.running.jobs
-from minidecoder.cli import common, eval_cmd
+from minidecoder.cli import eval_cmd
+from minidecoder.running import command_line as common
+from minidecoder.running import load_model
 from minidecoder.errors import InputError
 from minidecoder.evaluation import evaluate_sts
 from minidecoder.evaluation.report import (build_stamp, code_version, describe_checkout, summary_table, to_markdown,
@@ -79,7 +81,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
         assert json.loads((owned / "owner.json").read_text())["command"].startswith("minidecoder eval ")
         return fake_embed(model, sentences, method), {"chunks_reused": 0}
 
-    monkeypatch.setattr(minidecoder, "load", load)
+    monkeypatch.setattr(load_model, "load", load)  # what every command's model loading calls
     monkeypatch.setattr(minidecoder, "embed", fake_embed)
     monkeypatch.setattr(minidecoder.running.jobs, "embed_resumably", embed_resumably)
     monkeypatch.setattr(minidecoder.methods, "build_method", build_method)

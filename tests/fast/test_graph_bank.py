@@ -85,7 +85,7 @@ def test_graphs_are_off_by_default_and_opt_in(tiny_llama) -> None:
 def test_the_cli_has_a_graphs_switch(tiny_llama) -> None:
     import argparse
 
-    from minidecoder.cli.common import add_model_options, load_model
+    from minidecoder.running.command_line import add_model_options, load_model
 
     parser = argparse.ArgumentParser()
     add_model_options(parser)

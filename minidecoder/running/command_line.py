@@ -1,5 +1,6 @@
-"""Options and checks shared by the sub-commands: the model, method options, sizes, and the outputs
-(claimed through minidecoder.output_files before the model loads)."""
+"""Options and checks every command shares (the sub-commands, and the benchmark families' own commands in
+minidecoder.evaluation): the model, method options, sizes, and the outputs (claimed through
+minidecoder.output_files before the model loads)."""
 from __future__ import annotations
 
 import argparse
@@ -81,9 +82,9 @@ def check_integers(flag: str, key: str, value: Any) -> None:
 
 
 def load_model(args: argparse.Namespace):
-    import minidecoder
+    from minidecoder.running import load_model as loading  # looked up at the call: tests patch loading.load
     extra = {"ignore_config_keys": tuple(args.ignore_config_key)} if getattr(args, "ignore_config_key", None) else {}
-    return minidecoder.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
+    return loading.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
                             pack_weights=args.pack_weights, graphs=getattr(args, "graphs", False), **extra)
 
 
