@@ -464,31 +464,21 @@ def work_as_run(model, fn: Callable[[], Any]) -> float:
 
 def method_work(model, method, texts: list[str], chunk: int = 256) -> dict:
     """Useful FLOPs of `method` on `texts`, from the passes it runs: per pass, real tokens x blocks run x 2 x
-    block params + 4 H D x causal pairs x blocks run (tools/bench.py's count). `flops` counts a shared prompt
-    prefix in every row (what the plain loop computes; MetaEOL's instruction prefix included);
-    `flops_prefix_once` counts the leading tokens all rows of a `chunk` share once (what a prefix cache runs)."""
-    tokens = pairs = once_tokens = once_pairs = 0
+    block params + 4 H D x causal pairs x blocks run (tools/bench.py's count), a shared prompt prefix counted in
+    every row (what the plain loop computes; MetaEOL's instruction prefix included). What a call really ran,
+    a prefix run once counted once, is `work_as_run`'s."""
+    tokens = pairs = 0
     passes, blocks = 0, set()
     for first in range(0, len(texts), chunk):
         for p in method.passes(model, texts[first:first + chunk]):
-            mask = p.batch.attention_mask.bool()  # (B, T)
-            n = mask.sum(dim=1).long()  # (B,) real tokens per row
-            rows = [p.batch.input_ids[r][mask[r]] for r in range(mask.shape[0])]
-            shortest = int(n.min())
-            same = torch.stack([row[:shortest] for row in rows]) == rows[0][:shortest]  # (B, shortest)
-            c = int(same.all(dim=0).long().cumprod(dim=0).sum())  # leading tokens every row shares
-            extra_rows = mask.shape[0] - 1
+            n = p.batch.attention_mask.bool().sum(dim=1).long()  # (B,) real tokens per row
             tokens += int(n.sum()) * p.blocks
             pairs += int((n * (n + 1) // 2).sum()) * p.blocks
-            once_tokens += (int(n.sum()) - extra_rows * c) * p.blocks
-            once_pairs += (int((n * (n + 1) // 2).sum()) - extra_rows * (c * (c + 1) // 2)) * p.blocks
             if first == 0:
                 passes += 1
                 blocks.add(p.blocks)
-    return {"flops": float(useful_flops(model, tokens, pairs)),
-            "flops_prefix_once": float(useful_flops(model, once_tokens, once_pairs)),
-            "token_blocks": tokens, "pair_blocks": pairs, "passes_per_batch": passes, "blocks_run": sorted(blocks),
-            "prefix_chunk": chunk}
+    return {"flops": float(useful_flops(model, tokens, pairs)), "token_blocks": tokens, "pair_blocks": pairs,
+            "passes_per_batch": passes, "blocks_run": sorted(blocks)}
 
 
 # ---- the run --------------------------------------------------------------------------------------------
