@@ -143,6 +143,9 @@ class HTP(Method):
         check_template(self.template)
         if self.template.count("{text}") != 1:
             raise InputError(f"template {self.template!r} must hold {{text}} exactly once", "e.g. '{text}'")
+        if "{eos}" in self.template:  # HTP tokenizes its pieces itself; its EOS is an option
+            raise InputError(f"template {self.template!r} holds {{eos}}, which HTP does not read",
+                             "drop {eos}: append_eos=True (the default) appends the EOS after the template")
 
     def describe(self) -> dict:
         return {**super().describe(), "sentence_splitter": SPLITTER}

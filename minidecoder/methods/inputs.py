@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minidecoder.errors import ContextLengthError, InputError
-from minidecoder.methods.text import fill_template
+from minidecoder.methods.text import fill_template, without_eos
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,8 +91,9 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
 def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = True, context: str | None = None):
     """(ids, [(start, end) token span of each {text} occurrence]) for one filled template; given `context`
     (a string, "" for none), the ids of `"{context} {filled}"` and, as a third item, the context's token span
-    (the tokens overlapping its characters; (0, 0) for none)."""
+    (the tokens overlapping its characters; (0, 0) for none). A final `{eos}` appends the EOS id."""
     filled = fill_template(template, text)  # validates the template; strips
+    template, eos = without_eos(template)
     parts = template.split("{text}")
     assembled, char_spans = parts[0], []
     for part in parts[1:]:
@@ -110,6 +111,11 @@ def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = T
         token_spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
     head = [tokenizer.bos_id] if add_special_tokens and tokenizer.add_bos else []
     tail = [tokenizer.eos_id] if add_special_tokens and tokenizer.add_eos else []
+    if eos:  # HTP's code's `{</s>}`: the token a last-token readout then reads
+        if tokenizer.eos_id is None:
+            raise InputError(f"the template {template + '{eos}'!r} appends an EOS token, and this tokenizer has none",
+                             "drop {eos} from the template, or use a checkpoint whose tokenizer_config.json names one")
+        ids = ids + [tokenizer.eos_id]
     token_spans = [(s + len(head), e + len(head)) if e > s else (0, 0) for s, e in token_spans]
     if context is None:
         return head + ids + tail, token_spans

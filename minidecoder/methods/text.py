@@ -34,9 +34,11 @@ from minidecoder.errors import InputError
 SENTEVAL_HELP = ("prepare each text as the SentEval batchers of the references did (append '.', '\"' -> \"'\", "
                  "final '?' -> '.') before filling the template; false embeds the text verbatim")
 
-# A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the only one
-# known. Lone braces and tokens such as `<PST>` are literal text.
+# A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the text's place and
+# `{eos}`, at the very end only, the tokenizer's EOS token appended as one id (HTP's code's `{</s>}`, the
+# token its last-token rows read). Lone braces and tokens such as `<PST>` are literal text.
 _FIELD = re.compile(r"\{([^{}\s]*)\}")
+EOS_FIELD = "{eos}"
 _ENDINGS = ".?\"'"  # a sentence ending in one of these gets no extra "."
 
 
@@ -69,8 +71,21 @@ def template_fields(template: str) -> list[str]:
     return _FIELD.findall(template)
 
 
+def without_eos(template: str) -> tuple[str, bool]:
+    """(the template without a final `{eos}`, whether it had one). `{eos}` anywhere but at the end is an
+    error: an id appended after the text is all it can mean."""
+    head = template.rstrip()
+    ends = head.endswith(EOS_FIELD)
+    head = head[:-len(EOS_FIELD)] if ends else template
+    if EOS_FIELD in head:
+        raise InputError(f"template {template!r} has {EOS_FIELD} before its end",
+                         f"write {EOS_FIELD} last: it appends the tokenizer's EOS token after the filled template")
+    return head, ends
+
+
 def fill_template(template: str, text: str) -> str:
-    """Substitute `text` for every `{text}` in `template`, then strip the result.
+    """Substitute `text` for every `{text}` in `template`, then strip the result (a final `{eos}` is
+    dropped here: `inputs.encode_one` appends its id).
 
     Templates contain literal `"` and may contain placeholder tokens such as `<PST>`; neither is
     touched. Any other `{name}` is an error, because it almost always is a typo of `{text}`
@@ -79,13 +94,14 @@ def fill_template(template: str, text: str) -> str:
     >>> fill_template('This sentence : "{text}" means in one word:"', "a cat.")
     'This sentence : "a cat." means in one word:"'
     """
+    template, _ = without_eos(template)
     fields = template_fields(template)
     unknown = sorted({name for name in fields if name != "text"})
     if unknown:
         raise InputError(
             f"template {template!r} has unknown placeholder(s) "
             + ", ".join("{" + name + "}" for name in unknown),
-            "write the sentence's place as {text}; that is the only placeholder a template may use",
+            "write the sentence's place as {text} (and {eos}, last, for the EOS token); no other placeholder exists",
         )
     if "text" not in fields:
         raise InputError(
