@@ -88,6 +88,9 @@ class Family:
     stamp: Callable[[Any, argparse.Namespace], dict] = lambda loaded, args: {}  # the family's part of the stamp
     figures: Callable[[Path, argparse.Namespace], list[Path]] = lambda prefix, args: []  # written with the report
     draw: Callable[[dict, list[Path], argparse.Namespace], None] | None = None
+    # the texts a `--query-opt` method embeds (retrieval's queries, HTP's code's query templates); the rest
+    # take the `--opt` method alone
+    queries: Callable[[Any, argparse.Namespace], list] | None = None
 
     @property
     def owner(self) -> str:
@@ -119,7 +122,7 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
         parser.add_argument("--instruction", default="auto", metavar="TEXT",
                             help="the task instruction put before each query/text as '{instruct} {text}': 'auto' "
                                  "(default) gives the task's HTP instruction to " + ", ".join(INSTRUCT_METHODS) +
-                                 " and none to the prompt methods; 'none' gives none; any other text is used for "
+                                 " and tp with pooling=mean (HTP's TP w. Mean), none to the prompt methods; 'none' gives none; any other text is used for "
                                  "every task")
         parser.add_argument("--instruction-placement", default="context", choices=["context", "pooled"],
                             help="context (default): the instruction is read by the model before the text and "
@@ -140,8 +143,9 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
 
 def instruction_for(args: argparse.Namespace, task_instruction: str | None) -> str | None:
     """The instruction one task's queries/texts take under --instruction (see `add_family_options`)."""
-    if args.instruction == "auto":
-        return task_instruction if args.method in INSTRUCT_METHODS else None
+    if args.instruction == "auto":  # HTP section 5: every method but TP w. PromptEOL; TP w. Mean is TP pooled by mean
+        takes = args.method in INSTRUCT_METHODS or (args.method == "tp" and "pooling=mean" in args.opt)
+        return task_instruction if takes else None
     return None if args.instruction == "none" else args.instruction
 
 
@@ -187,11 +191,19 @@ def run_family(args: argparse.Namespace, family: Family) -> int:
     loaded = family.read(args)  # every data file read and checked before the model loads
     figures = family.figures(prefix, args)
     method = build_cli_method(args.method, args.opt)
+    sides = [("job", method, None)]
+    if getattr(args, "query_opt", None):  # the queries' own options over --opt's (HTP's code's query templates)
+        replaced = {pair.split("=", 1)[0] for pair in args.query_opt}
+        kept = [pair for pair in args.opt if pair.split("=", 1)[0] not in replaced]
+        sides.append(("queries", build_cli_method(args.method, kept + args.query_opt), set(family.queries(loaded, args))))
     with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held from before the model loads to the last write
-        return _evaluate(args, family, loaded, prefix, method, figures)
+        return _evaluate(args, family, loaded, prefix, sides, figures)
 
 
-def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Path, method, figures: list[Path]) -> int:
+def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Path, sides: list, figures: list[Path]
+              ) -> int:
+    """`sides`: (kept-work name, method, the texts it embeds or None for every other text), the `--opt` method
+    first; a second side is the `--query-opt` method of the queries."""
     import torch
 
     from minidecoder.evaluation.report import work_folder, write_or_rescue, write_report
@@ -199,17 +211,24 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     from minidecoder.sources.checksums import model_identity
 
     model = load_model(args)
-    stamp = {**model_stamp(args, model, method), "model_identity": model_identity(model)}
+    stamp = {**model_stamp(args, model, sides[0][1]), "model_identity": model_identity(model),
+             **({"query_method": sides[1][1].describe()} if len(sides) > 1 else {})}
     command = shlex.join(["minidecoder", "eval", family.name, *argv_of(args)])
 
     texts = longest_first(family.texts(loaded, args))  # the same order in every process: resumable
-    row = {text: i for i, text in enumerate(texts)}
+    chosen = set().union(*(side[2] for side in sides[1:]))
+    jobs = [(name, method, [text for text in texts if (text in wanted if wanted is not None else text not in chosen)])
+            for name, method, wanted in sides]
+    row = {text: i for i, text in enumerate(text for *_, side in jobs for text in side)}
     job: dict = {}
 
-    def encode(batch: list[str]) -> torch.Tensor:  # (len(batch), E), from the one job's table
-        if not job:  # the first call embeds every text of the run
+    def encode(batch: list[str]) -> torch.Tensor:  # (len(batch), E), from the jobs' table
+        if not job:  # the first call embeds every text of the run, each side with its method
             start = time.perf_counter()
-            job["vectors"], job["summary"] = embed_kept(model, method, texts, work / "job", args, prefix)
+            parts = [embed_kept(model, method, side, work / name, args, prefix) for name, method, side in jobs if side]
+            job["vectors"] = torch.cat([vectors for vectors, _ in parts])
+            job["summary"] = {key: sum(summary.get(key, 0) or 0 for _, summary in parts)
+                              for key in ("chunks_reused", "truncated_rows")}
             job["seconds"] = time.perf_counter() - start
         return job["vectors"][[row[text] for text in batch]]
 
@@ -308,8 +327,9 @@ def argv_of(args: argparse.Namespace, flags: Sequence[str] = ("model", "method",
         value = getattr(args, name, None)
         if value is not None:
             out += ["--" + name.replace("_", "-"), str(value)]
-    for pair in args.opt:
-        out += ["--opt", pair]
+    for flag in ("opt", "query_opt"):
+        for pair in getattr(args, flag, None) or []:
+            out += ["--" + flag.replace("_", "-"), pair]
     return out
 
 

@@ -164,10 +164,12 @@ HEADLINE = {"ndcg_cut_10": "nDCG@10", "map_cut_100": "MAP@100", "recall_100": "R
             "recall_1000": "Recall@1000"}
 
 
-def query_texts(data: BeirSet, instruction: str | None, placement: str = "context") -> list:
+def query_texts(data: BeirSet, instruction: str | None, placement: str = "context", own_method: bool = False) -> list:
     """The queries as embedded: (instruction, text) pairs (unpooled context), "{instruct} {text}" with placement
-    "pooled", or the bare texts (running.texts.with_instruction)."""
-    return with_instruction(data.queries, instruction, placement)
+    "pooled", or the bare texts (running.texts.with_instruction). `own_method` (queries embedded by their own
+    method, --query-opt): always a (context, text) pair, "" for none, so no query is taken for a document."""
+    texts = with_instruction(data.queries, instruction, placement)
+    return [text if isinstance(text, tuple) else ("", text) for text in texts] if own_method else texts
 
 
 def exact_top_k(queries: torch.Tensor, documents: torch.Tensor, query_ids: Sequence[str], doc_ids: Sequence[str],
@@ -216,12 +218,13 @@ def summarize(per_query: dict[str, dict[str, float]]) -> dict[str, dict]:
 
 
 def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None = None, progress: bool = True,
-                       chunk_size: int = 256, top_k: int = TOP_K, placement: str = "context") -> dict:
+                       chunk_size: int = 256, top_k: int = TOP_K, placement: str = "context",
+                       own_method: bool = False) -> dict:
     """Embed the queries (with `instruction`, placed as `placement` says) and the documents, search, score.
     Returns {"set", "metrics": {"nDCG@10": {"score", "ci95"}, ...}, "per_query": {qid: {measure: value}},
     "queries", "documents", "instruction", "instruction_placement", "encode_seconds", "search_seconds", plus
     the stamp's data facts}."""
-    texts = query_texts(data, instruction, placement) + data.documents
+    texts = query_texts(data, instruction, placement, own_method) + data.documents
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (Q + M, E)
     encoded = time.perf_counter()
@@ -257,6 +260,7 @@ nDCG@10 x100 (headline), MAP@100 and recall@100/1000 by pytrec_eval over the jud
 cosine search over the whole corpus (minidecoder.evaluation.retrieval), each with a 95% bootstrap interval
 over queries. Queries take the set's HTP instruction for mean, last, echo, htp and reba (--instruction),
 read as unpooled context (--instruction-placement pooled joins it as "{instruct} {text}"); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
+--query-opt gives the queries options of their own over --opt (HTP's code's query and document templates).
 Resumable: the same command (same --output) resumes from the chunks an interrupted run kept.
 """
 
@@ -267,6 +271,10 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser.add_argument("--split", default="test", help="the qrels split to score (default: test)")
     parser.add_argument("--corpus-limit", type=int, default=None, metavar="M",
                         help="search only the first M documents plus those judged for the kept queries (quick look)")
+    parser.add_argument("--query-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a method option for the queries alone, over --opt (HTP's code gives queries and "
+                             "documents their own templates, e.g. --query-opt 'template=Query: {text} Query again: "
+                             "{text}' with --opt 'template={text}{text}' for Echo); repeat for more")
     add_family_options(parser, "retrieval", "BEIR data folder (default: $MINIDECODER_BEIR_DATA or ../shared/data/beir)",
                        "score only the first N judged queries", truncate=512, instruction=True)
 
@@ -286,16 +294,21 @@ def _instruction(args: argparse.Namespace, data) -> str | None:
     return instruction_for(args, INSTRUCTIONS.get(data.name))
 
 
-def texts(loaded: list, args: argparse.Namespace) -> list[str]:
-    return [text for data in loaded
-            for text in query_texts(data, _instruction(args, data), args.instruction_placement) + data.documents]
+def queries(loaded: list, args: argparse.Namespace) -> list:
+    return [text for data in loaded for text in query_texts(data, _instruction(args, data), args.instruction_placement,
+                                                             own_method=bool(args.query_opt))]
+
+
+def texts(loaded: list, args: argparse.Namespace) -> list:
+    return queries(loaded, args) + [text for data in loaded for text in data.documents]
 
 
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
     from minidecoder.evaluation.family import run_limit
 
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
-                                          placement=args.instruction_placement) for data in loaded}
+                                          placement=args.instruction_placement, own_method=bool(args.query_opt))
+            for data in loaded}
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
             result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]
@@ -331,5 +344,6 @@ def markdown(results: dict, stamp: dict) -> str:
                            f"## Timing\n\n{timing}\n")
 
 
-FAMILY = Family("retrieval", read, texts, evaluate, table, markdown, ("--sets", "--split", "--limit", "--corpus-limit", "--instruction",
-                                                                      "--instruction-placement"))
+FAMILY = Family("retrieval", read, texts, evaluate, table, markdown,
+                ("--sets", "--split", "--limit", "--corpus-limit", "--instruction", "--instruction-placement", "--query-opt"),
+                queries=queries)

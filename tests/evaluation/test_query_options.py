@@ -1,0 +1,98 @@
+"""HTP's code gives queries and documents templates of their own, and reads some rows at an appended `</s>`:
+`eval retrieval --query-opt` embeds the queries with their own method options (over `--opt`), and a template's
+final `{eos}` appends the tokenizer's EOS id, the token a last-token readout then reads."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import minidecoder
+from family_helpers import run_cli
+from minidecoder.errors import InputError
+from minidecoder.evaluation.retrieval import evaluate_retrieval, load_beir_set
+from minidecoder.methods.inputs import encode_prompts
+from test_retrieval import write_beir
+
+INSTRUCT = "Given a query, retrieve documents"
+QUERY_TEMPLATE = "Query: {text} Query again: {text}"
+DOCUMENT_TEMPLATE = "{text}{text}"
+
+
+def test_queries_take_their_own_options_and_documents_the_others(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = write_beir(tmp_path / "data")
+    prefix = tmp_path / "echo"
+    assert run_cli("eval", "retrieval", "--model", str(tiny_llama), "--method", "echo", "--sets", "toy",
+                   "--data", str(folder), "--instruction", INSTRUCT, "--opt", f"template={DOCUMENT_TEMPLATE}",
+                   "--query-opt", f"template={QUERY_TEMPLATE}", "--output", str(prefix), "--no-progress") == 0
+    report = json.loads(prefix.with_suffix(".json").read_text())
+    assert report["stamp"]["method"]["template"] == DOCUMENT_TEMPLATE
+    assert report["stamp"]["query_method"]["template"] == QUERY_TEMPLATE
+    assert f"--query-opt 'template={QUERY_TEMPLATE}'" in report["stamp"]["command"]
+    # independently: each query embedded with the query template (instruction as context), each document
+    # with the document template, by the public API
+    model, data = minidecoder.load(tiny_llama), load_beir_set("toy", folder)
+    queries = set(data.queries)
+
+    def encode(items: list) -> torch.Tensor:
+        rows = []
+        for item in items:
+            context, text = item if isinstance(item, tuple) else (None, item)
+            template = QUERY_TEMPLATE if context is not None and text in queries else DOCUMENT_TEMPLATE
+            rows.append(minidecoder.embed(model, [text], "echo", truncate=512, context=context, template=template))
+        return torch.cat(rows)
+
+    direct = evaluate_retrieval(encode, data, INSTRUCT, progress=False)["per_query"]
+    run = report["results"]["sets"]["toy"]["per_query"]
+    assert {q: m["ndcg_cut_10"] for q, m in direct.items()} == pytest.approx(
+        {q: m["ndcg_cut_10"] for q, m in run.items()}, abs=1e-9)
+    # and the split matters: one template for both sides scores otherwise
+    same = tmp_path / "same"
+    assert run_cli("eval", "retrieval", "--model", str(tiny_llama), "--method", "echo", "--sets", "toy",
+                   "--data", str(folder), "--instruction", INSTRUCT, "--opt", f"template={DOCUMENT_TEMPLATE}",
+                   "--output", str(same), "--no-progress") == 0
+    other = json.loads(same.with_suffix(".json").read_text())["results"]["sets"]["toy"]["per_query"]
+    assert other != run
+
+
+def test_a_query_without_instruction_is_never_taken_for_a_document(tiny_llama: Path, tmp_path: Path) -> None:
+    """A query whose text equals a document's gets the query options still (no instruction: TP w. PromptEOL)."""
+    folder = write_beir(tmp_path / "data")
+    data = load_beir_set("toy", folder)
+    corpus = folder / "toy" / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + json.dumps({"_id": "same", "title": "", "text": data.queries[0]}) + "\n")
+    prefix = tmp_path / "last"
+    assert run_cli("eval", "retrieval", "--model", str(tiny_llama), "--method", "last", "--sets", "toy",
+                   "--data", str(folder), "--instruction", "none", "--query-opt", "template=Q: {text}",
+                   "--output", str(prefix), "--no-progress") == 0
+    run = json.loads(prefix.with_suffix(".json").read_text())["results"]["sets"]["toy"]
+    model = minidecoder.load(tiny_llama)
+    query = minidecoder.embed(model, [data.queries[0]], "last", template="Q: {text}")
+    document = minidecoder.embed(model, [data.queries[0]], "last")
+    assert not torch.allclose(query, document)  # so the two sides must have been kept apart to score alike
+    assert run["queries"] == len(data.queries)
+
+
+def test_eos_is_appended_and_read_by_the_last_token(tiny_llama: Path) -> None:
+    model = minidecoder.load(tiny_llama)
+    tokenizer = model.tokenizer
+    plain = encode_prompts(tokenizer, 'The sentence "{text}" means in one word:', ["a cat sat."])
+    with_eos = encode_prompts(tokenizer, 'The sentence "{text}" means in one word: {eos}', ["a cat sat."])
+    ids = plain.input_ids[0].tolist()
+    assert with_eos.input_ids[0].tolist() == ids + [tokenizer.eos_id]
+    assert with_eos.text_spans == plain.text_spans
+    # the readout is the EOS's final hidden state, as a plain forward over the same ids gives it
+    vector = minidecoder.embed(model, ["a cat sat."], "last", template='The sentence "{text}" means in one word: {eos}')
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids + [tokenizer.eos_id]]), output_hidden_states=True).hidden_states[-1][0, -1]
+    torch.testing.assert_close(vector[0], hidden.float(), rtol=0, atol=1e-5)  # fp32, the fast executor's order
+
+
+def test_eos_anywhere_but_last_is_refused(tiny_llama: Path) -> None:
+    model = minidecoder.load(tiny_llama)
+    with pytest.raises(InputError, match="has \\{eos\\} before its end"):
+        minidecoder.embed(model, ["a cat"], "last", template="{eos} {text}")
+    with pytest.raises(InputError, match="which HTP does not read"):
+        minidecoder.embed(model, ["a cat."], "htp", template="{text} {eos}")
