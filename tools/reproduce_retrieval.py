@@ -1,4 +1,4 @@
-"""The rows of issue 32 for retrieval (HTP Table 1), classification (HTP Table 12) and C-MTEB (ReBA Table 3);
+"""The rows of retrieval (HTP Table 1), classification (HTP Table 12) and C-MTEB (ReBA Table 3);
 resumable by row and, within a row, by the eval command's own kept chunks.
 
     python tools/reproduce_retrieval.py --family retrieval --out results/beir-smollm2        # every row (hours)
@@ -16,18 +16,21 @@ bootstrap interval (over queries, test items or pairs, from the report), and eac
 a paired interval of the difference (the same resamples for both rows) with a verdict (holds /
 reversed / not distinguishable from zero at 95%).
 
-Hyper-parameters are the papers' fixed ones (HTP start 1, end 7; TP start 1, end 7; each method's
-default layer); nothing is chosen on a test split. `--limit` runs are stamped as such by the reports and
-in the table's heading: they never belong in results/claims.md.
+Hyper-parameters are the papers' fixed ones (TP start 1, end 7; HTP's end and every TP and HTP exit layer by HTP
+Table 9's rule for the model's family, `table_9`); nothing is chosen on a test split. `--limit` runs are
+stamped as such by the reports and in the table's heading: they never belong in results/claims.md.
 
-Row keys are claims.py's (BENCHMARK_CLAIMS): retrieval mean, last, echo, prompteol+tp, mean+tp ("TP w. Mean":
-TP on the bare text with pooling=mean, tools/family_claims.TP_WITH_MEAN), htp; classification echo, prompteol,
-prompteol+tp, htp; cmteb: ReBA Table 3 under last pooling (last, repeat-2-last, repeat-3-last, reba-2-last,
-reba-3-last; judged by cosine Pearson as Table 3 prints it, the Spearman beside) and Table 2's mean-pooled
-ablation (mean, repeat-2, echo-3, reba-2, reba-3; Spearman). "Repetition only (r)" is the text repeated r + 1
-times by plain concatenation, no fused attention: under last pooling its last token, under mean pooling Echo-k's
-mean over every copy after the first (`over=after-first`; for two copies, the second). repeat-3, the mean over
-the last of three copies, is the earlier reading, kept as an ablation (provenance.py flags it).
+Row keys are claims.py's (BENCHMARK_CLAIMS). Retrieval and classification (HTP Tables 1 and 12) run each row as
+HTP's code does (docs/spec.md section 13: its per-side templates, `--query-opt` for the queries, the task
+instruction as unpooled context, `{eos}` for its read `</s>`); the rows minidecoder ran first stay beside them
+as ablations, `<key>-ours`, whose comparisons print a number and no verdict (reproduce/provenance.py). A kept
+report stands for a row only if it ran that row's method and options (`refuse_another_row`). C-MTEB: ReBA
+Table 3 under last pooling (last, repeat-2-last, repeat-3-last, reba-2-last, reba-3-last; judged by cosine
+Pearson as Table 3 prints it, the Spearman beside) and Table 2's mean-pooled ablation (mean, repeat-2, echo-3,
+reba-2, reba-3; Spearman). "Repetition only (r)" is the text repeated r + 1 times by plain concatenation, no
+fused attention: under last pooling its last token, under mean pooling Echo-k's mean over every copy after the
+first (`over=after-first`; for two copies, the second). repeat-3, the mean over the last of three copies, is
+the earlier reading, kept as an ablation (provenance.py flags it).
 
 Besides DIR/table.md, RESULTS/<model>-<family>.json (and .md, the table) is the claims file
 tools/claims_table.py reads (tools/family_claims.py): every claim of the family whose rows are done, judged by
@@ -45,6 +48,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,30 +58,62 @@ sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reprod
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
-from reproduce.provenance import provenance_lines  # noqa: E402
+from reproduce.provenance import TABLE_9_RULE, provenance_lines  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
-# family: [(row key, label, method, options)]
+class Row(NamedTuple):
+    key: str
+    label: str
+    method: str
+    options: dict
+    query_options: dict = {}  # retrieval: the queries' own (HTP's code's query templates), over `options`
+    flags: tuple[str, ...] = ()  # more flags of the eval command
+
+
+RULE = "table-9"  # an option HTP Table 9's rule sets for the model's family (provenance.TABLE_9_RULE)
+TP_EOS = 'The sentence <PST> "{text}" means in one word: {eos}'  # HTP's code's tp-prompteol-last-pool
+TP_RULE = {"start": 1, "end": 7, "layer": RULE}  # HTP's code's mistral-instruct-tp: 1 / 7; the layer by Table 9
+HTP_RULE = {"start": 1, "end": RULE, "layer": RULE}
+POOLED = ("--instruction-placement", "pooled")
+# HTP Tables 1 and 12 as HTP's code runs them (reproduce/provenance.py names each setting's source), then the
+# rows minidecoder first ran (its own templates and readouts, the instruction pooled), kept as ablations
 ROWS = {
-    "retrieval": [("mean", "Vanilla Mean", "mean", {}), ("last", "Vanilla Last", "last", {}),
-                  ("echo", "Echo Mean", "echo", {}), ("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
-                  ("mean+tp", "TP w. Mean", "tp", TP_WITH_MEAN), ("htp", "HTP", "htp", {"start": 1, "end": 7})],
-    "classification": [("echo", "Echo Mean", "echo", {}), ("prompteol", "PromptEOL", "prompteol", {}),
-                       ("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": "prompteol"}),
-                       ("htp", "HTP", "htp", {"start": 1, "end": 7})],
+    "retrieval": [Row("mean", "Vanilla Mean", "mean", {}, {"template": "Text:{text}"}),
+                  Row("last", "Vanilla Last", "last", {"template": "{text} {eos}"}),
+                  Row("echo", "Echo Mean", "echo", {"template": "{text}{text}"},
+                      {"template": "Query: {text} Query again: {text}"}),
+                  Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE}),
+                  Row("mean+tp", "TP w. Mean", "tp", {"prompt": '<PST> "{text}"', "pooling": "mean", **TP_RULE},
+                      {"prompt": '<PST> "{text} "'}),
+                  Row("htp", "HTP", "htp", HTP_RULE, {"template": "Text: {text}"}),
+                  Row("mean-ours", "Vanilla Mean (instruction pooled)", "mean", {}, flags=POOLED),
+                  Row("last-ours", "Vanilla Last (instruction pooled)", "last", {}, flags=POOLED),
+                  Row("echo-ours", "Echo Mean (Echo's template)", "echo", {}, flags=POOLED),
+                  Row("prompteol+tp-ours", "TP w. PromptEOL (TP's template)", "tp", {"prompt": "prompteol"}),
+                  Row("mean+tp-ours", "TP w. Mean (no instruction)", "tp", TP_WITH_MEAN,
+                      flags=("--instruction", "none")),
+                  Row("htp-ours", "HTP (instruction pooled)", "htp", {"start": 1, "end": 7}, flags=POOLED)],
+    "classification": [Row("echo", "Echo Mean", "echo", {"template": "Query: {text} Query again: {text}"}),
+                       Row("prompteol", "PromptEOL", "prompteol", {"template": 'The sentence "{text}" means in one word: "'}),
+                       Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE}),
+                       Row("htp", "HTP", "htp", {**HTP_RULE, "template": "Text: {text}"}),
+                       Row("echo-ours", "Echo Mean (Echo's template)", "echo", {}, flags=POOLED),
+                       Row("prompteol-ours", "PromptEOL (its own template)", "prompteol", {}),
+                       Row("prompteol+tp-ours", "TP w. PromptEOL (TP's template)", "tp", {"prompt": "prompteol"}),
+                       Row("htp-ours", "HTP (instruction pooled)", "htp", {"start": 1, "end": 7}, flags=POOLED)],
     "cmteb": [  # ReBA Table 3, every row under last pooling (ReBA's headline) ...
-              ("last", "Classical (last)", "last", {}),
-              ("repeat-2-last", "Repetition only (1) (last)", "last", {"template": "{text}{text}"}),
-              ("repeat-3-last", "Repetition only (2) (last)", "last", {"template": "{text}{text}{text}"}),
-              ("reba-2-last", "ReBA (last)", "reba", {"repetitions": 2, "pooling": "last"}),
-              ("reba-3-last", "ReBA-3 (last)", "reba", {"repetitions": 3, "pooling": "last"}),
+              Row("last", "Classical (last)", "last", {}),
+              Row("repeat-2-last", "Repetition only (1) (last)", "last", {"template": "{text}{text}"}),
+              Row("repeat-3-last", "Repetition only (2) (last)", "last", {"template": "{text}{text}{text}"}),
+              Row("reba-2-last", "ReBA (last)", "reba", {"repetitions": 2, "pooling": "last"}),
+              Row("reba-3-last", "ReBA-3 (last)", "reba", {"repetitions": 3, "pooling": "last"}),
               # ... and Table 2's mean-pooled ablation: Echo-k's mean over every copy after the first
-              ("mean", "Classical (mean)", "mean", {}),
-              ("repeat-2", "Repetition only (1) (mean)", "mean", {"template": "{text}{text}"}),
-              ("echo-3", "Repetition only (2) (mean)", "mean", {"template": "{text}{text}{text}", "over": "after-first"}),
-              ("reba-2", "ReBA (mean)", "reba", {"repetitions": 2}), ("reba-3", "ReBA-3 (mean)", "reba", {"repetitions": 3}),
+              Row("mean", "Classical (mean)", "mean", {}),
+              Row("repeat-2", "Repetition only (1) (mean)", "mean", {"template": "{text}{text}"}),
+              Row("echo-3", "Repetition only (2) (mean)", "mean", {"template": "{text}{text}{text}", "over": "after-first"}),
+              Row("reba-2", "ReBA (mean)", "reba", {"repetitions": 2}), Row("reba-3", "ReBA-3 (mean)", "reba", {"repetitions": 3}),
               # the earlier reading of Repetition only (2), kept as an ablation: the last copy alone
-              ("repeat-3", "Repetition only (2) (mean over the last copy)", "mean", {"template": "{text}{text}{text}"})],
+              Row("repeat-3", "Repetition only (2) (mean over the last copy)", "mean", {"template": "{text}{text}{text}"})],
 }
 # ReBA Table 3 prints cosine Pearson: a comparison of two of its rows is judged on Pearson (Spearman beside, in
 # the table); every other C-MTEB comparison (Table 2's ablation) on the main score, Spearman
@@ -97,11 +133,35 @@ sys.exit(code)
 """
 
 
-def command(family: str, method: str, options: dict, args: argparse.Namespace, prefix: Path) -> list[str]:
-    argv = ["eval", family, "--model", args.model, "--method", method, "--output", str(prefix), "--no-progress",
-            "--dtype", args.dtype, "--device", args.device]
-    for key, value in options.items():
-        argv += ["--opt", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+def table_9(model: str) -> dict[str, int]:
+    """{"end": HTP's end, "layer": the exit layer} of HTP Table 9's rule for `model`'s family (its config.json
+    model_type; provenance.TABLE_9_RULE)."""
+    from minidecoder.sources.registry import is_known, model_dir
+
+    config = (model_dir(model) if is_known(model) else Path(model)) / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    if model_type not in TABLE_9_RULE:
+        raise SystemExit(f"HTP Table 9 gives no exit layer for model_type {model_type!r} ({config}); the rule covers "
+                         f"{', '.join(TABLE_9_RULE)}: fetch the model first, or run the rows with their layer set")
+    end, layer = TABLE_9_RULE[model_type]
+    return {"end": end, "layer": layer}
+
+
+def row_options(options: dict, model: str) -> dict:
+    """The options with every `RULE` value set by HTP Table 9's rule for the model's family."""
+    return {key: table_9(model)[key] if value == RULE else value for key, value in options.items()}
+
+
+def option_flags(flag: str, options: dict) -> list[str]:
+    return [part for key, value in options.items()
+            for part in (flag, f"{key}={json.dumps(value) if not isinstance(value, str) else value}")]
+
+
+def command(family: str, row: Row, args: argparse.Namespace, prefix: Path) -> list[str]:
+    argv = ["eval", family, "--model", args.model, "--method", row.method, "--output", str(prefix), "--no-progress",
+            "--dtype", args.dtype, "--device", args.device, *row.flags]
+    argv += option_flags("--opt", row_options(row.options, args.model))
+    argv += option_flags("--query-opt", row_options(row.query_options, args.model))
     tasks = "--sets" if family == "retrieval" else "--tasks"
     for flag, value in (("--limit", args.limit), ("--corpus-limit", args.corpus_limit), ("--data", args.data),
                         (tasks, args.tasks)):
@@ -141,15 +201,33 @@ def limit_asked(stamp: dict, name: str) -> int | None:
     return int(given[given.index(flag) + 1])
 
 
-def run_row(family: str, key: str, method: str, options: dict, args: argparse.Namespace) -> bool:
+def method_flags(argv: list[str]) -> set[tuple[str, str]]:
+    """The (flag, value) pairs of an eval command that choose the method and its options."""
+    return {(flag, value) for flag, value in zip(argv, argv[1:]) if flag in ("--method", "--opt", "--query-opt")}
+
+
+def refuse_another_row(key: str, stamp: dict, argv: list[str]) -> None:
+    """A kept report joins the table as row `key` only if it ran that row's method and options: a row redefined
+    (the faithful rows took the keys of the earlier ones, now `<key>-ours`) is never stood in for by what it
+    replaced. Each faithful row differs from its `-ours` row in its options, so they tell them apart."""
+    ran, asked = method_flags(shlex.split(stamp.get("command") or "")), method_flags(argv)
+    if ran != asked:
+        raise SystemExit(f"{key}: the kept report {key}.json ran {sorted(ran - asked)}, where the row is "
+                         f"{sorted(asked - ran)}; move that report away (or to the row it ran) to compute this one")
+
+
+def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     """Compute one row unless its report is kept; True when it computed one."""
+    key = row.key
     prefix = args.out / key
+    argv = command(family, row, args, prefix)
     if prefix.with_suffix(".json").exists():
-        refuse_other_settings(key, json.loads(prefix.with_suffix(".json").read_text())["stamp"], args)
+        stamp = json.loads(prefix.with_suffix(".json").read_text())["stamp"]
+        refuse_other_settings(key, stamp, args)
+        refuse_another_row(key, stamp, argv)
         print(f"{key}: kept ({prefix}.json)")
         return False
     memory = args.out / f"{key}.memory.json"
-    argv = command(family, method, options, args, prefix)
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO, env=child_environment())
     try:
@@ -233,14 +311,14 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     if any(not np.isfinite(got[1][0]) for report in rows.values() for got in cells(family, report).values()):
         lines += ["", "[no interval]: the row was made before `eval cmteb` kept Ocnli's cosines, from which its "
                   "interval is drawn (every row made since carries one)."]
-    refilled: dict[str, list[str]] = {}  # device of the re-run -> rows (tools/refill_ocnli.py)
+    refilled: dict[str, list[str]] = {}  # device of the re-run -> rows (refill_ocnli.py, removed after 5eddfa0)
     for key, report in rows.items():
         source = report["results"].get("sets", {}).get("Ocnli", {}).get("interval_from")
         if source:
             refilled.setdefault(source["device"], []).append(labels[key])
     for device, names in refilled.items():
         lines += ["", f"Ocnli's interval of {', '.join(names)} was drawn from a later re-run of Ocnli alone on {device} "
-                  "that reproduced the row's best accuracy (tools/refill_ocnli.py; the row's report gives its command "
+                  "that reproduced the row's best accuracy (refill_ocnli.py, a one-off tool in the history up to commit 5eddfa0; the row's report gives its command "
                   "and date)."]
     if family == "cmteb":
         lines += pearson_table(rows, labels)
@@ -254,11 +332,31 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
                              f"{' (Pearson)' if pearson else ''}: {got['diff']:+.2f} "
                              f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: "
                              + (shown(record) if column == record["score"] else got["verdict"]))
+    lines += ablation_lines(family, rows, labels, args)
     lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
     write_claims(claims, report, text)
     return path
+
+
+def ablation_lines(family: str, rows: dict[str, dict], labels: dict[str, str], args: argparse.Namespace) -> list[str]:
+    """Each paper's comparison between the ablation rows (`<key>-ours`, minidecoder's first configuration), on
+    the average: a number beside the faithful one, never a verdict."""
+    from reproduce.claims import BENCHMARK_CLAIMS
+
+    compare, lines = differences(family, rows, args.data), []
+    for claim in BENCHMARK_CLAIMS:
+        method, base = f"{claim.method}-ours", f"{claim.base}-ours"
+        if claim.benchmark != family or method not in rows or base not in rows:
+            continue
+        point, intervals = compare(method, base)
+        if claim.score in intervals:
+            lo, hi = intervals[claim.score]
+            lines.append(f"- {labels[method]} vs {labels[base]}, {claim.score}: {point[claim.score]:+.2f} "
+                         f"[{lo:+.2f}, {hi:+.2f}]")
+    return ["", "The same comparisons between the ablation rows (not the paper's setup: a number, no verdict):", "",
+            *lines] if lines else []
 
 
 def pearson_table(rows: dict[str, dict], labels: dict[str, str]) -> list[str]:
@@ -365,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     args.model = args.model or DEFAULT_MODEL[args.family]
-    known = {key: (method, options) for key, _, method, options in ROWS[args.family]}
+    known = {row[0]: Row(*row) for row in ROWS[args.family]}
     wanted = args.rows.split(",") if args.rows else list(known)
     unknown = [key for key in wanted if key not in known]
     if unknown:
@@ -378,8 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         computed_any = False
         for key in wanted:  # the table after each new row (a stop keeps it current), once if all were kept
-            method, options = known[key]
-            if run_row(args.family, key, method, options, args):
+            if run_row(args.family, known[key], args):
                 computed_any = True
                 print(f"table: {write_table(args.family, args)}", flush=True)
         if not computed_any:  # all kept: one table (a table after a new row already read every kept row)

@@ -16,6 +16,7 @@ from minidecoder.evaluation import transfer
 from minidecoder.evaluation.senteval_probe import dev_selected
 from reproduce.claims import BENCHMARKS, PAPERS
 from repo_paths import REPO
+from family_helpers import shallow_rows
 from test_retrieval import write_beir
 from test_sts_data import DATA, needs_data
 from test_transfer import write_folder
@@ -49,7 +50,7 @@ def rendered_row(results: Path, file: str, paper: str, benchmark: str, claim: st
 
 def test_reproduce_retrieval_claims_enter_htp_table_1(tiny_llama: Path, tmp_path: Path) -> None:
     tool, results = load("reproduce_retrieval"), tmp_path / "results"
-    tool.ROWS["retrieval"][-1] = ("htp", "HTP", "htp", {"start": 1, "end": 3})  # the tiny model has 4 blocks
+    shallow_rows(tool)
     assert tool.main(["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data",
                       str(write_beir(tmp_path / "data")), "--out", str(tmp_path / "rows"), "--rows", "mean,htp",
                       "--results", str(results)]) == 0

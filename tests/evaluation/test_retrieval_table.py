@@ -13,6 +13,7 @@ import pytest
 
 from minidecoder.evaluation.bootstrap import mean_interval
 from test_cmteb import write_cmteb
+from family_helpers import shallow_rows
 from test_retrieval import write_beir
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "reproduce_retrieval.py"
@@ -27,8 +28,7 @@ def load_tool():
 
 def test_retrieval_rows_are_kept_and_the_comparison_is_paired(tiny_llama: Path, tmp_path: Path, capsys) -> None:
     tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
-    tool.ROWS["retrieval"][-1] = ("htp", "HTP", "htp", {"start": 1, "end": 3})  # the tiny model has 4 blocks
-    tool.ROWS["retrieval"][-2] = ("mean+tp", "TP w. Mean", "tp", {**tool.TP_WITH_MEAN, "end": 3})
+    shallow_rows(tool)
     argv = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data), "--out", str(out),
             "--rows", "mean,htp,mean+tp", "--results", str(tmp_path / "results")]
     assert tool.main(argv) == 0
@@ -154,40 +154,6 @@ def test_cmteb_table3_rows_are_last_pooled_and_judged_by_paired_pearson(tiny_lla
     assert claims["reba-3", "repeat-3"]["verdict"] == NOT_PAPER  # the ablation row decides nothing
 
 
-def test_refill_ocnli_gives_an_older_row_its_interval_only_when_a_rerun_reproduces_it(tiny_llama: Path,
-                                                                                      tmp_path: Path) -> None:
-    """tools/refill_ocnli.py: a row made before Ocnli kept its cosines gets them (and the interval) from a
-    re-run of its own command on Ocnli alone, here the very numbers the row would have kept; a re-run whose
-    score differs from the row's writes nothing."""
-    spec = importlib.util.spec_from_file_location("refill_ocnli", TOOL.with_name("refill_ocnli.py"))
-    refill = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(refill)
-    tool, data, out = load_tool(), write_cmteb(tmp_path / "data"), tmp_path / "table"
-    assert tool.main(["--family", "cmteb", "--model", str(tiny_llama), "--tasks", "ATEC,Ocnli", "--data", str(data),
-                      "--out", str(out), "--rows", "mean,reba-2", "--results", str(tmp_path / "results")]) == 0
-    made = json.loads((out / "mean.json").read_text())
-    whole = made["results"]["sets"]["Ocnli"]
-    older = json.loads(json.dumps(made))
-    del older["results"]["sets"]["Ocnli"]["ci95"], older["results"]["sets"]["Ocnli"]["cosines"]
-    (out / "mean.json").write_text(json.dumps(older))
-    argv = ["--out", str(out), "--model", str(tiny_llama), "--data", str(data), "--results", str(tmp_path / "results")]
-    assert refill.main(argv) == 0
-    ocnli = json.loads((out / "mean.json").read_text())["results"]["sets"]["Ocnli"]
-    assert ocnli["cosines"] == whole["cosines"] and ocnli["ci95"] == whole["ci95"] and ocnli["score"] == whole["score"]
-    assert ocnli["interval_from"]["device"] == "cpu" and "--tasks Ocnli" in ocnli["interval_from"]["command"]
-    table = (out / "table.md").read_text()
-    assert "[no interval]" not in table and "Ocnli's interval of Classical (mean) was drawn from a later re-run of Ocnli alone on cpu" in table
-    assert f"| Classical (mean) | {made['results']['sets']['ATEC']['score']:.2f}" in table
-    assert f"{whole['score']:.2f} [{whole['ci95'][0]:.2f}, {whole['ci95'][1]:.2f}]" in table
-    assert "Ocnli's interval was added later" in (out / "mean.md").read_text()
-
-    older["results"]["sets"]["Ocnli"]["score"] += 100 / whole["pairs"]  # one pair more right than the re-run finds
-    (out / "mean.json").write_text(json.dumps(older))
-    with pytest.raises(SystemExit, match="do not reproduce the row's score"):
-        refill.main(argv)
-    assert "cosines" not in json.loads((out / "mean.json").read_text())["results"]["sets"]["Ocnli"]
-
-
 def test_cmteb_table_reads_the_labels_here_not_where_the_rows_ran(tiny_llama: Path, tmp_path: Path) -> None:
     """Rows made on a lent GPU stamp its data folder (/tmp/data/...), absent here: the table reads the pairs
     from --data, and refuses a file whose checksum differs from the one the rows were scored on."""
@@ -252,3 +218,36 @@ sys.exit(tool.main(["--family", "retrieval", "--model", "m", "--rows", "mean", "
     assert run.returncode == 143, err
     assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
     assert not (tmp_path / "out" / "mean.memory.json").exists()
+
+
+def test_faithful_rows_take_htp_codes_templates_and_table_9s_layer(tiny_llama: Path, tmp_path: Path) -> None:
+    """HTP Table 1's rows as HTP's code runs them: per-side templates, the read </s> as {eos}, and the exit layer
+    (and HTP's end) by Table 9's rule for the model's family; a kept report of another row never stands in."""
+    import argparse
+
+    tool = load_tool()
+    rows = {row[0]: tool.Row(*row) for row in tool.ROWS["retrieval"]}
+    gemma = tmp_path / "gemma"
+    gemma.mkdir()
+    (gemma / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
+
+    def argv(key: str, model: Path) -> list[str]:
+        args = argparse.Namespace(model=str(model), dtype="float32", device="cpu", limit=None, corpus_limit=None,
+                                  data=None, tasks=None)
+        return tool.command("retrieval", rows[key], args, tmp_path / key)
+
+    assert argv("htp", tiny_llama)[-8:] == ["--opt", "start=1", "--opt", "end=7", "--opt", "layer=-3",
+                                            "--query-opt", "template=Text: {text}"]  # Llama: Table 9's Mistral
+    assert ["--opt", "end=6", "--opt", "layer=-2"] == argv("htp", gemma)[-6:-2]  # Gemma: Table 9's Gemma-2
+    tp = argv("prompteol+tp", gemma)
+    assert 'prompt=The sentence <PST> "{text}" means in one word: {eos}' in tp and "layer=-2" in tp
+    assert "--query-opt" in argv("echo", gemma) and "template={text}{text}" in argv("echo", gemma)
+    assert ["--instruction-placement", "pooled"] == [a for a in argv("mean-ours", gemma) if "placement" in a or a == "pooled"]
+    (gemma / "config.json").write_text(json.dumps({"model_type": "phi3"}))
+    with pytest.raises(SystemExit, match="Table 9 gives no exit layer for model_type 'phi3'"):
+        argv("htp", gemma)
+
+    stamp = {"command": "minidecoder eval retrieval --model m --method mean --instruction auto"}  # the earlier row
+    tool.refuse_another_row("mean-ours", stamp, argv("mean-ours", tiny_llama))  # its own key: kept
+    with pytest.raises(SystemExit, match="move that report away"):
+        tool.refuse_another_row("mean", stamp, argv("mean", tiny_llama))  # never the faithful row
