@@ -8,7 +8,7 @@
   data folders, encoding each distinct text once).
 - `bootstrap`: the shared statistics (Spearman without scipy, bootstrap intervals).
 - `report`: JSON, Markdown and figures stamped with model, method, data checksums and code version.
-- `sweep` (with `forking`, the sweeps' shared trunks) and `mteb_lookup` (embeddings served to mteb).
+- `sweep` (its shared trunks, `fast/forking.py`, lie beneath it with the other fast paths).
 """
 from minidecoder.evaluation.family import encode_sentences
 from minidecoder.evaluation.sts import (ALL_SEVEN, TASKS, StsScorer, StsSubset, StsTask, evaluate_sts, load_task,

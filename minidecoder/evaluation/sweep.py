@@ -7,7 +7,7 @@ section 9: tune on dev, never on a test split).
 No rule here knows a method. Each point is the method with the point's options, and its forwards are
 its own `passes` (minidecoder.methods.loop.Pass). Per batch, the sweep advances every point's passes
 together; passes of the same tokens share one forward, which forks where their steps stop agreeing
-(minidecoder.evaluation.forking: `same_before`, `fork`), so each block is computed once per distinct
+(minidecoder.fast.forking: `same_before`, `fork`), so each block is computed once per distinct
 history:
 
     output layers     one forward, read at every layer               (any method)
@@ -50,7 +50,7 @@ import torch
 from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
-from minidecoder.evaluation.forking import embed_points
+from minidecoder.fast.forking import embed_points
 from minidecoder.evaluation.sts import StsScorer, StsTask, load_tasks, unique_sentences
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
