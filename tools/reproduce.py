@@ -48,7 +48,6 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
-import os
 import platform
 import shlex
 import sys
@@ -69,6 +68,7 @@ from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leav
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
+from minidecoder.output_files import write_whole  # noqa: E402
 from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
@@ -203,18 +203,13 @@ def run_row(model, row: dict, donor: dict | None, dev, plan: PiecePlan, scorer, 
     return record, codes
 
 
-# ---- the file: settings, atomic writes, pairs, intervals -------------------------------------------
+# ---- the file: settings, pairs, intervals (written by output_files.write_whole) -------------------------------------------
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a temporary file beside `path`, then rename it over `path`: a kill at any moment leaves
-    either the old file or the new one, never a torn one."""
+def publish(path: Path, data: bytes) -> None:
+    """`path` replaced whole or not at all (the library's one writer: a temporary file published under the
+    file's lock), so a kill at any moment leaves the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_whole(path, data, overwrite=True, wait=True)
 
 
 def codes_text(codes: np.ndarray, layout) -> bytes:
@@ -354,10 +349,10 @@ def status(report: dict) -> None:
 
 
 def write_report(report: dict, json_path: Path) -> None:
-    """JSON first, then the Markdown beside it (both atomic). The pairs files are written before the
+    """JSON first, then the Markdown beside it (each whole or not at all). The pairs files are written before the
     JSON that names them, so a JSON never names a pairs file that is not there."""
-    atomic_write(json_path, (json.dumps(_json_safe(report), indent=1, allow_nan=False, default=str) + "\n").encode())
-    atomic_write(json_path.with_suffix(".md"), markdown(report).encode())
+    publish(json_path, (json.dumps(_json_safe(report), indent=1, allow_nan=False, default=str) + "\n").encode())
+    publish(json_path.with_suffix(".md"), markdown(report).encode())
 
 
 # ---- Markdown -------------------------------------------------------------------------------------
@@ -718,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def save(progress: dict, cosines: list[np.ndarray], key: str = key, partial_path: Path = partial_path) -> None:
             data = cosines_text(plan, cosines)  # the cosines first: a JSON never names a file that is not there
-            atomic_write(partial_path, data)
+            publish(partial_path, data)
             progress["cosines"] = {"file": str(partial_path.relative_to(json_path.parent)), "pieces": len(cosines),
                                    "of": len(plan.pieces), "sha256": hashlib.sha256(data).hexdigest()}
             in_progress[key] = progress
@@ -730,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
                                 progress, cosines, save)
         relative = f"{pairs_dir(args.model)}/{key}.txt"
         data = codes_text(codes, test_tasks)
-        atomic_write(json_path.parent / relative, data)
+        publish(json_path.parent / relative, data)
         record["pairs"] = {"file": relative, "sha256": hashlib.sha256(data).hexdigest()}
         record["command"] = row_command(args, key)
         report["rows"] = sorted([r for r in report["rows"] if r["key"] != key] + [record], key=lambda r: order[r["key"]])

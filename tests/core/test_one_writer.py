@@ -1,4 +1,4 @@
-"""One durable writer: only `minidecoder/output_files.py` renames, syncs, links or locks a file, and only it
+"""One durable writer: in the library, its tools and reproduce/, only `minidecoder/output_files.py` renames, syncs, links or locks a file, and only it
 reads a file to hash it. A second copy of the mechanism (a module's own temporary file and `os.replace`)
 is how a write that skips the flush, or leaves half a file behind, gets in. And what it publishes is on
 the disk before it is named.
@@ -23,7 +23,9 @@ FILE_READS = {"open", "read_bytes"}  # open(path), path.open(), path.read_bytes(
 
 
 def modules() -> list[Path]:
-    return sorted(path for path in PACKAGE.rglob("*.py") if path != WRITER)
+    """Every module of the library and of the tools and reproduction app beside it, the writer excepted."""
+    return sorted(path for folder in (PACKAGE, REPO / "tools", REPO / "reproduce") for path in folder.rglob("*.py")
+                  if path != WRITER)
 
 
 def calls_in(node: ast.AST) -> list[ast.Call]:

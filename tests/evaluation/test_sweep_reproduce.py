@@ -244,13 +244,14 @@ def test_time_sums_each_sittings_share_over_its_own_yardstick() -> None:
 
 def test_a_kill_during_a_write_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "table.json"
-    reproduce.atomic_write(path, b'{"rows": []}\n')
+    reproduce.publish(path, b'{"rows": []}\n')
 
     def killed(*args):
         raise KeyboardInterrupt
-    monkeypatch.setattr(reproduce.os, "replace", killed)
+    import minidecoder.output_files
+    monkeypatch.setattr(minidecoder.output_files.os, "replace", killed)  # the one writer's publish
     with pytest.raises(KeyboardInterrupt):
-        reproduce.atomic_write(path, b'{"rows": [1, 2, 3]}\n')
+        reproduce.publish(path, b'{"rows": [1, 2, 3]}\n')
     assert json.loads(path.read_text()) == {"rows": []}
 
 
