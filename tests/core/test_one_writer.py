@@ -1,5 +1,5 @@
-"""One durable writer: in the library, its tools and reproduce/, only `minidecoder/output_files.py` renames, syncs, links or locks a file, and only it
-reads a file to hash it. A second copy of the mechanism (a module's own temporary file and `os.replace`)
+"""One durable writer: in the library, its tools and reproduce/, only `minidecoder/output_files.py` renames,
+syncs, links or locks a file, and only it reads a file to hash it. A second copy of the mechanism (a module's own temporary file and `os.replace`)
 is how a write that skips the flush, or leaves half a file behind, gets in. And what it publishes is on
 the disk before it is named.
 """
