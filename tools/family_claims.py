@@ -91,8 +91,16 @@ def claims_report(benchmark: str, settings: dict, planned: list[str], done: list
 
 
 def write_claims(path: Path, report: dict, markdown: str) -> None:
-    """PATH.json (claims_table's input) and PATH.md (the table it links to), each whole or not at all."""
-    write_whole(path, (json.dumps(report, indent=1, allow_nan=False, default=float) + "\n").encode(), overwrite=True)
+    """PATH.json (claims_table's input) and PATH.md (the table it links to), each whole or not at all. Each
+    kept row (`rows`: its per-item values, thousands of numbers) is one line: a line per number would double
+    the file."""
+    text = json.dumps({key: value for key, value in report.items() if key != "rows"}, indent=1, allow_nan=False,
+                      default=float)
+    if "rows" in report:
+        rows = ",\n".join(f"  {json.dumps(key)}: {json.dumps(row, allow_nan=False, default=float, separators=(',', ':'))}"
+                          for key, row in report["rows"].items())
+        text = text[:-2] + ',\n "rows": {\n' + rows + "\n }\n}"
+    write_whole(path, (text + "\n").encode(), overwrite=True)
     write_whole(path.with_suffix(".md"), markdown.encode(), overwrite=True)
 
 

@@ -221,11 +221,12 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     key = row.key
     prefix = args.out / key
     argv = command(family, row, args, prefix)
-    if prefix.with_suffix(".json").exists():
-        stamp = json.loads(prefix.with_suffix(".json").read_text())["stamp"]
-        refuse_other_settings(key, stamp, args)
-        refuse_another_row(key, stamp, argv)
-        print(f"{key}: kept ({prefix}.json)")
+    kept = kept_row(key, args.out, args.results / f"{Path(args.model).name}-{family}.json")
+    if kept is not None:
+        refuse_other_settings(key, kept["stamp"], args)
+        refuse_another_row(key, kept["stamp"], argv)
+        where = f"{prefix}.json" if prefix.with_suffix(".json").exists() else "its digest in the claims file"
+        print(f"{key}: kept ({where})")
         return False
     memory = args.out / f"{key}.memory.json"
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
@@ -241,15 +242,45 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     return True
 
 
-def load_rows(family: str, out: Path) -> dict[str, dict]:
-    rows = {}
-    for key, *_ in ROWS[family]:
-        path = out / f"{key}.json"
-        if path.exists():
-            rows[key] = json.loads(path.read_text())
-            memory = out / f"{key}.memory.json"
-            rows[key]["memory"] = json.loads(memory.read_text()) if memory.exists() else {}
-    return rows
+def load_rows(family: str, out: Path, claims: Path | None = None) -> dict[str, dict]:
+    """Every row kept so far: its report in `out`, else (retrieval, classification) the digest of it the claims
+    file keeps (`digest`), which is committed where the reports are not, so a later sitting on another
+    machine adds rows to the table without recomputing the ones before."""
+    rows = {key: kept_row(key, out, claims) for key, *_ in ROWS[family]}
+    return {key: row for key, row in rows.items() if row is not None}
+
+
+def kept_row(key: str, out: Path, claims: Path | None) -> dict | None:
+    """Row `key`'s report in `out` (with its memory), else its digest in the claims file, else None."""
+    path = out / f"{key}.json"
+    if path.exists():
+        memory = out / f"{key}.memory.json"
+        return {**json.loads(path.read_text()), "memory": json.loads(memory.read_text()) if memory.exists() else {}}
+    digests = json.loads(claims.read_text()).get("rows", {}) if claims is not None and claims.exists() else {}
+    return digests.get(key)
+
+
+DIGEST_STAMP = ("model", "dtype", "device", "limit", "corpus_limit", "command", "date", "code")
+
+
+def digest(family: str, report: dict) -> dict | None:
+    """What the table reads of a retrieval or classification row (its stamp's settings, each set's headline
+    score and interval, the per-item values paired intervals are drawn from, its time and memory): a
+    few kilobytes where the report holds every pytrec_eval measure. None for C-MTEB, whose rows' per-pair
+    cosines are the report."""
+    if family == "retrieval":
+        results = {"sets": {name: {"metrics": {"nDCG@10": got["metrics"]["nDCG@10"]},
+                                   "per_query": {q: {"ndcg_cut_10": m["ndcg_cut_10"]} for q, m in got["per_query"].items()}}
+                            for name, got in report["results"]["sets"].items()}}
+    elif family == "classification":  # per item: the share of experiments that got it right, a whole percent
+        results = {"tasks": {name: {"accuracy": got["accuracy"],
+                                    "per_item": [int(v) if float(v).is_integer() else v for v in got["per_item"]]}
+                             for name, got in report["results"]["tasks"].items()}}
+    else:
+        return None
+    seconds = report["results"].get("embedding", {}).get("seconds")
+    return {"stamp": {name: report["stamp"][name] for name in DIGEST_STAMP if name in report["stamp"]},
+            "results": {**results, "embedding": {"seconds": seconds}}, "memory": report.get("memory", {})}
 
 
 def row_device(report: dict) -> str:
@@ -280,7 +311,7 @@ def write_table(family: str, args: argparse.Namespace) -> Path:
 
 
 def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
-    rows = load_rows(family, args.out)
+    rows = load_rows(family, args.out, claims)
     labels = {key: label for key, label, *_ in ROWS[family]}
     columns = list(next(iter(cells(family, r) for r in rows.values()), {}))
     metric = {"retrieval": "nDCG@10 x100", "classification": "accuracy x100",
@@ -336,7 +367,8 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
-    write_claims(claims, report, text)
+    digests = {key: digest(family, row) for key, row in rows.items()}
+    write_claims(claims, {**report, **({"rows": digests} if None not in digests.values() else {})}, text)
     return path
 
 

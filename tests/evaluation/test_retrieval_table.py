@@ -251,3 +251,25 @@ def test_faithful_rows_take_htp_codes_templates_and_table_9s_layer(tiny_llama: P
     tool.refuse_another_row("mean-ours", stamp, argv("mean-ours", tiny_llama))  # its own key: kept
     with pytest.raises(SystemExit, match="move that report away"):
         tool.refuse_another_row("mean", stamp, argv("mean", tiny_llama))  # never the faithful row
+
+
+def test_a_row_whose_report_is_gone_is_kept_from_the_claims_files_digest(tiny_llama: Path, tmp_path: Path,
+                                                                        capsys) -> None:
+    """The per-row reports are not committed; the claims file keeps a digest of each retrieval row (what the
+    table reads), so a fresh clone adds rows to a table without recomputing the ones before, and the table it
+    writes is the same."""
+    tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
+    shallow_rows(tool)
+    argv = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data), "--out", str(out),
+            "--rows", "mean,htp", "--results", str(tmp_path / "results")]
+    assert tool.main(argv) == 0
+    table = (out / "table.md").read_text()
+    claims = json.loads((tmp_path / "results" / f"{tiny_llama.name}-retrieval.json").read_text())
+    assert set(claims["rows"]) == {"mean", "htp"}
+    for report in out.glob("*.json"):
+        report.unlink()  # a fresh clone: no per-row report
+    capsys.readouterr()
+    assert tool.main(argv) == 0
+    assert "htp: kept (its digest in the claims file)" in capsys.readouterr().out
+    assert not (out / "htp.json").exists()  # nothing recomputed
+    assert (out / "table.md").read_text() == table
