@@ -115,20 +115,13 @@ def _raw(pairs: list[str], key: str) -> str:
     return ""
 
 
+# what a parsed option value is, in words (bool before int: True is an int too)
+KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a text"), (list, "a list"),
+         (dict, "an object"), (type(None), "null"))
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a text"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return "null" if value is None else type(value).__name__
+    return next((words for kind, words in KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
