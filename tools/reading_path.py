@@ -9,7 +9,7 @@ not places to go. Consecutive calls in one module are one stop; a stop in a modu
 return. The loop (`methods/loop.py`) is where every method comes back to, so returns to it are counted
 apart. Each method is followed twice: with the model's default fast paths, and with every fast path
 off; for each, the stops in `fast/` (the executor beneath the loop) are counted as entries into that
-folder and returns from it (issue 34's targets: once each with the defaults, never with all off).
+folder and returns from it (the targets: once each with the defaults, never with all off).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ A setting left at None is decided per device (`for_device`, and per batch where 
     fused             off (bit-exact float32 kept)          on (fast.fused: merged GEMMs, fused norms)
     blocked_fusion    from 256 tokens                       from 256 tokens
 
-Why buckets and graphs are opt-in on a GPU too (issue 33): padding a batch to a bucket shape adds half its
+Why buckets and graphs are opt-in on a GPU too: padding a batch to a bucket shape adds half its
 FLOPs or more (PromptEOL on STS-B test at 8,192 tokens a batch: computed/real tokens 1.66 padded to buckets
 against 1.09 unpadded, `python tools/plan_budget.py`), while a graph only saves the host's
 launch time, which a block call larger than a few hundred tokens hides behind its GPU work
