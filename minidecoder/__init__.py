@@ -41,12 +41,12 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
 
 
 def explain(model: Decoder, text: str, method: "str | object" = "tp", truncate: int | None = None, **options):
-    """One text through one method, recorded block by block (minidecoder.running.explain): the prompt, its
+    """One text through one method, recorded block by block (minidecoder.audit.explain): the prompt, its
     tokens, the positions the method acts on, what it did in each block, the blocks that ran, the
     embedding (equal to `embed`'s) and its cosine with the method's baseline. `.format()` is the text,
     `.to_dict()` the JSON record. A text past the model's context is an error; `truncate=N` keeps its
     first N tokens, as `embed`'s does (with a warning)."""
-    from minidecoder.running.explain import explain as _explain
+    from minidecoder.audit.explain import explain as _explain
     return _explain(model, text, method, truncate=truncate, **options)
 
 

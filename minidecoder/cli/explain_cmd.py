@@ -59,7 +59,7 @@ def _explain(args: argparse.Namespace, method) -> int:
     else:
         print(record.format())
     if args.plot:
-        from minidecoder.running.explain_plot import plot_explanation
+        from minidecoder.audit.plot import plot_explanation
         path = plot_explanation(record, args.plot, overwrite=args.overwrite)
         if not args.json:
             print(f"plot: {path}")

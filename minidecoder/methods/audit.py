@@ -1,4 +1,4 @@
-"""What each step tells the audit view (minidecoder.running.explain): the positions it acts on and what it
+"""What each step tells the audit view (minidecoder.audit.explain): the positions it acts on and what it
 did at each block. Kept apart from the paper's loop: nothing here changes an embedding, and a reader of a
 method needs none of it. A step class takes its hooks by inheriting the matching class here
 (`CopyRows(CopiesAudited, Step)`); a new step that says nothing inherits `Audited`'s empty answers.

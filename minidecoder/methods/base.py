@@ -14,7 +14,7 @@ text, never pooled, split or given a placeholder (HTP's `embed_mask = 0` pieces)
 says so (`takes_context`) and takes `passes(model, texts, contexts)`; `contexts=None` is the plain path.
 
 `embed_batch` runs those passes through the one block loop and averages what they pool; the sweeps
-(minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.running.explain)
+(minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.audit.explain)
 watches them, so nothing outside this package restates a method.
 
 Each field's `metadata["help"]` is its one-line documentation; the CLI's `--help` and the README's

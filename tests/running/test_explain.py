@@ -1,4 +1,4 @@
-"""The audit view (minidecoder.running.explain, `minidecoder explain`, docs/tour.md) on the tiny llama:
+"""The audit view (minidecoder.audit.explain, `minidecoder explain`, docs/tour.md) on the tiny llama:
 the record describes the method's own computation (same embedding as `embed`, same fused matrix as
 `reba.fused_attention`, positions that are the tokenization) and its baselines are what they claim."""
 from __future__ import annotations

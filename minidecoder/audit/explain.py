@@ -33,7 +33,7 @@ from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods.loop import Forward, Pass, Step, run_passes
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import truncate_texts, truncate_that_fits, why_longer
-from minidecoder.running.explain_text import CONVENTION, format_explanation
+from minidecoder.audit.text import CONVENTION, format_explanation
 from minidecoder.running.texts import check_text
 
 DIGITS = 4  # floats in `to_dict`: enough to see a change, few enough that rounding noise does not show

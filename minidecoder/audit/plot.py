@@ -3,13 +3,13 @@
 One panel of what the steps reported, block by block (TP / HTP: the norm of each row written; ReBA:
 how much each block raised the running maximum; CP: per head, |a| and the steering term written), and
 a heatmap with token labels for each matrix a pass added (ReBA's fused attention A). Drawn from the
-events' own keys, like the text (`explain_text`), so no method is named here.
+events' own keys, like the text (`audit.text`), so no method is named here.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from minidecoder.running.explain import Explanation
+from minidecoder.audit.explain import Explanation
 from minidecoder.running.figures import pyplot, save_figure
 
 POSITIONS = ("block", "target", "source", "position", "head")  # keys that say where, not how much

@@ -14,7 +14,7 @@ CONVENTION = ("output layers are hidden_states indices (0 = the embeddings, k = 
 
 
 def format_explanation(record, width: int = 100) -> str:
-    """record: a running.explain.Explanation."""
+    """record: a audit.explain.Explanation."""
     L = record.model["blocks"]
     options = " ".join(f"{k}={v}" for k, v in record.method.items() if k != "method" and not k.endswith("_detail"))
     lines = [f"minidecoder explain: method {record.method['method']} on {record.model['name']} "
