@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, first_interrupted, load_model, model_stamp,
-                                    resume_settings)
+                                    parse_options, resume_settings)
 from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file
 
 
@@ -122,7 +122,8 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
         parser.add_argument("--instruction", default="auto", metavar="TEXT",
                             help="the task instruction put before each query/text as '{instruct} {text}': 'auto' "
                                  "(default) gives the task's HTP instruction to " + ", ".join(INSTRUCT_METHODS) +
-                                 " and tp with pooling=mean (HTP's TP w. Mean), none to the prompt methods; 'none' gives none; any other text is used for "
+                                 " and tp with pooling=mean (HTP's TP w. Mean), none to the prompt methods; 'none' "
+                                 "gives none; any other text is used for "
                                  "every task")
         parser.add_argument("--instruction-placement", default="context", choices=["context", "pooled"],
                             help="context (default): the instruction is read by the model before the text and "
@@ -144,7 +145,8 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
 def instruction_for(args: argparse.Namespace, task_instruction: str | None) -> str | None:
     """The instruction one task's queries/texts take under --instruction (see `add_family_options`)."""
     if args.instruction == "auto":  # HTP section 5: every method but TP w. PromptEOL; TP w. Mean is TP pooled by mean
-        takes = args.method in INSTRUCT_METHODS or (args.method == "tp" and "pooling=mean" in args.opt)
+        mean_tp = args.method == "tp" and parse_options(args.opt).get("pooling") == "mean"
+        takes = args.method in INSTRUCT_METHODS or mean_tp
         return task_instruction if takes else None
     return None if args.instruction == "none" else args.instruction
 

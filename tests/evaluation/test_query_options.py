@@ -96,3 +96,17 @@ def test_eos_anywhere_but_last_is_refused(tiny_llama: Path) -> None:
         minidecoder.embed(model, ["a cat"], "last", template="{eos} {text}")
     with pytest.raises(InputError, match="which HTP does not read"):
         minidecoder.embed(model, ["a cat."], "htp", template="{text} {eos}")
+
+
+@pytest.mark.parametrize("method, options, takes", [
+    ("mean", [], True), ("htp", [], True), ("prompteol", [], False),
+    ("tp", ["prompt=prompteol"], False),  # TP w. PromptEOL: the prompt is its instruction (HTP section 5)
+    ("tp", ["pooling=mean"], True), ("tp", ['pooling="mean"'], True),  # TP w. Mean takes the task's
+])
+def test_auto_gives_the_instruction_to_every_method_but_tp_with_prompteol(method, options, takes) -> None:
+    import argparse
+
+    from minidecoder.evaluation.family import instruction_for
+
+    args = argparse.Namespace(instruction="auto", method=method, opt=options)
+    assert instruction_for(args, INSTRUCT) == (INSTRUCT if takes else None)
