@@ -8,7 +8,8 @@
   data folders, encoding each distinct text once).
 - `bootstrap`: the shared statistics (Spearman without scipy, bootstrap intervals).
 - `report`: JSON, Markdown and figures stamped with model, method, data checksums and code version.
-- `sweep` (its shared trunks, `fast/forking.py`, lie beneath it with the other fast paths).
+- `sweep` (its shared trunks, `fast/forking.py`, lie beneath it with the other fast paths) and `mteb_lookup`
+  (embeddings served to mteb's evaluators, for classification and C-MTEB).
 """
 from minidecoder.evaluation.family import encode_sentences
 from minidecoder.evaluation.sts import (ALL_SEVEN, TASKS, StsScorer, StsSubset, StsTask, evaluate_sts, load_task,

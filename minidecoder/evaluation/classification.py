@@ -6,7 +6,7 @@ the data, the scorer and `minidecoder eval classification`.
 
 Nothing of the protocol is restated here: the task is mteb's own class (`Banking77Classification`,
 `EmotionClassification`: their `samples_per_label`, `n_experiments`, seed and `LogisticRegression(max_iter=100)`)
-fed the local files (`integrations.mteb.local_task`), and its `evaluate` trains and scores as in any MTEB run.
+fed the local files (`mteb_lookup.local_task`), and its `evaluate` trains and scores as in any MTEB run.
 mteb asks for the texts of the train rows its experiments sample and for every test text; `texts_needed`
 computes that set with mteb's own sampler, so the embedding job embeds exactly those.
 
@@ -154,7 +154,7 @@ Encoder = Callable[[list], torch.Tensor]  # texts (or (context, text) pairs) -> 
 def mteb_task(data: ClassificationSet, instruction: str | None, placement: str = "context"):
     """mteb's task for `data`, its texts carrying `instruction` where it is pooled ("{instruct} {text}"); as
     unpooled context (the default) the task holds the bare texts and the instruction travels beside them."""
-    from minidecoder.integrations.mteb import local_task
+    from minidecoder.evaluation.mteb_lookup import local_task
 
     joined = instruction if placement == "pooled" else None
     return local_task(data.mteb_name, {split: {"text": with_instruction(texts, joined, "pooled"), "label": labels}
@@ -183,7 +183,7 @@ def evaluate_classification(encode: Encoder, data: ClassificationSet, instructio
     """Run mteb's classification evaluator on `data` with `encode`'s embeddings. Returns {"task", "accuracy":
     {"score", "ci95"}, "f1": ..., "n_experiments", "samples_per_label", "experiments": mteb's per-experiment
     scores, "test_items", "instruction", "instruction_placement", plus the stamp's data facts}; scores x100."""
-    from minidecoder.integrations.mteb import PrecomputedEncoder
+    from minidecoder.evaluation.mteb_lookup import PrecomputedEncoder
 
     texts = texts_needed(data, instruction, placement)
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (N, E)

@@ -5,7 +5,7 @@ the scorer and `minidecoder eval cmteb`.
     results = evaluate_cmteb(encode, sets)
 
 Each set runs as mteb's own task (`ATEC`, ..., `QBQTC`: `AbsTaskSTS`; `Ocnli`: `AbsTaskPairClassification`)
-fed the local file (`integrations.mteb.local_task`), so the numbers are mteb's: STS: Spearman of cosine
+fed the local file (`mteb_lookup.local_task`), so the numbers are mteb's: STS: Spearman of cosine
 similarity against the label x100 (`cosine_spearman`, the main score) with Pearson beside it (ReBA's
 Table 3 reports `cos_sim: pearson`); Ocnli: the best accuracy over cosine thresholds (mteb's main score
 `max_ap` is reported beside it, with `cosine_ap`). Every set carries a 95% bootstrap interval over pairs
@@ -148,7 +148,7 @@ def texts_needed(sets: Sequence[PairSet]) -> list[str]:
 
 
 def mteb_task(data: PairSet):
-    from minidecoder.integrations.mteb import local_task
+    from minidecoder.evaluation.mteb_lookup import local_task
 
     if data.kind == "sts":
         columns = {"sentence1": data.sentences1, "sentence2": data.sentences2, "score": data.labels}
@@ -161,7 +161,7 @@ def evaluate_cmteb(encode: Encoder, sets: Sequence[PairSet], progress: bool = Tr
     """Run mteb's evaluator of each set on `encode`'s embeddings. Returns {"sets": {name: {"kind", "split",
     "pairs", "score", "ci95", "pearson" | "ap", "mteb": mteb's scores}}, "avg_sts": mean Spearman of the STS
     sets, plus the stamp's data facts}; scores x100."""
-    from minidecoder.integrations.mteb import PrecomputedEncoder
+    from minidecoder.evaluation.mteb_lookup import PrecomputedEncoder
 
     texts = texts_needed(sets)
     encoder = PrecomputedEncoder(texts, encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress))

@@ -2,6 +2,7 @@
 
     errors, output_files ─ core ─ methods ─ fast ─ running ─ evaluation ─ integrations ─ cli
              sources (beside core: model sourcing needs no model code)
+                                                   audit (beside evaluation: the audit view)
 
 Imports inside functions count too (they are how a cycle hides). The package root
 (`minidecoder/__init__.py`, "root") is the public facade: it may import from anywhere, lazily, and
@@ -25,8 +26,10 @@ ALLOWED = {
     "fast": {"errors", "output_files", "core", "methods"},
     "running": {"errors", "output_files", "core", "fast", "methods", "sources"},
     "evaluation": {"errors", "output_files", "core", "fast", "methods", "running", "sources"},
+    "audit": {"errors", "output_files", "core", "fast", "methods", "running", "sources"},
     "integrations": {"root", "errors", "output_files", "core", "fast", "methods", "running", "sources", "evaluation"},
-    "cli": {"root", "errors", "output_files", "core", "fast", "methods", "running", "sources", "evaluation", "integrations"},
+    "cli": {"root", "errors", "output_files", "core", "fast", "methods", "running", "sources", "evaluation", "integrations",
+            "audit"},
 }
 
 # The fast paths run beneath the plain loop but import it (`fast.forward.FastForward` subclasses its
