@@ -87,20 +87,23 @@ def _faithful_rows(benchmark: str) -> dict[str, Provenance]:
             "readout": "mean over the second copy (HTP pooling/pooling.py: {!text} is read, not pooled)",
             "metric": metric}),
         "prompteol": Provenance({
-            "template": f"'The sentence \"{{text}}\" means in one word: \"' ({HTP_CODE} prompteol-last-pool)",
+            "template": f"'The sentence \"{{text}}\" means in one word: \"' ({HTP_CODE} prompteol-last-pool), the text "
+                        "as given (HTP's code prepares it in no way; the `prompt` method, senteval_text off)",
             "instruction": "none (HTP section 5: the prompt is the instruction)",
             "layer": f"-1 ({HTP_CODE} mistral-instruct-vanilla)",
             "readout": f"the closing '\"' ({HTP_CODE}: the pooled {{\"}}; the </s> after it is never read)",
             "metric": metric}),
         "prompteol+tp": Provenance({
-            "template": f"'The sentence <PST> \"{{text}}\" means in one word: </s>' ({HTP_CODE} tp-prompteol-last-pool)",
+            "template": f"'The sentence <PST> \"{{text}}\" means in one word: </s>' ({HTP_CODE} tp-prompteol-last-pool), "
+                        "the text as given (senteval_text off)",
             "instruction": "none (HTP section 5)",
             "layer": TABLE_9,
             "readout": f"the appended EOS token ({HTP_CODE}: the pooled {{</s>}})",
             "TP start / end": f"1 / 7 ({HTP_CODE} mistral-instruct-tp)",
             "metric": metric}),
         "mean+tp": Provenance({
-            "template": side("'{instruct} <PST> \"{text} \"'", "'<PST> \"{text}\"'") + f" ({HTP_CODE} tp-mean-pool)",
+            "template": side("'{instruct} <PST> \"{text} \"'", "'<PST> \"{text}\"'") + f" ({HTP_CODE} tp-mean-pool), "
+                        "the text as given (senteval_text off)",
             "instruction": INSTRUCTION_CONTEXT,
             "layer": TABLE_9,
             "readout": "mean over the text, <PST> excluded (HTP pooling/pooling.py)",

@@ -73,6 +73,7 @@ class Row(NamedTuple):
 RULE = "table-9"  # an option HTP Table 9's rule sets for the model's family (provenance.TABLE_9_RULE)
 TP_EOS = 'The sentence <PST> "{text}" means in one word: {eos}'  # HTP's code's tp-prompteol-last-pool
 TP_RULE = {"start": 1, "end": 7, "layer": RULE}  # HTP's code's mistral-instruct-tp: 1 / 7; the layer by Table 9
+AS_GIVEN = {"senteval_text": False}  # HTP's code fills its templates with the text as given
 HTP_RULE = {"start": 1, "end": RULE, "layer": RULE}
 POOLED = ("--instruction-placement", "pooled")
 # HTP Tables 1 and 12 as HTP's code runs them (reproduce/provenance.py names each setting's source), then the
@@ -82,8 +83,8 @@ ROWS = {
                   Row("last", "Vanilla Last", "last", {"template": "{text} {eos}"}),
                   Row("echo", "Echo Mean", "echo", {"template": "{text}{text}"},
                       {"template": "Query: {text} Query again: {text}"}),
-                  Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE}),
-                  Row("mean+tp", "TP w. Mean", "tp", {"prompt": '<PST> "{text}"', "pooling": "mean", **TP_RULE},
+                  Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN}),
+                  Row("mean+tp", "TP w. Mean", "tp", {"prompt": '<PST> "{text}"', "pooling": "mean", **TP_RULE, **AS_GIVEN},
                       {"prompt": '<PST> "{text} "'}),
                   Row("htp", "HTP", "htp", HTP_RULE, {"template": "Text: {text}"}),
                   Row("mean-ours", "Vanilla Mean (instruction pooled)", "mean", {}, flags=POOLED),
@@ -94,8 +95,8 @@ ROWS = {
                       flags=("--instruction", "none")),
                   Row("htp-ours", "HTP (instruction pooled)", "htp", {"start": 1, "end": 7}, flags=POOLED)],
     "classification": [Row("echo", "Echo Mean", "echo", {"template": "Query: {text} Query again: {text}"}),
-                       Row("prompteol", "PromptEOL", "prompteol", {"template": 'The sentence "{text}" means in one word: "'}),
-                       Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE}),
+                       Row("prompteol", "PromptEOL", "prompt", {"template": 'The sentence "{text}" means in one word: "', **AS_GIVEN}),
+                       Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN}),
                        Row("htp", "HTP", "htp", {**HTP_RULE, "template": "Text: {text}"}),
                        Row("echo-ours", "Echo Mean (Echo's template)", "echo", {}, flags=POOLED),
                        Row("prompteol-ours", "PromptEOL (its own template)", "prompteol", {}),
