@@ -222,7 +222,7 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     key = row.key
     prefix = args.out / key
     argv = command(family, row, args, prefix)
-    kept = kept_row(key, args.out, args.results / f"{Path(args.model).name}-{family}.json")
+    kept = kept_row(key, args.out, digests_in(claims_path(family, args)))
     if kept is not None:
         refuse_other_settings(key, kept["stamp"], args)
         refuse_another_row(key, kept["stamp"], argv)
@@ -247,17 +247,22 @@ def load_rows(family: str, out: Path, claims: Path | None = None) -> dict[str, d
     """Every row kept so far: its report in `out`, else (retrieval, classification) the digest of it the claims
     file keeps (`digest`), which is committed where the reports are not, so a later sitting on another
     machine adds rows to the table without recomputing the ones before."""
-    rows = {key: kept_row(key, out, claims) for key, *_ in ROWS[family]}
+    digests = digests_in(claims)  # the claims file read once for every row
+    rows = {key: kept_row(key, out, digests) for key, *_ in ROWS[family]}
     return {key: row for key, row in rows.items() if row is not None}
 
 
-def kept_row(key: str, out: Path, claims: Path | None) -> dict | None:
-    """Row `key`'s report in `out` (with its memory), else its digest in the claims file, else None."""
+def digests_in(claims: Path | None) -> dict[str, dict]:
+    """{row key: its digest} kept in a claims file; {} where there is none."""
+    return json.loads(claims.read_text()).get("rows", {}) if claims is not None and claims.exists() else {}
+
+
+def kept_row(key: str, out: Path, digests: dict[str, dict]) -> dict | None:
+    """Row `key`'s report in `out` (with its memory), else its digest (`digests_in`), else None."""
     path = out / f"{key}.json"
     if path.exists():
         memory = out / f"{key}.memory.json"
         return {**json.loads(path.read_text()), "memory": json.loads(memory.read_text()) if memory.exists() else {}}
-    digests = json.loads(claims.read_text()).get("rows", {}) if claims is not None and claims.exists() else {}
     return digests.get(key)
 
 
@@ -302,11 +307,16 @@ def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, floa
     return {name: (r["score"], tuple(r.get("ci95") or (np.nan, np.nan)), None) for name, r in results["sets"].items()}
 
 
+def claims_path(family: str, args: argparse.Namespace) -> Path:
+    """RESULTS/<model>-<family>.json: the table's claims file, which also keeps its rows' digests."""
+    return args.results / f"{Path(args.model).name}-{family}.json"
+
+
 def write_table(family: str, args: argparse.Namespace) -> Path:
     """ROWS/table.md and the claims file, from every row kept so far. Under the claims file's lock: two
     sittings (two rows at once, or a row beside a re-run) would otherwise each read the rows, and the later
     write would drop the row the earlier one added."""
-    claims = args.results / f"{Path(args.model).name}-{family}.json"
+    claims = claims_path(family, args)
     with output_lock(claims, wait=True):
         return _write_table(family, args, claims)
 
