@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reprod
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
 from reproduce.provenance import TABLE_9_RULE, provenance_lines  # noqa: E402
+from minidecoder.evaluation.family import instruction_for  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 class Row(NamedTuple):
@@ -207,11 +208,25 @@ def method_flags(argv: list[str]) -> set[tuple[str, str]]:
     return {(flag, value) for flag, value in zip(argv, argv[1:]) if flag in ("--method", "--opt", "--query-opt")}
 
 
+def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+def reads_instruction(argv: list[str]) -> bool:
+    """Whether an eval command gives its method the task's instruction (the eval commands' own rule)."""
+    asked = argparse.Namespace(instruction=flag_value(argv, "--instruction", "auto"), method=flag_value(argv, "--method"),
+                               opt=[value for flag, value in zip(argv, argv[1:]) if flag == "--opt"])
+    return instruction_for(asked, "the task's instruction") is not None
+
+
 def refuse_another_row(key: str, stamp: dict, argv: list[str]) -> None:
-    """A kept report joins the table as row `key` only if it ran that row's method and options: a row redefined
-    (the faithful rows took the keys of the earlier ones, now `<key>-ours`) is never stood in for by what it
-    replaced. Each faithful row differs from its `-ours` row in its options, so they tell them apart."""
+    """A kept report joins the table as row `key` only if it ran that row's method, options and instruction
+    placement: a row redefined (the faithful rows took the keys of the earlier ones, now `<key>-ours`) is never
+    stood in for by what it replaced."""
     ran, asked = method_flags(shlex.split(stamp.get("command") or "")), method_flags(argv)
+    if "instruction" in stamp and reads_instruction(argv):  # a stamp older than the placement pooled it
+        ran.add(("--instruction-placement", stamp.get("instruction_placement", "pooled")))
+        asked.add(("--instruction-placement", flag_value(argv, "--instruction-placement", "context")))
     if ran != asked:
         raise SystemExit(f"{key}: the kept report {key}.json ran {sorted(ran - asked)}, where the row is "
                          f"{sorted(asked - ran)}; move that report away (or to the row it ran) to compute this one")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -251,6 +252,14 @@ def test_faithful_rows_take_htp_codes_templates_and_table_9s_layer(tiny_llama: P
     tool.refuse_another_row("mean-ours", stamp, argv("mean-ours", tiny_llama))  # its own key: kept
     with pytest.raises(SystemExit, match="move that report away"):
         tool.refuse_another_row("mean", stamp, argv("mean", tiny_llama))  # never the faithful row
+    faithful = {"command": shlex.join(["minidecoder", *argv("mean", tiny_llama)]), "instruction": "auto",
+                "instruction_placement": "context"}
+    tool.refuse_another_row("mean", faithful, argv("mean", tiny_llama))
+    pooled = {**faithful, "instruction_placement": "pooled"}  # the same options, the instruction pooled
+    with pytest.raises(SystemExit, match="instruction-placement"):
+        tool.refuse_another_row("mean", pooled, argv("mean", tiny_llama))
+    tp = {"command": shlex.join(["minidecoder", *argv("prompteol+tp", tiny_llama)]), "instruction": "auto"}
+    tool.refuse_another_row("prompteol+tp", tp, argv("prompteol+tp", tiny_llama))  # it reads no instruction
 
 
 def test_a_row_whose_report_is_gone_is_kept_from_the_claims_files_digest(tiny_llama: Path, tmp_path: Path,
