@@ -43,6 +43,7 @@ differences), judged by `reproduce.claims.judge` for each claim of `claims.BENCH
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -194,28 +195,54 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     """TP's end for transfer, chosen on data that is not a test split: for each end of `transfer_end_range`, the
     STS row's TP (`spec`) with that end, scored by SentEval's probe trained on SST2 train with its L2 chosen on
     SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
-    Each end's accuracy is kept in WORK/end-choice.json, so a stopped choice resumes."""
-    import dataclasses
 
+    The ends still to score are embedded in one grid (`embed_grid`, as `minidecoder sweep --tp-end` runs them):
+    the ends' forwards share every block before the first end they differ at, so eight ends cost about 2.5
+    single runs rather than eight. Its batches are kept in WORK/grid, so a stopped grid resumes; each end's
+    accuracy is kept in WORK/end-choice.json as it is scored."""
+    from minidecoder.evaluation.sweep import embed_grid
     from minidecoder.evaluation.transfer import probe_task
+    from minidecoder.running.jobs import KeptChunks
 
     ends = transfer_end_range(model.num_layers)
     dev_only = dataclasses.replace(sst2, splits={"train": sst2.splits["train"], "dev": sst2.splits["dev"],
                                                  "test": sst2.splits["dev"]})  # the test split left out
     kept = work / "end-choice.json"
     accuracy = json.loads(kept.read_text()) if kept.is_file() else {}
-    for end in ends:
-        if str(end) in accuracy:
-            continue
-        method = tp_with_end(spec, end)
-        encode = encoder(model, method, work / f"end-{end}", batch_size)
-        probe = probe_task(dev_only, lambda texts: np.asarray(encode(list(texts)), dtype=np.float32),
-                           workers=default_workers())
-        accuracy[str(end)] = probe.dev_accuracy
-        write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
+    todo = [end for end in ends if str(end) not in accuracy]
+    if todo:
+        texts = sorted({*dev_only.splits["train"].texts, *dev_only.splits["dev"].texts})
+        work.mkdir(parents=True, exist_ok=True)
+        method, points, size = tp_with_end(spec, todo[0]), [{"end": end} for end in todo], batch_size or GRID_BATCH
+        grid = KeptChunks(work / "grid", grid_manifest(model, method, points, texts, size), -(-len(texts) // size))
+        vectors, _ = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
+        row_of = {text: row for row, text in enumerate(texts)}
+        for end, matrix in zip(todo, vectors):
+            table = matrix.numpy()
+            probe = probe_task(dev_only, lambda batch, table=table: table[[row_of[text] for text in batch]],
+                               workers=default_workers())
+            accuracy[str(end)] = probe.dev_accuracy
+            write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
+        grid.remove()
     end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
     return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy,
             "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
+
+
+GRID_BATCH = 32  # the sweep's batch size, when the row gives none
+
+
+def grid_manifest(model, method, points: list[dict], texts: list[str], batch_size: int) -> dict:
+    """What the end choice's kept batches depend on (as a sweep's, `sweep.kept_manifest`): a later run reuses
+    them only if this is equal."""
+    from minidecoder.fast.options import fast_paths_of
+    from minidecoder.sources.checksums import sources_sha256
+
+    return {"kind": "transfer-end-choice", "model": model_identity(model), "dtype": str(model.dtype),
+            "device": model.device.type, "fast_paths": dataclasses.asdict(fast_paths_of(model)),
+            "method": method.describe(), "points": points, "batch_size": batch_size,
+            "texts": len(texts), "texts_sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
+            "code_sha256": sources_sha256()}
 
 
 def tp_with_end(spec: dict, end: int):

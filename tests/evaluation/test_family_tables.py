@@ -114,6 +114,42 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
     assert json.loads(path.read_text())["claims"] == before["claims"]
 
 
+
+def test_the_transfer_end_choice_scores_only_the_ends_not_kept_and_resumes_a_stopped_grid(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ends still to score are embedded as one grid; an end whose accuracy is kept is not embedded again,
+    and a grid stopped after its first batch resumes from its kept batches to the same accuracies."""
+    from minidecoder.evaluation import sweep
+    from minidecoder.running.jobs import JobInterrupted
+
+    tool = load("reproduce_tasks")
+    sst2 = transfer.load_transfer_tasks(["SST2"], write_folder(tmp_path / "senteval"), 59)[0]
+    model = minidecoder.load(tiny_llama)
+    spec = {"method": "tp", "prompt": "prompteol", "start": 1, "end": 3}
+    whole = tool.choose_transfer_end(model, spec, sst2, tmp_path / "whole", batch_size=8)
+    assert whole["range"] == [2, 3] and not (tmp_path / "whole" / "grid").exists()  # removed once scored
+
+    work = tmp_path / "kept"
+    work.mkdir()
+    (work / "end-choice.json").write_text(json.dumps({"2": whole["sst2_dev_accuracy"]["2"]}))
+    grids, batches, real = [], [], sweep.sweep_points
+
+    def stopping(method, model, texts, points):  # Ctrl-C in the second batch of the first run
+        grids.append(points)
+        batches.append(len(texts))
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+        return real(method, model, texts, points)
+
+    monkeypatch.setattr(sweep, "sweep_points", stopping)
+    with pytest.raises(JobInterrupted):
+        tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
+    assert grids[0] == [{"end": 3}]  # end 2 is kept: not embedded again
+    resumed = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
+    texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
+    assert sum(batches) - batches[1] == texts  # the first batch was kept, not recomputed
+    assert resumed == whole
+
 @needs_data
 def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
