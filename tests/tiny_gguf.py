@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 
+from minidecoder.sources.convert.gguf_tokenizer import bytes_to_unicode  # pinned to GPT-2's by test_convert_units
+
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 2  # 256: K-quants need rows of 256 values
 HEAD_DIM = HIDDEN // HEADS
 
@@ -21,21 +23,10 @@ _K_QUANT_F16_OFFSETS = {"Q2_K": (84, (80, 82)), "Q3_K": (110, (108,)), "Q4_K": (
                         "Q5_K": (176, (0, 2)), "Q6_K": (210, (208,))}
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def byte_level_vocab() -> tuple[list[str], list[int], list[str]]:
     """(tokens, token types, merges): three specials, the 256 byte symbols, and a few merges."""
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    symbols = list(_bytes_to_unicode().values())
+    symbols = list(bytes_to_unicode().values())
     merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ c", "Ġc a", "a p", "Ġ 1", "1 2"]
     tokens = specials + symbols + [m.replace(" ", "") for m in merges]
     types = [3] * len(specials) + [1] * (len(tokens) - len(specials))

@@ -325,13 +325,6 @@ def _key(point: Point) -> str:
     return repr(sorted(point.items()))
 
 
-def best_method(method: Method, result: SweepResult) -> Method:
-    """The method with the sweep's best options."""
-    if result.best is None:
-        raise InputError("the sweep has no finite score", "widen the grid")
-    return method_at(method, result.best["options"])
-
-
 # ---- report ----------------------------------------------------------------------------------------
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{value:.2f}"

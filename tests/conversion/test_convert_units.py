@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from minidecoder.sources.convert import convert_gguf, parse_size
+from minidecoder.sources.convert.gguf_tokenizer import bytes_to_unicode
 from minidecoder.sources.convert.hf_config import _gemma_layer_types, float32_value
 from minidecoder.sources.convert.names import hf_name
 from minidecoder.sources.convert.transforms import permute_for_ggml, unpermute_from_ggml
@@ -252,6 +253,21 @@ def test_tiny_tokenizer_matches_transformers(tmp_path: Path, arch: str, sentence
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert config["add_bos_token"] is sentencepiece  # SentencePiece files here ask for BOS, byte-level ones do not
     assert config["bos_token"] == oracle.bos_token and config["eos_token"] == oracle.eos_token
+
+
+def test_the_byte_alphabet_is_gpt2s_as_tokenizers_spells_it() -> None:
+    """The byte -> character table the byte-level vocabularies are read with (and tests/tiny_gguf.py builds
+    its vocabulary from) is the one `tokenizers`' ByteLevel writes: the same 256 characters, byte for byte."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    table = bytes_to_unicode()
+    assert sorted(table) == list(range(256)) and set(table.values()) == set(ByteLevel.alphabet())
+    spell = ByteLevel(add_prefix_space=False, use_regex=False)
+    # every byte UTF-8 writes (all but C0, C1, F5-FF): each lead byte of 2, 3 and 4 bytes, each continuation byte
+    every_byte_utf8_has = [range(0, 0x800), [0x800, *range(0x1000, 0x10000, 0x1000)], range(0x10000, 0x110000, 0x40000),
+                           [0x100000]]
+    for text in (" é", "a\n\t~", "".join(chr(c) for codes in every_byte_utf8_has for c in codes)):
+        assert spell.pre_tokenize_str(text)[0][0] == "".join(table[b] for b in text.encode("utf-8"))
 
 
 def test_smollm_pre_tokenizer_splits_digits(tmp_path: Path) -> None:

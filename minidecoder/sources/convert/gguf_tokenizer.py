@@ -64,7 +64,7 @@ def _byte_level_pre_tokenizer(pre: str) -> tuple[pre_tokenizers.PreTokenizer, no
     )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character table, the alphabet of byte-level vocabularies."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     table = {byte: chr(byte) for byte in printable}
@@ -78,7 +78,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 def _byte_level_tokenizer(metadata: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
     """Byte-level BPE from the stored merges. Returns (tokenizer, tokens as spelled in the vocab)."""
-    spelling = _bytes_to_unicode()
+    spelling = bytes_to_unicode()
     alphabet = set(spelling.values())
     # A token outside the byte alphabet (llama.cpp writes some added tokens in plain UTF-8) is respelled byte by byte.
     tokens = [
@@ -162,7 +162,7 @@ def build_tokenizer(metadata: dict[str, Any], architecture: str) -> tuple[Tokeni
     kind = metadata.get("tokenizer.ggml.model")
     if kind == "gpt2":
         tokenizer, tokens = _byte_level_tokenizer(metadata)
-        alphabet = set(_bytes_to_unicode().values())
+        alphabet = set(bytes_to_unicode().values())
     elif kind == "llama":
         tokenizer, tokens = _sentencepiece_tokenizer(metadata, architecture)
         alphabet = None
