@@ -196,10 +196,11 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     STS row's TP (`spec`) with that end, scored by SentEval's probe trained on SST2 train with its L2 chosen on
     SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
 
-    The ends still to score are embedded in one grid (`embed_grid`, as `minidecoder sweep --tp-end` runs them):
-    the ends' forwards share every block before the first end they differ at, so eight ends cost about 2.5
-    single runs rather than eight. Its batches are kept in WORK/grid, so a stopped grid resumes; each end's
-    accuracy is kept in WORK/end-choice.json as it is scored."""
+    The ends are embedded in one grid (`embed_grid`, as `minidecoder sweep --tp-end` runs them): their forwards
+    share every block before the first end they differ at, so SmolLM2's eight ends (output layer 28) cost about
+    3.75 single runs rather than eight. The grid's batches are kept in WORK/grid until every end is scored, so a
+    stop in the grid or in the probes resumes; each end's accuracy is kept in WORK/end-choice.json as it is
+    scored, and an end scored there is not probed again."""
     from minidecoder.evaluation.sweep import embed_grid
     from minidecoder.evaluation.transfer import probe_task
     from minidecoder.running.jobs import KeptChunks
@@ -213,11 +214,14 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     if todo:
         texts = sorted({*dev_only.splits["train"].texts, *dev_only.splits["dev"].texts})
         work.mkdir(parents=True, exist_ok=True)
-        method, points, size = tp_with_end(spec, todo[0]), [{"end": end} for end in todo], batch_size or GRID_BATCH
+        # every end in the grid, scored or not: its kept batches then serve a resumed choice whatever was scored
+        method, points, size = tp_with_end(spec, ends[0]), [{"end": end} for end in ends], batch_size or GRID_BATCH
         grid = KeptChunks(work / "grid", grid_manifest(model, method, points, texts, size), -(-len(texts) // size))
         vectors, _ = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
         row_of = {text: row for row, text in enumerate(texts)}
-        for end, matrix in zip(todo, vectors):
+        for end, matrix in zip(ends, vectors):
+            if end not in todo:
+                continue
             table = matrix.numpy()
             probe = probe_task(dev_only, lambda batch, table=table: table[[row_of[text] for text in batch]],
                                workers=default_workers())

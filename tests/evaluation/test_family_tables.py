@@ -115,10 +115,11 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
 
 
 
-def test_the_transfer_end_choice_scores_only_the_ends_not_kept_and_resumes_a_stopped_grid(
+def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends_not_scored(
         tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ends still to score are embedded as one grid; an end whose accuracy is kept is not embedded again,
-    and a grid stopped after its first batch resumes from its kept batches to the same accuracies."""
+    """The candidate ends are embedded as one grid whose batches are kept until every end is scored: a grid
+    stopped in its second batch resumes from the first, a choice stopped in its probes resumes without embedding
+    again, and an end whose accuracy is kept is not probed again; each way, the same choice."""
     from minidecoder.evaluation import sweep
     from minidecoder.running.jobs import JobInterrupted
 
@@ -129,26 +130,34 @@ def test_the_transfer_end_choice_scores_only_the_ends_not_kept_and_resumes_a_sto
     whole = tool.choose_transfer_end(model, spec, sst2, tmp_path / "whole", batch_size=8)
     assert whole["range"] == [2, 3] and not (tmp_path / "whole" / "grid").exists()  # removed once scored
 
-    work = tmp_path / "kept"
-    work.mkdir()
-    (work / "end-choice.json").write_text(json.dumps({"2": whole["sst2_dev_accuracy"]["2"]}))
-    grids, batches, real = [], [], sweep.sweep_points
+    batches, probed, real_points, real_probe = [], [], sweep.sweep_points, transfer.probe_task
+    stop = {"batch": 2, "probe": None}
 
-    def stopping(method, model, texts, points):  # Ctrl-C in the second batch of the first run
-        grids.append(points)
+    def points(method, model, texts, grid):
         batches.append(len(texts))
-        if len(batches) == 2:
+        if len(batches) == stop["batch"]:
             raise KeyboardInterrupt
-        return real(method, model, texts, points)
+        return real_points(method, model, texts, grid)
 
-    monkeypatch.setattr(sweep, "sweep_points", stopping)
-    with pytest.raises(JobInterrupted):
+    def probe(task, rows, **options):
+        probed.append(task)
+        if len(probed) == stop["probe"]:
+            raise KeyboardInterrupt
+        return real_probe(task, rows, **options)
+
+    monkeypatch.setattr(sweep, "sweep_points", points)
+    monkeypatch.setattr(transfer, "probe_task", probe)
+    work = tmp_path / "stopped"
+    with pytest.raises(JobInterrupted):  # Ctrl-C in the grid's second batch
         tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
-    assert grids[0] == [{"end": 3}]  # end 2 is kept: not embedded again
-    resumed = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
+    stop.update(batch=None, probe=2)
+    with pytest.raises(KeyboardInterrupt):  # the grid resumed from its first batch; Ctrl-C in the second probe
+        tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
     texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
-    assert sum(batches) - batches[1] == texts  # the first batch was kept, not recomputed
-    assert resumed == whole
+    assert sum(batches) - batches[1] == texts and json.loads((work / "end-choice.json").read_text()).keys() == {"2"}
+    embedded = len(batches)
+    assert tool.choose_transfer_end(model, spec, sst2, work, batch_size=8) == whole
+    assert len(batches) == embedded and len(probed) == 3  # nothing embedded again; end 2's probe not run again
 
 @needs_data
 def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Path, tmp_path: Path,
