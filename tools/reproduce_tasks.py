@@ -197,11 +197,11 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
 
     The ends are embedded in one grid (`embed_grid`, as `minidecoder sweep --tp-end` runs them): their forwards
-    share every block before the first end they differ at, so SmolLM2's eight ends (output layer 28) cost about
-    3.75 single runs rather than eight. The grid's batches are kept in WORK/grid until every end is scored, so a
-    stop in the grid or in the probes resumes; each end's accuracy is kept in WORK/end-choice.json as it is
-    scored, and an end scored there is not probed again."""
-    from minidecoder.evaluation.sweep import embed_grid
+    share every block before the first end they differ at, so the grid computes fewer blocks than one run per
+    end (the ratio is recorded as `grid_blocks_ratio`). Its batches are kept in WORK/grid until every end is
+    scored, so a stop in the grid or in the probes resumes; each end's accuracy is kept in
+    WORK/end-choice.json as it is scored, and an end scored there is not probed again."""
+    from minidecoder.evaluation.sweep import BATCH_SIZE, embed_grid, kept_manifest
     from minidecoder.evaluation.transfer import probe_task
     from minidecoder.running.jobs import KeptChunks
 
@@ -211,13 +211,16 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     kept = work / "end-choice.json"
     accuracy = json.loads(kept.read_text()) if kept.is_file() else {}
     todo = [end for end in ends if str(end) not in accuracy]
+    choice = {}
     if todo:
         texts = sorted({*dev_only.splits["train"].texts, *dev_only.splits["dev"].texts})
         work.mkdir(parents=True, exist_ok=True)
         # every end in the grid, scored or not: its kept batches then serve a resumed choice whatever was scored
-        method, points, size = tp_with_end(spec, ends[0]), [{"end": end} for end in ends], batch_size or GRID_BATCH
-        grid = KeptChunks(work / "grid", grid_manifest(model, method, points, texts, size), -(-len(texts) // size))
-        vectors, _ = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
+        method, points, size = tp_with_end(spec, ends[0]), [{"end": end} for end in ends], batch_size or BATCH_SIZE
+        manifest = kept_manifest(model, method, {"end": ends}, points, texts, size, {"task": "SST2 train and dev"})
+        grid = KeptChunks(work / "grid", manifest, -(-len(texts) // size))
+        vectors, cost = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
+        choice["grid_blocks_ratio"] = cost["ratio"]  # blocks computed / the blocks of one run per end
         row_of = {text: row for row, text in enumerate(texts)}
         for end, matrix in zip(ends, vectors):
             if end not in todo:
@@ -229,24 +232,8 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
             write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
         grid.remove()
     end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
-    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy,
+    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy, **choice,
             "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
-
-
-GRID_BATCH = 32  # the sweep's batch size, when the row gives none
-
-
-def grid_manifest(model, method, points: list[dict], texts: list[str], batch_size: int) -> dict:
-    """What the end choice's kept batches depend on (as a sweep's, `sweep.kept_manifest`): a later run reuses
-    them only if this is equal."""
-    from minidecoder.fast.options import fast_paths_of
-    from minidecoder.sources.checksums import sources_sha256
-
-    return {"kind": "transfer-end-choice", "model": model_identity(model), "dtype": str(model.dtype),
-            "device": model.device.type, "fast_paths": dataclasses.asdict(fast_paths_of(model)),
-            "method": method.describe(), "points": points, "batch_size": batch_size,
-            "texts": len(texts), "texts_sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
-            "code_sha256": sources_sha256()}
 
 
 def tp_with_end(spec: dict, end: int):

@@ -182,13 +182,16 @@ class SweepResult:
         raise KeyError(options)
 
 
+BATCH_SIZE = 32  # sentences a batch of the grid, unless the caller says
+
+
 def sentence_order(model, texts: Sequence[str]) -> list[int]:
     """The order `minidecoder.embed` batches in (stable sort by token count), so batches are identical."""
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     return sorted(range(len(texts)), key=lambda i: lengths[i])
 
 
-def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = 32,
+def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = BATCH_SIZE,
                progress: bool = True, kept: KeptChunks | None = None) -> tuple[list[torch.Tensor], dict]:
     """Every point's (N, E) embeddings of `texts`, sharing computation; and the cost dict:
     {"blocks_computed", "blocks_naive" (rows x blocks), "ratio", "rule", "groups", "seconds", "batches",
@@ -250,7 +253,7 @@ def _embed_batches(model, method: Method, points: list[Point], texts: list[str],
 
 
 def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, limit: int | None = None,
-              batch_size: int = 32, progress: bool = True, dev: StsTask | None = None,
+              batch_size: int = BATCH_SIZE, progress: bool = True, dev: StsTask | None = None,
               work: str | Path | None = None) -> SweepResult:
     """Score every point of the grid on STS-B dev (and nothing else). Invalid points (e.g. a TP end
     past the output layer) are listed with the reason they were skipped. `dev`: the task already loaded
@@ -279,7 +282,7 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
     sentences = unique_sentences([dev])
     kept = None
     if work is not None:
-        kept = KeptChunks(work, kept_manifest(model, method, axes, valid, dev, sentences, batch_size),
+        kept = KeptChunks(work, kept_manifest(model, method, axes, valid, sentences, batch_size, dev_facts(dev)),
                           count=math.ceil(len(sentences) / batch_size))
     vectors, cost = embed_grid(model, method, valid, sentences, batch_size, progress, kept)
     scorer = StsScorer([dev], sentences)
@@ -297,12 +300,12 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
 KEPT_VERSION = 1  # of the manifest below
 
 
-def kept_manifest(model, method: Method, axes: dict[str, list[Any]], points: list[Point], dev: StsTask,
-                  sentences: list[str], batch_size: int) -> dict[str, Any]:
-    """What a sweep's kept batches depend on; a later run reuses them only if its manifest is equal. The
-    model is its files' sha256 (running.jobs binds an embedding job the same way), the data its files'
-    sha256 and the sentences themselves (so --limit too), the code a sha256 of minidecoder's sources
-    (a changed method never meets batches of the old one)."""
+def kept_manifest(model, method: Method, axes: dict[str, list[Any]], points: list[Point], sentences: list[str],
+                  batch_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """What a grid's kept batches depend on; a later run reuses them only if its manifest is equal. The
+    model is its files' sha256 (running.jobs binds an embedding job the same way), the data what `data` says
+    of it (a sweep: STS-B dev's files' sha256 and limit) and the sentences themselves, the code a sha256 of
+    minidecoder's sources (a changed method never meets batches of the old one)."""
     if not getattr(model, "source", None):
         raise InputError("keeping a sweep's batches needs a model loaded from a folder (its weight files' sha256 "
                          "bind them)", "load it with minidecoder.load(folder), or sweep without work=")
@@ -313,12 +316,16 @@ def kept_manifest(model, method: Method, axes: dict[str, list[Any]], points: lis
         "device": model.device.type,
         "fast_paths": dataclasses.asdict(fast_paths_of(model)),  # a fast path may round differently
         "method": method.describe(), "axes": axes, "points": points, "batch_size": batch_size,
-        "data": {"task": dev.name, "limit": dev.limit,
-                 "files": {name: file_sha256(Path(dev.data_dir) / name) for name in dev.files},
-                 "sentences": len(sentences),
+        "data": {**data, "sentences": len(sentences),
                  "sentences_sha256": hashlib.sha256(json.dumps(sentences).encode("utf-8")).hexdigest()},
         "code_sha256": sources_sha256(),
     }
+
+
+def dev_facts(dev: StsTask) -> dict[str, Any]:
+    """What a sweep's manifest says of its data: the task, its limit and its files' sha256."""
+    return {"task": dev.name, "limit": dev.limit,
+            "files": {name: file_sha256(Path(dev.data_dir) / name) for name in dev.files}}
 
 
 def _key(point: Point) -> str:

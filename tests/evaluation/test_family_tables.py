@@ -129,6 +129,7 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
     spec = {"method": "tp", "prompt": "prompteol", "start": 1, "end": 3}
     whole = tool.choose_transfer_end(model, spec, sst2, tmp_path / "whole", batch_size=8)
     assert whole["range"] == [2, 3] and not (tmp_path / "whole" / "grid").exists()  # removed once scored
+    assert 0 < whole["grid_blocks_ratio"] < 1  # the two ends' forwards share their first blocks
 
     batches, probed, real_points, real_probe = [], [], sweep.sweep_points, transfer.probe_task
     stop = {"batch": 2, "probe": None}

@@ -12,16 +12,16 @@ set -uo pipefail
 stage=${STAGE:-/tmp/stage}  # the folder receive.sh filled
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD MINIDECODER_CACHE=/tmp/mdcache MINIDECODER_WEIGHTS=/tmp/mdweights
 end=$((SECONDS + ${T:-400}))
-folders=$(ls $stage | sed -n 's/^folder-[0-9]*-of-\([0-9]*\)$/\1/p' | head -1)
-received=$(ls $stage | grep -c '^folder-[0-9]*-of-' || true)
+folders=$(ls "$stage" | sed -n 's/^folder-[0-9]*-of-\([0-9]*\)$/\1/p' | head -1)
+received=$(ls "$stage" | grep -c '^folder-[0-9]*-of-' || true)
 [ -n "$folders" ] && [ "$received" = "$folders" ] \
     || { echo "received $received of ${folders:-?} staged folders: run receive.sh for each .dev/gpu-K first"; exit 3; }
-name=$(cat $stage/gguf.name)
+name=$(cat "$stage/gguf.name")
 mkdir -p /tmp/mdcache/gguf /tmp/data /tmp/res/results
-cat $stage/gguf.part* > "/tmp/mdcache/gguf/$name"
-[ "$(sha256sum "/tmp/mdcache/gguf/$name" | cut -d' ' -f1)" = "$(cat $stage/gguf.sha256)" ] \
+cat "$stage"/gguf.part* > "/tmp/mdcache/gguf/$name"
+[ "$(sha256sum "/tmp/mdcache/gguf/$name" | cut -d' ' -f1)" = "$(cat "$stage/gguf.sha256")" ] \
     || { echo "the assembled GGUF's sha256 differs: a part is missing"; exit 3; }
-[ -f $stage/data.tar.xz ] && tar -C /tmp/data -xJf $stage/data.tar.xz
+[ -f "$stage/data.tar.xz" ] && tar -C /tmp/data -xJf "$stage/data.tar.xz"
 for set in beir sts senteval mteb cmteb; do
     [ -d "/tmp/data/$set" ] && export "MINIDECODER_$(echo $set | tr a-z A-Z)_DATA=/tmp/data/$set"
 done
