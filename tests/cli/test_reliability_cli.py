@@ -82,6 +82,13 @@ def ctrl_c(where: str, go: Path, *argv: str) -> str:
     return err
 
 
+def interrupted_into_rep(where: str, tmp_path: Path, *argv: str) -> tuple[str, Path]:
+    """Ctrl-C (see `ctrl_c`) to `argv --output tmp_path/rep`: the last line it printed, and the folder of work
+    it kept."""
+    err = ctrl_c(where, tmp_path / "never", *argv, "--output", str(tmp_path / "rep"))
+    return err.strip().splitlines()[-1], tmp_path / ".rep.json.partial"
+
+
 # ---- 3. one locked writer for every output ------------------------------------------------------------------
 def test_3_eval_and_embed_on_one_name_are_refused_naming_the_holder_before_loading(tiny_llama, tmp_path,
                                                                                    capsys) -> None:
@@ -137,11 +144,9 @@ def test_7_ctrl_c_in_eval_keeps_finished_chunks_and_the_same_command_resumes(tin
     data = sts_data(tmp_path / "sts", pairs=1100)  # 2,200 distinct sentences: three chunks of 1,024
     argv = ["eval", "sts", "--model", str(tiny_llama), "--method", "mean", "--tasks", "STSBenchmark", "--data",
             str(data), "--no-progress", "--batch-size", "64"]
-    err = ctrl_c("minidecoder.running.embedding:embed:2", tmp_path / "never", *argv, "--output",
-                 str(tmp_path / "rep"))  # Ctrl-C during the third chunk
-    work = tmp_path / ".rep.json.partial"
-    assert err.strip().splitlines()[-1] == (f"minidecoder: interrupted; the embeddings of 2 of 3 chunks of sentences "
-                                            f"are kept in {work}; run the same command again to resume from them")
+    said, work = interrupted_into_rep("minidecoder.running.embedding:embed:2", tmp_path, *argv)  # third chunk
+    assert said == (f"minidecoder: interrupted; the embeddings of 2 of 3 chunks of sentences are kept in {work}; "
+                    f"run the same command again to resume from them")
     assert len(list(work.glob(".embeddings.npy.partial/chunk-*.npy"))) == 2
 
     assert cli(capsys, *argv, "--output", str(tmp_path / "rep"))[0] == 0
@@ -159,11 +164,9 @@ def test_7_ctrl_c_in_a_sweep_keeps_finished_batches_and_the_same_command_resumes
     data = sts_data(tmp_path / "sts")  # 24 distinct dev sentences: six batches of 4
     argv = ["sweep", "--model", str(tiny_llama), "--method", "cp", "--layers=-2,-1", "--cp-steer", "1",
             "--cp-alpha", "0.5,2", "--data", str(data), "--no-progress", "--batch-size", "4"]
-    err = ctrl_c("minidecoder.evaluation.sweep:sweep_points:2", tmp_path / "never", *argv, "--output",
-                 str(tmp_path / "rep"))  # Ctrl-C during the third batch
-    work = tmp_path / ".rep.json.partial"
-    assert err.strip().splitlines()[-1] == (f"minidecoder: interrupted; 2 of 6 batches of the sweep are kept in "
-                                            f"{work}; run the same command again to resume from them")
+    said, work = interrupted_into_rep("minidecoder.evaluation.sweep:sweep_points:2", tmp_path, *argv)  # third batch
+    assert said == (f"minidecoder: interrupted; 2 of 6 batches of the sweep are kept in {work}; "
+                    f"run the same command again to resume from them")
     assert len(list(work.glob("chunk-*.npy"))) == 2
 
     changed = [*argv[:-2], "--batch-size", "3", "--output", str(tmp_path / "rep")]  # other settings: refused

@@ -45,20 +45,11 @@ def senteval_sts_year(fpath: str, datasets: list[str]) -> dict[str, tuple[list[l
     return data
 
 
-def senteval_stsb(fpath: str) -> tuple[list[list[str]], list[list[str]], list[float]]:
-    sick_data = {"X_A": [], "X_B": [], "y": []}
-    with io.open(fpath, "r", encoding="utf-8") as f:
-        for line in f:
-            text = line.strip().split("\t")
-            sick_data["X_A"].append(text[5].split())
-            sick_data["X_B"].append(text[6].split())
-            sick_data["y"].append(text[4])
-    sick_data["y"] = [float(s) for s in sick_data["y"]]
-    return sick_data["X_A"], sick_data["X_B"], sick_data["y"]
-
-
-def senteval_sick(fpath: str) -> tuple[list[list[str]], list[list[str]], list[float]]:
-    skip_first_line = True
+def senteval_pair_file(fpath: str, columns: tuple[int, int, int], skip_first_line: bool
+                       ) -> tuple[list[list[str]], list[list[str]], list[float]]:
+    """STSBenchmarkEval.loadFile (columns 5, 6, 4) and SICKRelatednessEval.loadFile (a header, then 1, 2, 3):
+    one reader with the two classes' column numbers, since the two differ in nothing else."""
+    a, b, score = columns
     sick_data = {"X_A": [], "X_B": [], "y": []}
     with io.open(fpath, "r", encoding="utf-8") as f:
         for line in f:
@@ -66,9 +57,9 @@ def senteval_sick(fpath: str) -> tuple[list[list[str]], list[list[str]], list[fl
                 skip_first_line = False
             else:
                 text = line.strip().split("\t")
-                sick_data["X_A"].append(text[1].split())
-                sick_data["X_B"].append(text[2].split())
-                sick_data["y"].append(text[3])
+                sick_data["X_A"].append(text[a].split())
+                sick_data["X_B"].append(text[b].split())
+                sick_data["y"].append(text[score])
     sick_data["y"] = [float(s) for s in sick_data["y"]]
     return sick_data["X_A"], sick_data["X_B"], sick_data["y"]
 
@@ -78,10 +69,10 @@ def senteval_task(name: str, root: Path) -> dict[str, tuple[list[list[str]], lis
     if name in STS_YEARS:
         return senteval_sts_year(str(root / f"{name}-en-test"), STS_YEARS[name])
     if name == "STSBenchmark":
-        return {"test": senteval_stsb(str(root / "STSBenchmark/sts-test.csv"))}
+        return {"test": senteval_pair_file(str(root / "STSBenchmark/sts-test.csv"), (5, 6, 4), False)}
     if name == "STSBenchmark-dev":
-        return {"dev": senteval_stsb(str(root / "STSBenchmark/sts-dev.csv"))}
-    return {"test": senteval_sick(str(root / "SICK/SICK_test_annotated.txt"))}
+        return {"dev": senteval_pair_file(str(root / "STSBenchmark/sts-dev.csv"), (5, 6, 4), False)}
+    return {"test": senteval_pair_file(str(root / "SICK/SICK_test_annotated.txt"), (1, 2, 3), True)}
 
 
 # --- tests

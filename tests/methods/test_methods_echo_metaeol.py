@@ -100,18 +100,22 @@ def test_metaeol_is_the_average_of_its_prompts(templates: list[str]) -> None:
     assert (each[0] - each[4]).abs().max() > 100 * ATOL  # the prompts really differ
 
 
-def test_errors() -> None:
-    from minidecoder.methods import build_method
+BAD_OPTIONS = [  # (method, options, what the error names)
+    ("echo", {"template": "Rewrite: {text}"}, "needs 2"),
+    ("echo", {"pooling": "max"}, "pooling="),
+    ("metaeol", {"tasks": [8]}, "tasks="),
+    ("metaeol", {"tasks": []}, "tasks="),
+]
 
-    with pytest.raises(InputError, match="needs 2"):
-        build_method("echo", template="Rewrite: {text}")
-    with pytest.raises(InputError, match="pooling="):
-        build_method("echo", pooling="max")
-    with pytest.raises(InputError, match="tasks="):
-        build_method("metaeol", tasks=[8])
-    with pytest.raises(InputError, match="tasks="):
-        build_method("metaeol", tasks=[])
+
+@pytest.mark.parametrize("method, options, message", BAD_OPTIONS)
+def test_bad_options_are_input_errors(method: str, options: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        minidecoder.methods.build_method(method, **options)
+
+
+@pytest.mark.parametrize("method", ["echo", "metaeol"])
+def test_an_empty_text_is_an_input_error(method: str) -> None:
     model, _ = pair("llama")
-    for method in ("echo", "metaeol"):
-        with pytest.raises(InputError, match="text 2 is empty"):
-            minidecoder.embed(model, ["a", "b", " "], method)
+    with pytest.raises(InputError, match="text 2 is empty"):
+        minidecoder.embed(model, ["a", "b", " "], method)

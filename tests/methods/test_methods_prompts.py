@@ -175,21 +175,23 @@ def test_empty_text_is_an_input_error_naming_the_row(method: str, bad: str) -> N
         minidecoder.methods.build_method(method).embed_batch(model, [bad])
 
 
-def test_bad_options_are_input_errors_before_any_work() -> None:
-    from minidecoder.methods import build_method
+BAD_OPTIONS = [  # (method, options, what the error names)
+    ("prompt", {"template": "This sentence means in one word:"}, "no \\{text\\}"),
+    ("last", {"template": "{sentence}"}, "unknown placeholder"),
+    ("mean", {"over": "tokens"}, "over="),
+    ("mean", {"occurrence": 1}, "occurrence"),  # '{text}' has one copy
+    ("prompteol", {"senteval_text": "yes"}, "senteval_text"),
+    ("prompteol", {"template": "{text}"}, "no option"),  # fixed prompts have no template; `prompt` has
+]
 
-    with pytest.raises(InputError, match="no \\{text\\}"):
-        build_method("prompt", template="This sentence means in one word:")
-    with pytest.raises(InputError, match="unknown placeholder"):
-        build_method("last", template="{sentence}")
-    with pytest.raises(InputError, match="over="):
-        build_method("mean", over="tokens")
-    with pytest.raises(InputError, match="occurrence"):
-        build_method("mean", occurrence=1)  # '{text}' has one copy
-    with pytest.raises(InputError, match="senteval_text"):
-        build_method("prompteol", senteval_text="yes")
-    with pytest.raises(InputError, match="no option"):
-        build_method("prompteol", template="{text}")  # fixed prompts have no template; `prompt` has
+
+@pytest.mark.parametrize("method, options, message", BAD_OPTIONS)
+def test_bad_options_are_input_errors_before_any_work(method: str, options: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        minidecoder.methods.build_method(method, **options)
+
+
+def test_an_output_layer_past_the_model_is_an_input_error() -> None:
     model, _ = pair("llama")  # 4 blocks: layers -5..4
     with pytest.raises(InputError, match="output layer 5"):
         minidecoder.embed(model, ["x"], "prompteol", layer=5)
