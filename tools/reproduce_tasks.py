@@ -191,16 +191,23 @@ def transfer_end_range(num_layers: int) -> list[int]:
     return list(range(max(2, scaled[0]), max(2, scaled[1]) + 1))
 
 
-def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | None) -> dict:
+ENDS_PER_PIECE = 2  # ends embedded together (see `choose_transfer_end`); --ends-per-piece
+
+
+def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | None,
+                        ends_per_piece: int = ENDS_PER_PIECE) -> dict:
     """TP's end for transfer, chosen on data that is not a test split: for each end of `transfer_end_range`, the
     STS row's TP (`spec`) with that end, scored by SentEval's probe trained on SST2 train with its L2 chosen on
     SST2 dev; the end whose dev accuracy is highest (ties: the shallower). SST2's test split is never embedded.
 
-    The ends are embedded in one grid (`embed_grid`, as `minidecoder sweep --tp-end` runs them): their forwards
-    share every block before the first end they differ at, so the grid computes fewer blocks than one run per
-    end (the ratio is recorded as `grid_blocks_ratio`). Its batches are kept in WORK/grid until every end is
-    scored, so a stop in the grid or in the probes resumes; each end's accuracy is kept in
-    WORK/end-choice.json as it is scored, and an end scored there is not probed again."""
+    The ends are embedded `ends_per_piece` at a time, each piece one grid (`embed_grid`, as `minidecoder sweep
+    --tp-end` runs them): a grid's forwards share every block before the first end they differ at, so it
+    computes fewer blocks than one run per end (the blocks over every piece are recorded, and their ratio as
+    `grid_blocks_ratio`). A grid of every end shares the most; a piece of two is what one sitting of a 2-core
+    CPU finishes (SmolLM2: about 50 minutes of SST2's 68k texts), and a piece's accuracies are kept in
+    WORK/end-choice.json as it is scored: that file is committed, and the next sitting, on any machine,
+    embeds only the ends it lacks. Within a piece, its batches are kept in WORK/grid-FIRST-LAST until its ends
+    are scored, so a stop in the grid or in the probes resumes there."""
     from minidecoder.evaluation.sweep import BATCH_SIZE, embed_grid, kept_manifest
     from minidecoder.evaluation.transfer import probe_task
     from minidecoder.running.jobs import KeptChunks
@@ -208,32 +215,63 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     ends = transfer_end_range(model.num_layers)
     dev_only = dataclasses.replace(sst2, splits={"train": sst2.splits["train"], "dev": sst2.splits["dev"],
                                                  "test": sst2.splits["dev"]})  # the test split left out
-    kept = work / "end-choice.json"
-    accuracy = json.loads(kept.read_text()) if kept.is_file() else {}
-    todo = [end for end in ends if str(end) not in accuracy]
-    choice = {}
-    if todo:
-        texts = sorted({*dev_only.splits["train"].texts, *dev_only.splits["dev"].texts})
+    texts = sorted({*dev_only.splits["train"].texts, *dev_only.splits["dev"].texts})
+    identity = end_choice_identity(model, spec, dev_only)
+    path = work / "end-choice.json"
+    kept = read_end_choice(path, identity)
+    size = batch_size or BATCH_SIZE
+    for piece in (ends[k:k + ends_per_piece] for k in range(0, len(ends), ends_per_piece)):
+        todo = [end for end in piece if str(end) not in kept["sst2_dev_accuracy"]]
+        if not todo:
+            continue
         work.mkdir(parents=True, exist_ok=True)
-        # every end in the grid, scored or not: its kept batches then serve a resumed choice whatever was scored
-        method, points, size = tp_with_end(spec, ends[0]), [{"end": end} for end in ends], batch_size or BATCH_SIZE
-        manifest = kept_manifest(model, method, {"end": ends}, points, texts, size, {"task": "SST2 train and dev"})
-        grid = KeptChunks(work / "grid", manifest, -(-len(texts) // size))
+        # the whole piece in its grid, scored or not: its kept batches then serve a resumed choice
+        method, points = tp_with_end(spec, piece[0]), [{"end": end} for end in piece]
+        manifest = kept_manifest(model, method, {"end": piece}, points, texts, size, {"task": "SST2 train and dev"})
+        grid = KeptChunks(work / f"grid-{piece[0]}-{piece[-1]}", manifest, -(-len(texts) // size))
         vectors, cost = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
-        choice["grid_blocks_ratio"] = cost["ratio"]  # blocks computed / the blocks of one run per end
         row_of = {text: row for row, text in enumerate(texts)}
-        for end, matrix in zip(ends, vectors):
+        for end, matrix in zip(piece, vectors):
             if end not in todo:
                 continue
             table = matrix.numpy()
             probe = probe_task(dev_only, lambda batch, table=table: table[[row_of[text] for text in batch]],
                                workers=default_workers())
-            accuracy[str(end)] = probe.dev_accuracy
-            write_whole(kept, json.dumps(accuracy).encode(), overwrite=True)
+            kept["sst2_dev_accuracy"][str(end)] = probe.dev_accuracy
+            kept["device"][str(end)] = model.device.type
+            if end == todo[-1]:  # the piece's blocks count once, with the last end it scores
+                kept["blocks"]["computed"] += cost["blocks_computed"]
+                kept["blocks"]["one_run_per_end"] += cost["blocks_naive"]
+            write_whole(path, json.dumps(kept, indent=1).encode(), overwrite=True)
         grid.remove()
+    accuracy, blocks = kept["sst2_dev_accuracy"], kept["blocks"]
     end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
-    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy, **choice,
+    ratio = blocks["computed"] / blocks["one_run_per_end"] if blocks["one_run_per_end"] else None
+    return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy, "grid_blocks_ratio": ratio,
             "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
+
+
+def end_choice_identity(model, spec: dict, sst2) -> str:
+    """What an end's SST2 dev accuracy depends on, kept in end-choice.json: the weights, dtype, the STS row's TP
+    (its end aside) and SST2's train and dev rows. Not the code or the device: a committed piece serves the next
+    sitting whatever changed since (each end names the device that scored it)."""
+    rows = [[split.texts, split.labels.tolist()] for name, split in sst2.splits.items() if name != "test"]
+    return hashlib.sha256(json.dumps([model_identity(model), str(model.dtype), {**spec, "end": None}, rows],
+                                     sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_end_choice(path: Path, identity: str) -> dict:
+    """The ends scored so far (a fresh record where there is none); one kept for another model, TP or data is
+    refused, never mixed into this choice."""
+    fresh = {"identity": identity, "sst2_dev_accuracy": {}, "device": {},
+             "blocks": {"computed": 0, "one_run_per_end": 0}}
+    if not path.is_file():
+        return fresh
+    kept = json.loads(path.read_text())
+    if kept.get("identity") != identity:
+        raise SystemExit(f"{path} holds the SST2 dev accuracies of another model, TP configuration or SST2 data "
+                         "(or of an older format); move it away to choose this row's end afresh")
+    return kept
 
 
 def tp_with_end(spec: dict, end: int):
@@ -480,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--ends-per-piece", type=int, default=ENDS_PER_PIECE,
+                        help="a +tp-transfer row's candidate ends embedded together (default %(default)s: a piece "
+                             "one CPU sitting finishes; a GPU does every end at once)")
     parser.add_argument("--out", default=str(REPO / "results"), help="folder of the result files (default: results/)")
     parser.add_argument("--merge", action="append", default=[], metavar="FILE",
                         help="add the rows of another sitting's table file (same model and settings; a GPU "
@@ -566,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                 spec = transfer_tp_spec(key, chosen)
                 print(f"{family}: {label}: choosing TP's end on SST2 dev ...", file=sys.stderr)
                 sst2 = load_transfer_tasks(["SST2"], args.data, args.limit)[0]
-                choice = choose_transfer_end(model, spec, sst2, work / "end-choice", args.batch_size)
+                choice = choose_transfer_end(model, spec, sst2, work / "end-choice", args.batch_size,
+                                             args.ends_per_piece)
                 method = tp_with_end(spec, choice["end"])
             else:
                 method = row_method(key, chosen)

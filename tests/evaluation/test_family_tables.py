@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,7 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
     model = minidecoder.load(tiny_llama)
     spec = {"method": "tp", "prompt": "prompteol", "start": 1, "end": 3}
     whole = tool.choose_transfer_end(model, spec, sst2, tmp_path / "whole", batch_size=8)
-    assert whole["range"] == [2, 3] and not (tmp_path / "whole" / "grid").exists()  # removed once scored
+    assert whole["range"] == [2, 3] and not (tmp_path / "whole" / "grid-2-3").exists()  # removed once scored
     assert 0 < whole["grid_blocks_ratio"] < 1  # the two ends' forwards share their first blocks
 
     batches, probed, real_points, real_probe = [], [], sweep.sweep_points, transfer.probe_task
@@ -155,10 +156,51 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
     with pytest.raises(KeyboardInterrupt):  # the grid resumed from its first batch; Ctrl-C in the second probe
         tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
     texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
-    assert sum(batches) - batches[1] == texts and json.loads((work / "end-choice.json").read_text()).keys() == {"2"}
+    assert sum(batches) - batches[1] == texts and json.loads((work / "end-choice.json").read_text())["sst2_dev_accuracy"].keys() == {"2"}
     embedded = len(batches)
     assert tool.choose_transfer_end(model, spec, sst2, work, batch_size=8) == whole
     assert len(batches) == embedded and len(probed) == 3  # nothing embedded again; end 2's probe not run again
+
+
+def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machine(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ends embedded a piece at a time: each piece's accuracies (and blocks) are kept in end-choice.json alone, the
+    file a sitting commits; a fresh machine with that file embeds only the ends it lacks, to the same choice; and a
+    file kept for another TP configuration is refused, not mixed in."""
+    from minidecoder.evaluation import sweep
+
+    tool = load("reproduce_tasks")
+    sst2 = transfer.load_transfer_tasks(["SST2"], write_folder(tmp_path / "senteval"), 59)[0]
+    model = minidecoder.load(tiny_llama)
+    spec = {"method": "tp", "prompt": "prompteol", "start": 1, "end": 3}
+    whole = tool.choose_transfer_end(model, spec, sst2, tmp_path / "whole", batch_size=8)
+    real_points, real_probe, probed, grids = sweep.sweep_points, transfer.probe_task, [], []
+
+    def probe(task, rows, **options):
+        probed.append(task)
+        if len(probed) == 2:
+            raise KeyboardInterrupt  # the second piece's end, once its grid is embedded
+        return real_probe(task, rows, **options)
+
+    monkeypatch.setattr(transfer, "probe_task", probe)
+    monkeypatch.setattr(sweep, "sweep_points", lambda method, model, texts, points: grids.append(
+        [point["end"] for point in points]) or real_points(method, model, texts, points))
+    work = tmp_path / "pieces"
+    with pytest.raises(KeyboardInterrupt):
+        tool.choose_transfer_end(model, spec, sst2, work, batch_size=8, ends_per_piece=1)
+    kept = json.loads((work / "end-choice.json").read_text())
+    assert kept["sst2_dev_accuracy"] == {"2": whole["sst2_dev_accuracy"]["2"]} and kept["device"] == {"2": "cpu"}
+    assert kept["blocks"]["computed"] == kept["blocks"]["one_run_per_end"] > 0  # one end a piece shares nothing
+    for grid in work.glob("grid-*"):
+        shutil.rmtree(grid)  # a fresh machine: the committed end-choice.json alone
+    embedded = len(grids)
+    again = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8, ends_per_piece=1)
+    assert again["end"] == whole["end"] and again["sst2_dev_accuracy"] == whole["sst2_dev_accuracy"]
+    assert again["grid_blocks_ratio"] == 1.0 and 0 < whole["grid_blocks_ratio"] < 1
+    texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
+    assert grids[embedded:] == [[3]] * -(-texts // 8)  # end 3's piece alone, each batch once
+    with pytest.raises(SystemExit, match="another model, TP configuration"):
+        tool.choose_transfer_end(model, {**spec, "start": 2}, sst2, work, batch_size=8, ends_per_piece=1)
 
 @needs_data
 def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Path, tmp_path: Path,
