@@ -58,21 +58,25 @@ def check_occurrence(template: str, occurrence: int) -> int:
     return occurrence
 
 
-# mean and last share a shape (name, summary, options, `pool`) and no logic: the checks and the template are
-# `OwnTemplate`'s (methods/reading.py); `duplicates` lists the registrations as one shape, left on purpose.
-@register
 @dataclasses.dataclass
-class MeanPooling(OwnTemplate):
-    name = "mean"
-    summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
+class PlainBaseline(OwnTemplate):
+    """mean and last: one output layer, the bare text or any template, the text taken verbatim by default."""
+
     layer: int = option(-1, _LAYER_HELP)
     template: str = option("{text}", _TEMPLATE_HELP)
+    senteval_text: bool = option(False, SENTEVAL_HELP)
+
+
+@register
+@dataclasses.dataclass
+class MeanPooling(PlainBaseline):
+    name = "mean"
+    summary = "mean pooling: average hidden state over the text tokens (or all tokens) at any layer, optional template"
     over: str = option("text", "which tokens to average: 'text' (the {text} tokens only), 'all' (every real "
                                "token: template and BOS included) or 'after-first' (every {text} copy after the "
                                "first: Echo-k's positions n..kn)")
     occurrence: int = option(-1, "with over=text and a template that repeats {text}: which copy to average "
                                  "(0 = first, -1 = last)")
-    senteval_text: bool = option(False, SENTEVAL_HELP)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,12 +98,9 @@ class MeanPooling(OwnTemplate):
 
 @register
 @dataclasses.dataclass
-class LastTokenPooling(OwnTemplate):
+class LastTokenPooling(PlainBaseline):
     name = "last"
     summary = "last-token pooling: hidden state of the last real token at any layer, optional template"
-    layer: int = option(-1, _LAYER_HELP)
-    template: str = option("{text}", _TEMPLATE_HELP)
-    senteval_text: bool = option(False, SENTEVAL_HELP)
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         return last_token(h, batch)
