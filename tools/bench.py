@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import (DOCUMENT_TOKENS, PROMPTEOL, block_params, counting_context, cut_to_tokens,  # noqa: E402
+from bench_common import (DOCUMENT_TOKENS, PROMPTEOL, counting_context, cut_to_tokens,  # noqa: E402
                           long_texts, matmul_peak, reference_model, scifact_documents, sts_sentences, useful_flops)
 
 BATCH = 32

@@ -105,7 +105,7 @@ class Context:
 
 @dataclass
 class DecoderOutput:
-    logits: torch.Tensor | None  # (B, T, V)
+    logits: torch.Tensor  # (B, T, V)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 entries, last one after the final norm
     attentions: tuple[torch.Tensor, ...] | None = None  # L entries, (B, H, T, S)
     cache: KVCache | None = None
@@ -386,7 +386,7 @@ class Decoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
                 position_ids: torch.Tensor | None = None, cache: KVCache | None = None,
-                inputs_embeds: torch.Tensor | None = None, compute_logits: bool = True) -> DecoderOutput:
+                inputs_embeds: torch.Tensor | None = None) -> DecoderOutput:
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
         B, T, _ = h.shape
         ctx = self.context(attention_mask, T, B, cache, position_ids)
@@ -403,7 +403,7 @@ class Decoder(nn.Module):
         if output_hidden_states:
             hidden_states[-1] = h  # transformers' convention: the last entry is after the final norm
         return DecoderOutput(
-            logits=self.unembed(h) if compute_logits else None,
+            logits=self.unembed(h),
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
             cache=cache,

@@ -110,7 +110,7 @@ class Tokenizer:
         if self._fast is not None:
             ids = self._fast.encode(text, add_special_tokens=False).ids
         else:
-            ids = self._sp_encode(text)
+            ids = self.encode_with_offsets(text)[0]
         if add_special_tokens:
             ids = ([self.bos_id] if self.add_bos else []) + ids + ([self.eos_id] if self.add_eos else [])
         return ids
@@ -188,9 +188,6 @@ class Tokenizer:
                         derived._placeholders[t] = self._sp.GetPieceSize() + len(derived._placeholders)
             self._derived[key] = derived
         return self._derived[key]
-
-    def _sp_encode(self, text: str) -> list[int]:
-        return self.encode_with_offsets(text)[0]
 
     def _sp_segment(self, piece: str, at_start: bool):
         """Encode one segment as transformers 5 does (Metaspace, prepend_scheme="first"): the "▁"

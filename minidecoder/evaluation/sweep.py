@@ -175,12 +175,6 @@ class SweepResult:
         out["sentences_per_second"] = self.sentences / self.encode_seconds if self.encode_seconds > 0 else None
         return out
 
-    def score(self, **options: Any) -> float | None:
-        for point in self.points:
-            if all(point["options"].get(k) == v for k, v in options.items()):
-                return point["score"]
-        raise KeyError(options)
-
 
 BATCH_SIZE = 32  # sentences a batch of the grid, unless the caller says
 

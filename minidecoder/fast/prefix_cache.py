@@ -46,12 +46,12 @@ from minidecoder.methods.loop import COLUMNS
 
 # Below this the second, batch-1 pass costs about what it saves. PromptEOL's 4-token prefix on SmolLM2
 # (32 rows a batch) pays on an idle machine: 0.78x the plain loop's FLOPs, 0.91x its time
-# (docs/benchmarks.md, run F); an earlier 8 had been set from runs on a loaded machine. It is the CPU's
-# rule, tested on the run the template gives (`cacheable_prefix`), not on one row's tokenization.
+# (docs/benchmarks.md). It is the CPU's rule, tested on the run the template gives (`cacheable_prefix`), not on
+# one row's tokenization.
 MIN_PREFIX = 4
 # On a GPU the second, batch-1 pass costs launches (about fifteen a block), not work: the decision there is
-# the tokens saved alone. Not yet measured on a GPU (no session has been lent one since this rule was
-# written): `tools/bench_gpu.py` times PromptEOL with the cache on and off to set it.
+# the tokens saved alone, a threshold not yet measured on a GPU: `tools/bench_gpu.py` times PromptEOL with the
+# cache on and off to set it.
 GPU_MIN_SAVED_TOKENS = 1024
 
 

@@ -97,10 +97,6 @@ class Method:
         results. Only `option_values` round-trips."""
         return {"method": self.name, **self.option_values()}
 
-    @classmethod
-    def options(cls) -> list[dataclasses.Field]:
-        return list(dataclasses.fields(cls))
-
 
 # ---- option checks, shared by every method's __post_init__ -----------------------------------------
 def check_int(value: object, what: str, minimum: int | None = None, allow_none: bool = False,

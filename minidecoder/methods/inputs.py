@@ -57,8 +57,7 @@ class PromptBatch:
 
 
 def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int | None = None,
-                   padding_side: str = "left", add_special_tokens: bool = True,
-                   placeholders: dict[int, str] | None = None, contexts: list[str] | None = None) -> PromptBatch:
+                   padding_side: str = "left", placeholders: dict[int, str] | None = None, contexts: list[str] | None = None) -> PromptBatch:
     """The filled template of every text, tokenized as one string and padded. placeholders: id -> text of
     the added tokens the tokenizer holds (for reading the batch back); contexts: each row's context ("" for
     none), put before the template (see the module docstring)."""
@@ -67,9 +66,9 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
     rows, spans, context_spans = [], [], []
     for row, text in enumerate(texts):
         if contexts is None:
-            ids, text_spans = encode_one(tokenizer, template, text, add_special_tokens)
+            ids, text_spans = encode_one(tokenizer, template, text)
         else:
-            ids, text_spans, context_span = encode_one(tokenizer, template, text, add_special_tokens, contexts[row])
+            ids, text_spans, context_span = encode_one(tokenizer, template, text, contexts[row])
             context_spans.append(context_span)
         if limit is not None and len(ids) > limit:
             text_tokens = sum(end - start for start, end in text_spans)
@@ -88,7 +87,7 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
                context_spans if contexts is not None else None)
 
 
-def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = True, context: str | None = None):
+def encode_one(tokenizer, template: str, text: str, context: str | None = None):
     """(ids, [(start, end) token span of each {text} occurrence]) for one filled template; given `context`
     (a string, "" for none), the ids of `"{context} {filled}"` and, as a third item, the context's token span
     (the tokens overlapping its characters; (0, 0) for none). A final `{eos}` appends the EOS id."""
@@ -109,8 +108,8 @@ def encode_one(tokenizer, template: str, text: str, add_special_tokens: bool = T
         start_char, end_char = start_char + before, end_char + before
         inside = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
         token_spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
-    head = [tokenizer.bos_id] if add_special_tokens and tokenizer.add_bos else []
-    tail = [tokenizer.eos_id] if add_special_tokens and tokenizer.add_eos else []
+    head = [tokenizer.bos_id] if tokenizer.add_bos else []
+    tail = [tokenizer.eos_id] if tokenizer.add_eos else []
     if eos:  # HTP's code's `{</s>}`: the token a last-token readout then reads
         if tokenizer.eos_id is None:
             raise InputError(f"the template {template + '{eos}'!r} appends an EOS token, and this tokenizer has none",

@@ -234,7 +234,7 @@ def load_sharded(output: str | Path) -> np.ndarray:
         start, end = entry["rows"]
         if part.shape != (end - start, listing["dim"]):
             raise MinidecoderError(f"shard {entry['file']} holds {part.shape}, the manifest says rows [{start}, {end}) "
-                                   f"of dimension {listing['dim']}", f"rerun the job with --overwrite")
+                                   f"of dimension {listing['dim']}", "rerun the job with --overwrite")
         parts.append(part)
     return np.concatenate(parts) if parts else np.empty((0, listing["dim"]), dtype=np.float32)
 

@@ -37,8 +37,6 @@ from minidecoder.methods import Method, build_method
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # sentence-transformers' ALLOWED_PRECISIONS
 
-_logger = logging.getLogger("minidecoder")
-
 
 class SentenceEncoder:
     """A model and an embedding method, with sentence-transformers' `encode` and `similarity`.

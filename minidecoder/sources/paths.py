@@ -33,13 +33,8 @@ def download_cache_dir() -> Path:
 
 
 def sts_data_dir() -> Path | None:
-    """`$MINIDECODER_STS_DATA`, else `../shared/data/sts` beside the checkout when it exists."""
-    if env := os.environ.get("MINIDECODER_STS_DATA"):
-        return Path(env).expanduser()
-    for candidate in (_REPO_DIR.parent / "shared" / "data" / "sts", Path.cwd().parent / "shared" / "data" / "sts"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    """`$MINIDECODER_STS_DATA`, else `../shared/data/sts` (the STS tasks)."""
+    return shared_data_dir("sts", "MINIDECODER_STS_DATA")
 
 
 def writable_weights_dir() -> Path:
