@@ -29,6 +29,8 @@ from pathlib import Path
 from minidecoder.errors import InputError
 
 OUTPUT_SUFFIXES = (".npy", ".safetensors")
+EMBED_FLAGS = ("model", "method", "input", "output", "dtype", "device", "batch_size", "chunk_size", "truncate",
+               "context")  # the stamp's command line, in this order
 # Ctrl-C before the job started (the job's own line says which chunks it kept)
 INTERRUPTED = ("interrupted before the job started; chunks an earlier run finished (if any) stay in the hidden "
                ".NAME.partial folder beside the output; run the same command again to resume")
@@ -182,18 +184,7 @@ def _chunking(args: argparse.Namespace) -> dict:
 
 
 def _command_metadata(args: argparse.Namespace) -> dict:
+    from minidecoder.running.command_line import argv_of
+
     return {"model_name": args.model if args.model is not None else "default",
-            "command": shlex.join(["minidecoder", "embed", *_argv(args)])}
-
-
-def _argv(args: argparse.Namespace) -> list[str]:
-    out = []
-    for flag, value in [("--model", args.model), ("--method", args.method), ("--input", args.input),
-                        ("--output", args.output), ("--dtype", args.dtype), ("--device", args.device),
-                        ("--batch-size", args.batch_size), ("--chunk-size", args.chunk_size),
-                        ("--truncate", args.truncate), ("--context", args.context)]:
-        if value is not None:
-            out += [flag, str(value)]
-    for pair in args.opt:
-        out += ["--opt", pair]
-    return out
+            "command": shlex.join(["minidecoder", "embed", *argv_of(args, EMBED_FLAGS)])}

@@ -26,13 +26,14 @@ import shlex
 import shutil
 from pathlib import Path
 
-from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_integers,
-                                    check_sizes, claim_cli_outputs, load_model, model_stamp, parse_options,
-                                    resume_settings)
-from minidecoder.evaluation.family import default_prefix
+from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
+                                             check_integers, check_sizes, claim_cli_outputs, default_prefix,
+                                             load_model, model_stamp, parse_options, resume_settings)
 from minidecoder.errors import InputError, Interrupted, OutputError
 
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
+SWEEP_FLAGS = ("model", "method", "layers", "tp_end", "cp_steer", "cp_alpha", "data", "limit", "dtype", "device",
+               "batch_size")  # the stamp's command line, in this order
 OWNER = "minidecoder sweep"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any batch of the sweep was computed; nothing new was kept; run the same command "
                "again (with the same --output, it resumes from batches an earlier run kept)")
@@ -186,7 +187,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
         **model_stamp(args, model, method),
         "swept": axes,
         "tasks": ["STSBenchmark-dev"],
-        "command": shlex.join(["minidecoder", "sweep", *_argv(args)]),
+        "command": shlex.join(["minidecoder", "sweep", *argv_of(args, SWEEP_FLAGS)]),
     }
     try:
         with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
@@ -226,16 +227,3 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     return 0
 
 
-def _argv(args: argparse.Namespace) -> list[str]:
-    out = []
-    for flag, value in [("--model", args.model), ("--method", args.method), ("--layers", args.layers),
-                        ("--tp-end", args.tp_end), ("--cp-steer", args.cp_steer), ("--cp-alpha", args.cp_alpha),
-                        ("--data", args.data), ("--limit", args.limit), ("--dtype", args.dtype),
-                        ("--device", args.device), ("--batch-size", args.batch_size)]:
-        if value is not None:
-            out += [flag, str(value)]
-    for pair in args.opt:
-        out += ["--opt", pair]
-    for pair in args.grid:
-        out += ["--grid", pair]
-    return out

@@ -36,10 +36,8 @@ encoded in chunks that must come back as finite (N, D) tensors.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import functools
 import json
-import re
 import shlex
 import shutil
 import sys
@@ -52,9 +50,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, first_interrupted, load_model, model_stamp,
-                                    parse_options, resume_settings)
+from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
+                                             check_sizes, claim_cli_outputs, default_prefix, first_interrupted,
+                                             load_model, model_stamp, parse_options, resume_settings)
 from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file
 
 
@@ -171,13 +169,6 @@ def parse_names(text: str | None, known: Sequence[str], flag: str = "--tasks",
         raise InputError(f"{flag} {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
                          "choose from " + ",".join(known))
     return names
-
-
-def default_prefix(benchmark: str, model: str | None, method: str) -> Path:
-    """./BENCHMARK-MODEL-METHOD-DATE, the report prefix when --output is not given."""
-    stem = Path(model).name if model else "default-model"
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"{benchmark}-{stem}-{method}-{stamp}"))
 
 
 def run_family(args: argparse.Namespace, family: Family) -> int:
@@ -318,21 +309,6 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
                               f"{again}") from None
         raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
                           f"kept in {work}; {again} to resume from them") from None
-
-
-def argv_of(args: argparse.Namespace, flags: Sequence[str] = ("model", "method", "tasks", "sets", "split", "data",
-                                                            "limit", "corpus_limit", "lengths", "instruction",
-                                                            "instruction_placement", "truncate", "dtype", "device", "batch_size")) -> list[str]:
-    """The options as given, for the stamp (re-runnable)."""
-    out = []
-    for name in flags:
-        value = getattr(args, name, None)
-        if value is not None:
-            out += ["--" + name.replace("_", "-"), str(value)]
-    for flag in ("opt", "query_opt"):
-        for pair in getattr(args, flag, None) or []:
-            out += ["--" + flag.replace("_", "-"), pair]
-    return out
 
 
 def markdown_report(family: str, about: str, table: str, stamp: dict, more: str = "") -> str:

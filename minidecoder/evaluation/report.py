@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from minidecoder.output_files import write_whole
 from minidecoder.running.figures import pyplot, save_figure
 from minidecoder.sources.checksums import file_sha256
 
@@ -158,14 +159,6 @@ def stamp_table(stamp: dict) -> str:
     return "\n".join(rows)
 
 
-def _write_whole(path: Path, text: str, overwrite: bool = False) -> None:
-    """Through minidecoder.output_files: whole (a failed write never leaves half a report), under the
-    report's lock, and never replacing a file unless `overwrite`."""
-    from minidecoder.output_files import write_whole
-
-    write_whole(path, text.encode("utf-8"), overwrite)
-
-
 def report_paths(prefix: str | Path) -> tuple[Path, Path]:
     """(PREFIX.json, PREFIX.md). A prefix already ending in .json or .md is taken as the name of that file
     (`--output r.json` writes r.json and r.md, not r.json.json)."""
@@ -176,16 +169,17 @@ def report_paths(prefix: str | Path) -> tuple[Path, Path]:
 
 
 def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: bool = False,
-                 markdown: Callable[[dict, dict], str] | None = None) -> tuple[Path, Path]:
-    """Write PREFIX.json and PREFIX.md (see `report_paths`); returns their paths. The stamp is built here.
-    An existing file is replaced only with `overwrite`. `markdown(results, stamp)` renders PREFIX.md for a
-    benchmark other than STS (default: `to_markdown`)."""
+                 markdown: Callable[[dict, dict], str] | None = None, key: str = "results") -> tuple[Path, Path]:
+    """Write PREFIX.json ({"stamp": ..., key: results}) and PREFIX.md (see `report_paths`); returns their paths.
+    The stamp is built here, from `metadata` and the results' data_dir, data_files and limit. An existing file is
+    replaced only with `overwrite`. `markdown(results, stamp)` renders PREFIX.md for a benchmark other than STS
+    (default: `to_markdown`)."""
     json_path, md_path = report_paths(prefix)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
-    _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "results": results}), indent=2, allow_nan=False,
-                                       default=str) + "\n", overwrite)
-    _write_whole(md_path, (markdown or to_markdown)(results, stamp), overwrite)
+    text = json.dumps(_json_safe({"stamp": stamp, key: results}), indent=2, allow_nan=False, default=str) + "\n"
+    write_whole(json_path, text.encode("utf-8"), overwrite)
+    write_whole(md_path, (markdown or to_markdown)(results, stamp).encode("utf-8"), overwrite)
     return json_path, md_path
 
 

@@ -74,12 +74,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
-                                    claim_cli_outputs, load_model, model_stamp)
+from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
+                                             check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
-from minidecoder.evaluation.family import (Encoder, argv_of, default_prefix, embed_kept, encode_sentences,
-                                           limit_that_cut, longest_first, parse_names, require_rows)
+from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
+                                           parse_names, require_rows)
 from minidecoder.sources.paths import sts_data_dir
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).

@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.fast.forking import embed_points
+from minidecoder.evaluation.report import _fmt
 from minidecoder.evaluation.sts import StsScorer, StsTask, load_tasks, unique_sentences
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method
@@ -327,10 +327,6 @@ def _key(point: Point) -> str:
 
 
 # ---- report ----------------------------------------------------------------------------------------
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{value:.2f}"
-
-
 def pivot_table(result: SweepResult) -> str:
     """Rows: output layer (when it is an axis); columns: every combination of the other axes."""
     axes = result.axes
@@ -354,7 +350,7 @@ def pivot_table(result: SweepResult) -> str:
 
 
 def sweep_markdown(result: SweepResult, stamp: dict) -> str:
-    from minidecoder.evaluation.report import _json_safe
+    from minidecoder.evaluation.report import stamp_table
 
     best = result.best
     best_text = (f"**{', '.join(f'{k}={v}' for k, v in best['options'].items())}**: {_fmt(best['score'])}"
@@ -384,14 +380,7 @@ def sweep_markdown(result: SweepResult, stamp: dict) -> str:
     ]
     if skipped:
         lines += ["", f"Skipped {len(skipped)} invalid point(s), e.g. {skipped[0]['options']}: {skipped[0]['skipped']}"]
-    rows = ["| key | value |", "|---|---|"]
-    for key, value in stamp.items():
-        if key == "data_sha256":
-            rows.append(f"| {key} | {len(value)} files, see the JSON |")
-            continue
-        shown = json.dumps(_json_safe(value), sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
-        rows.append(f"| {key} | `{shown.replace('|', '/')}` |")
-    return "\n".join(lines + ["", "## Run", ""] + rows) + "\n"
+    return "\n".join(lines + ["", "## Run", "", stamp_table(stamp)]) + "\n"
 
 
 def _ratio_text(cost: dict) -> str:
@@ -406,15 +395,9 @@ def _ratio_text(cost: dict) -> str:
 
 
 def write_sweep_report(prefix, result: SweepResult, metadata: dict, overwrite: bool = False):
-    """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.build_stamp`); an existing file is
+    """PREFIX.json and PREFIX.md, stamped like `eval sts` reports (`report.write_report`); an existing file is
     replaced only with `overwrite`."""
+    from minidecoder.evaluation.report import write_report
 
-    from minidecoder.evaluation.report import _json_safe, _write_whole, build_stamp, report_paths
-
-    json_path, md_path = report_paths(prefix)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = build_stamp(metadata, {"data_dir": result.data_dir, "data_files": result.data_files, "limit": result.limit})
-    _write_whole(json_path, json.dumps(_json_safe({"stamp": stamp, "sweep": result.to_dict()}), indent=2,
-                                       allow_nan=False, default=str) + "\n", overwrite)
-    _write_whole(md_path, sweep_markdown(result, stamp), overwrite)
-    return json_path, md_path
+    return write_report(prefix, result.to_dict(), metadata, overwrite, lambda _, stamp: sweep_markdown(result, stamp),
+                        key="sweep")

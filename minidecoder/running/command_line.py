@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,3 +184,28 @@ def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
         seen.add(id(interrupt))
         interrupt = interrupt.__context__
     return None
+
+
+EVAL_FLAGS = ("model", "method", "tasks", "sets", "split", "data", "limit", "corpus_limit", "lengths", "instruction",
+              "instruction_placement", "truncate", "dtype", "device", "batch_size")  # an eval command's, in order
+
+
+def argv_of(args: argparse.Namespace, flags: tuple[str, ...] = EVAL_FLAGS) -> list[str]:
+    """The options as given (`flags` that are set, then every --opt, --query-opt and --grid pair), for the stamp:
+    the command line that made a report, re-runnable."""
+    out = []
+    for name in flags:
+        value = getattr(args, name, None)
+        if value is not None:
+            out += ["--" + name.replace("_", "-"), str(value)]
+    for flag in ("opt", "query_opt", "grid"):
+        for pair in getattr(args, flag, None) or []:
+            out += ["--" + flag.replace("_", "-"), pair]
+    return out
+
+
+def default_prefix(benchmark: str, model: str | None, method: str) -> Path:
+    """./BENCHMARK-MODEL-METHOD-DATE, the report prefix when --output is not given."""
+    stem = Path(model).name if model else "default-model"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"{benchmark}-{stem}-{method}-{stamp}"))
