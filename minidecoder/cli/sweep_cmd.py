@@ -150,7 +150,7 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
-    from minidecoder.evaluation.sts import load_tasks, resolve_data_dir
+    from minidecoder.evaluation.sts import load_tasks
     from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)
@@ -159,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(args.output) if args.output else default_prefix("sweep", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     check_work_owner(work_folder(prefix), OWNER, resume_settings(args, ("--limit",)))  # never taken over; by flag
-    resolve_data_dir(args.data)
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     figures = figure_paths(args, prefix)
     if figures:

@@ -326,9 +326,9 @@ def limited_note(what: str) -> str:
     return f"\n**Limited run** ({what}): a quick look, not comparable to published results."
 
 
-def resolve_data_folder(data_dir: str | Path | None, folder: str, holds: str) -> Path:
+def resolve_data_folder(data_dir: str | Path | None, folder: str, holds: str, label: str | None = None) -> Path:
     """`data_dir` if given, else `$MINIDECODER_<FOLDER>_DATA` or ../shared/data/<folder> (`sources.paths.shared_data_dir`);
-    it must be a folder."""
+    it must be a folder. `label` names it in an error (default: `folder`)."""
     from minidecoder.sources.paths import shared_data_dir
 
     if data_dir is not None:
@@ -339,7 +339,7 @@ def resolve_data_folder(data_dir: str | Path | None, folder: str, holds: str) ->
         why = "(none found)" if path is None else f"{path} {describe_unusable_file(path, 'folder')}"
         if path is not None and path.is_file():
             why = f"{path} is a file, not a folder"
-        raise InputError(f"{folder} data folder {why}",
+        raise InputError(f"{label or folder} data folder {why}",
                          f"pass --data DIR (or set MINIDECODER_{folder.upper()}_DATA) to {holds}")
     return path
 

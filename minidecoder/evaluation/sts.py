@@ -79,8 +79,7 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, require_rows)
-from minidecoder.sources.paths import sts_data_dir
+                                           parse_names, require_rows, resolve_data_folder)
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
 STS_YEARS: dict[str, list[str]] = {
@@ -137,18 +136,8 @@ class StsTask:
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """`data_dir` if given, else `minidecoder.sources.paths.sts_data_dir()`; it must exist."""
-    path = Path(data_dir).expanduser() if data_dir is not None else sts_data_dir()
-    if path is None or not path.is_dir():
-        if path is not None and path.exists():
-            why = "is a file, not a folder"
-        else:
-            why = "does not exist" if path is None else describe_unusable_file(path, "folder")
-        raise InputError(
-            f"STS data folder {str(path) if path is not None else '(none found)'} {why}",
-            "pass --data DIR (or set MINIDECODER_STS_DATA) to the folder holding STS12-en-test ... SICK",
-        )
-    return path
+    """`data_dir` if given, else $MINIDECODER_STS_DATA or ../shared/data/sts; it must be a folder."""
+    return resolve_data_folder(data_dir, "sts", "the folder holding STS12-en-test ... SICK", "STS")
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -488,7 +477,6 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(args.output) if args.output else default_prefix("sts", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
     check_work_owner(work_folder(prefix), OWNER, kept_settings(args))  # never taken over, named by flag
-    resolve_data_dir(args.data)
     loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
     with claim_cli_outputs(args, list(report_paths(prefix))):  # held from before the model loads to the last write

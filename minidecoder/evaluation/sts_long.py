@@ -31,7 +31,7 @@ import numpy as np
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
-                                           longest_first)
+                                           longest_first, markdown_report)
 from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -135,14 +135,10 @@ def sts_long_table(results: dict) -> str:
 
 
 def sts_long_markdown(results: dict, stamp: dict) -> str:
-    from minidecoder.evaluation.report import stamp_table
-
-    method = stamp.get("method", {})
-    name = method.get("method", "?") if isinstance(method, dict) else method
-    return (f"# Long-context STS: {name} on {stamp.get('model', '?')}\n\nHTP Figure 1's test: {results['construction']}. "
-            f"Spearman x100 of cosine vs gold per length, 95% bootstrap interval over long pairs.\n\n"
-            f"{sts_long_table(results)}\n\nEncoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s."
-            f"\n\n## Run\n\n{stamp_table(stamp)}\n")
+    about = (f"HTP Figure 1's test: {results['construction']}. Spearman x100 of cosine vs gold per length, 95% "
+             "bootstrap interval over long pairs.")
+    more = f"Encoded {results['texts']} distinct texts in {results['encode_seconds']:.1f} s.\n\n"
+    return markdown_report("Long-context STS", about, sts_long_table(results), stamp, more)
 
 
 def plot_sts_long(curves: dict[str, dict], path: str | Path, model: str = "?", overwrite: bool = False) -> Path:
@@ -222,12 +218,5 @@ def draw(results: dict, paths: list[Path], args: argparse.Namespace) -> None:
     plot_sts_long({args.method: results["lengths"]}, paths[0], args.model or "default model", args.overwrite)
 
 
-def table(results: dict) -> str:
-    return sts_long_table(results)
-
-
-def markdown(results: dict, stamp: dict) -> str:
-    return sts_long_markdown(results, stamp)
-
-
-FAMILY = Family("sts-long", read, texts, evaluate, table, markdown, ("--limit", "--lengths"), stamp, figures, draw)
+FAMILY = Family("sts-long", read, texts, evaluate, sts_long_table, sts_long_markdown, ("--limit", "--lengths"), stamp,
+                figures, draw)

@@ -81,11 +81,11 @@ from tqdm import tqdm
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
-                                           limit_that_cut, longest_first, parse_names, require_rows, run_limit)
+                                           limit_that_cut, longest_first, markdown_report, parse_names,
+                                           require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import write_streamed
-from minidecoder.sources.paths import senteval_data_dir
 
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -137,13 +137,9 @@ class TransferTask:
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    path = Path(data_dir).expanduser() if data_dir is not None else senteval_data_dir()
-    if path is None or not path.is_dir():
-        why = "(none found)" if path is None else f"{path} {describe_unusable_file(path, 'folder')}"
-        raise InputError(f"SentEval transfer data folder {why}",
-                         "pass --data DIR (or set MINIDECODER_SENTEVAL_DATA) to the folder holding MR, CR, SUBJ, "
-                         "MPQA, SST, TREC and MRPC")
-    return path
+    """`data_dir` if given, else $MINIDECODER_SENTEVAL_DATA or ../shared/data/senteval; it must be a folder."""
+    return resolve_data_folder(data_dir, "senteval", "the folder holding MR, CR, SUBJ, MPQA, SST, TREC and MRPC",
+                               "SentEval transfer")
 
 
 def _read(path: Path, encoding: str, splitlines: bool = False) -> list[str]:
@@ -566,10 +562,6 @@ def _timing(results: dict) -> str:
 
 def transfer_markdown(results: dict, stamp: dict) -> str:
     """PREFIX.md of `eval transfer`: the table, per-task details and the stamp."""
-    from minidecoder.evaluation.report import stamp_table
-
-    method = stamp.get("method", {})
-    name = method.get("method", "?") if isinstance(method, dict) else method
     details = ["| task | scheme | train | test items | dev acc. | pooled acc. | chosen L2 |", "|---|---|---:|---:|---:|---:|---|"]
     for task, entry in results["tasks"].items():
         l2 = ", ".join(f"{value:g}" for value in entry["chosen_l2"])
@@ -578,11 +570,10 @@ def transfer_markdown(results: dict, stamp: dict) -> str:
     skipped = results.get("skipped_blank") or {}
     blank = ("\n\nBlank lines SentEval reads as empty samples, skipped here (nothing to embed): "
              + "; ".join(f"{file} lines {', '.join(map(str, lines))}" for file, lines in skipped.items()) + "." if skipped else "")
-    return (f"# Transfer evaluation: {name} on {stamp.get('model', '?')}\n\nAccuracy x100 of SentEval's probe "
-            f"({results['protocol']}), with a 95% bootstrap interval over test items (k-fold tasks: out-of-fold "
-            f"predictions); Avg. of the seven.\n\n{transfer_table(results)}\n\n## Per task\n\n" + "\n".join(details)
-            + blank + f"\n\n{_timing(results)}\n\n## Run\n\n"
-            + stamp_table(stamp) + "\n")
+    about = (f"Accuracy x100 of SentEval's probe ({results['protocol']}), with a 95% bootstrap interval over test "
+             "items (k-fold tasks: out-of-fold predictions); Avg. of the seven.")
+    more = "## Per task\n\n" + "\n".join(details) + blank + f"\n\n{_timing(results)}\n\n"
+    return markdown_report("Transfer evaluation", about, transfer_table(results), stamp, more)
 
 
 # what `minidecoder eval ... --help` prints
