@@ -118,26 +118,6 @@ def lock_path(output: str | Path) -> Path:
     return output.parent / f".{output.name}.lock"
 
 
-def lock_holder(output: str | Path) -> int | None:
-    """The process id holding the lock on `output` (this one included), or None when nobody holds it."""
-    import fcntl
-
-    path = lock_path(output)
-    if _key(path) in _HELD:
-        return os.getpid()
-    try:
-        handle = path.open("rb")
-    except OSError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _holder_pid(handle)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
-
-
 LOCK_MARK = "minidecoder lock, process "  # what a lock file holds before its owner's id: ours to clean
 
 

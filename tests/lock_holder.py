@@ -1,5 +1,5 @@
-"""A second process holding an output's lock (`output_files.output_lock`), as another run writing it would:
-for tests of who waits for whom."""
+"""Who holds an output's lock, and a second process holding it (`output_files.output_lock`), as another run
+writing it would: for tests of who waits for whom."""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +9,28 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from minidecoder.output_files import _HELD, _holder_pid, _key, lock_path
 from repo_paths import REPO
+
+def lock_holder(output: str | Path) -> int | None:
+    """The process id holding the lock on `output` (this one included), or None when nobody holds it."""
+    import fcntl
+
+    path = lock_path(output)
+    if _key(path) in _HELD:
+        return os.getpid()
+    try:
+        handle = path.open("rb")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_pid(handle)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
 
 HOLDER = """
 import sys, time

@@ -22,7 +22,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import minidecoder  # noqa: E402
 from minidecoder.running.command_line import parse_options  # noqa: E402
-from minidecoder.running.distributed import default_backend, embed_distributed  # noqa: E402
+from minidecoder.running.distributed import default_backend, shard_bounds  # noqa: E402
+from minidecoder.running.embedding import embed  # noqa: E402
+
+
+def embed_distributed(model, texts: list[str], method="prompteol", batch_size: int | None = None,
+                      **options) -> torch.Tensor | None:
+    """(N, E) float32 embeddings on rank 0 (None on the other ranks), equal to `embed(model, texts, ...)`
+    up to float rounding. Without an initialized process group it is simply `embed`. batch_size: None (the
+    default) fills each batch to the device's token budget, as `embed` does.
+
+    Every rank must pass the same `texts` (read the same file); only its shard is embedded."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return embed(model, texts, method, batch_size, **options)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    start, end = shard_bounds(len(texts), rank, world)
+    E = model.config.hidden_size
+    if end > start:
+        mine = embed(model, texts[start:end], method, batch_size, **options)  # (n_r, E) float32, CPU
+    else:  # more ranks than texts
+        mine = torch.empty(0, E, dtype=torch.float32)
+    # gather needs equal shapes: pad every shard to the largest, cut after.
+    largest = -(-len(texts) // world)
+    device = model.device if dist.get_backend() == "nccl" else torch.device("cpu")
+    padded = torch.zeros(largest, E, dtype=torch.float32, device=device)
+    padded[:len(mine)] = mine.to(device)
+    gathered = [torch.empty_like(padded) for _ in range(world)] if rank == 0 else None
+    dist.gather(padded, gathered, dst=0)
+    if rank != 0:
+        return None
+    parts = []
+    for r, part in enumerate(gathered):
+        s, e = shard_bounds(len(texts), r, world)
+        parts.append(part[:e - s].cpu())
+    return torch.cat(parts)
 
 
 def main(argv: list[str] | None = None) -> None:

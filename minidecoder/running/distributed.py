@@ -1,7 +1,6 @@
-"""Data-parallel embedding across processes with `torch.distributed`: in memory, or as a resumable job.
+"""Data-parallel embedding across processes with `torch.distributed`, as a resumable job (and, in memory,
+`tools/embed_distributed.py`, which gathers every rank's shard of a text list on rank 0).
 
-    embed_distributed    texts (N) ─ rank r takes the contiguous shard [r*N//W, (r+1)*N//W) ─ embed ─┐
-                                                                                                  ├─ gathered on rank 0
     embed_sharded        input file ─ rank r takes a contiguous run of the job's chunks ─ run_embedding_job ─┐
                          (its own kept chunks: a killed rank resumes from them)                           │
                          out-0000r-of-0000W.npy per rank, and out.npy.shards.json (rank 0) naming them ──┘
@@ -10,8 +9,7 @@ Each rank holds a whole model and embeds its own shard with the ordinary driver 
 batches filled to the device's token budget unless a batch size is given, inference_mode). Backend: gloo on
 CPU, nccl on GPU (`default_backend`).
 
-`embed_distributed` gathers every shard on rank 0 in memory: fine for thousands of texts, and nothing
-survives a lost rank. `embed_sharded` (what `minidecoder embed` runs under torchrun) is a corpus-scale job:
+`embed_sharded` (what `minidecoder embed` runs under torchrun) is a corpus-scale job:
 the input's chunks (running.jobs, `chunk_size` rows each) are split into contiguous runs, one a rank; each
 rank runs the ordinary job over its rows, keeping every finished chunk in `.out-0000r-of-0000W.npy.partial/`
 and writing its shard `out-0000r-of-0000W.npy` (with the job's metadata) at the end; rank 0 then writes
@@ -39,7 +37,6 @@ import torch.distributed as dist
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.output_files import check_free, write_whole
-from minidecoder.running.embedding import embed
 from minidecoder.running.jobs import job_manifest, load_metadata, run_embedding_job, scan_input
 
 
@@ -50,38 +47,6 @@ def default_backend(device: torch.device | str) -> str:
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
     """[start, end) of rank's contiguous shard; shard sizes differ by at most one."""
     return rank * n // world, (rank + 1) * n // world
-
-
-def embed_distributed(model, texts: list[str], method="prompteol", batch_size: int | None = None,
-                      **options) -> torch.Tensor | None:
-    """(N, E) float32 embeddings on rank 0 (None on the other ranks), equal to `embed(model, texts, ...)`
-    up to float rounding. Without an initialized process group it is simply `embed`. batch_size: None (the
-    default) fills each batch to the device's token budget, as `embed` does.
-
-    Every rank must pass the same `texts` (read the same file); only its shard is embedded."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return embed(model, texts, method, batch_size, **options)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    start, end = shard_bounds(len(texts), rank, world)
-    E = model.config.hidden_size
-    if end > start:
-        mine = embed(model, texts[start:end], method, batch_size, **options)  # (n_r, E) float32, CPU
-    else:  # more ranks than texts
-        mine = torch.empty(0, E, dtype=torch.float32)
-    # gather needs equal shapes: pad every shard to the largest, cut after.
-    largest = -(-len(texts) // world)
-    device = model.device if dist.get_backend() == "nccl" else torch.device("cpu")
-    padded = torch.zeros(largest, E, dtype=torch.float32, device=device)
-    padded[:len(mine)] = mine.to(device)
-    gathered = [torch.empty_like(padded) for _ in range(world)] if rank == 0 else None
-    dist.gather(padded, gathered, dst=0)
-    if rank != 0:
-        return None
-    parts = []
-    for r, part in enumerate(gathered):
-        s, e = shard_bounds(len(texts), r, world)
-        parts.append(part[:e - s].cpu())
-    return torch.cat(parts)
 
 
 # ---- a resumable job across ranks ------------------------------------------------------------------------

@@ -124,7 +124,8 @@ def test_3_a_sweep_never_replaces_an_existing_figure_without_overwrite(tmp_path,
 
 
 def test_3_a_file_that_appears_during_a_run_is_not_replaced(tmp_path) -> None:
-    from minidecoder.output_files import claim_outputs, lock_holder
+    from lock_holder import lock_holder
+    from minidecoder.output_files import claim_outputs
 
     target = tmp_path / "r.json"
     with claim_outputs([target]) as claim:

@@ -351,7 +351,7 @@ def test_a_transfer_table_is_written_under_its_lock(tiny_llama: Path, tmp_path: 
     one's row. The lock is already held when the write begins (taken before the re-read)."""
     import os
 
-    from minidecoder.output_files import lock_holder
+    from lock_holder import lock_holder
 
     tool = load("reproduce_tasks")
     chosen(monkeypatch, tool)

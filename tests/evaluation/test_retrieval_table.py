@@ -71,7 +71,7 @@ def test_the_table_and_claims_are_written_under_the_claims_files_lock(tiny_llama
     """Two sittings (two rows at once) each read every kept row and write the table; the claims file's lock
     (output_files.output_lock, waited for) makes that one step, so the later writer's table has both rows.
     The lock is held from before the rows are read."""
-    from minidecoder.output_files import lock_holder
+    from lock_holder import lock_holder
 
     tool, data, results = load_tool(), write_beir(tmp_path / "data"), tmp_path / "results"
     claims = results / f"{tiny_llama.name}-retrieval.json"

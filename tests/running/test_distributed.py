@@ -1,4 +1,4 @@
-"""Data-parallel embedding (minidecoder.running.distributed): two CPU processes on gloo give the
+"""Data-parallel embedding (tools/embed_distributed.py, minidecoder.running.distributed): two CPU processes on gloo give the
 single-process output, in input order, on rank 0; and `minidecoder embed` under torchrun writes a sharded
 output whose killed rank resumes from its kept chunks.
 
@@ -22,11 +22,22 @@ import torch
 from torch.testing import assert_close
 
 import minidecoder
-from minidecoder.running.distributed import embed_distributed, shard_bounds
+from minidecoder.running.distributed import shard_bounds
 from tiny_models import tiny_checkpoint
 from repo_paths import REPO
 
 ROOT = REPO
+
+
+def tool():
+    """tools/embed_distributed.py as a module (its `embed_distributed` gathers the ranks' shards in memory)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("embed_distributed", ROOT / "tools" / "embed_distributed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 TEXTS = [f"sentence number {i} " + "word " * (i % 7) for i in range(23)]  # 23: shards of 12 and 11
 
 
@@ -42,7 +53,8 @@ def test_shards_are_contiguous_and_cover_every_text() -> None:
 def test_without_a_process_group_it_is_plain_embed(tmp_path: Path) -> None:
     tiny_checkpoint("llama", tmp_path)
     model = minidecoder.load(tmp_path, progress=False)
-    assert_close(embed_distributed(model, TEXTS[:5], "prompteol"), minidecoder.embed(model, TEXTS[:5], "prompteol"))
+    assert_close(tool().embed_distributed(model, TEXTS[:5], "prompteol"),
+                 minidecoder.embed(model, TEXTS[:5], "prompteol"))
 
 
 @pytest.mark.parametrize("method,option", [("prompteol", None), ("mean", "layer=2")])
@@ -71,12 +83,11 @@ def test_two_gloo_processes_equal_one_process(tmp_path: Path, method: str, optio
 def test_the_token_budget_is_the_default(monkeypatch, tmp_path: Path) -> None:
     """Like `embed`, batches are filled to the device's token budget unless a batch size is given (a fixed 32
     a batch ran 1,298 sentences/s on an H200 against the budget's 1,568)."""
-    from minidecoder.running import distributed
-
+    distributed = tool()
     asked = []
     monkeypatch.setattr(distributed, "embed", lambda model, texts, method, batch_size, **options:
                         asked.append(batch_size) or torch.zeros(len(texts), 4))
-    embed_distributed(object(), TEXTS[:3], "mean")
+    distributed.embed_distributed(object(), TEXTS[:3], "mean")
     assert asked == [None]
     tools = (ROOT / "tools" / "embed_distributed.py").read_text(encoding="utf-8")
     assert '"--batch-size", type=int, default=None' in tools
