@@ -204,7 +204,8 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     --tp-end` runs them): a grid's forwards share every block before the first end they differ at, so it
     computes fewer blocks than one run per end (the blocks over every piece are recorded, and their ratio as
     `grid_blocks_ratio`). A grid of every end shares the most; a piece of two is what one sitting of a 2-core
-    CPU finishes (SmolLM2: about 50 minutes of SST2's 68k texts), and a piece's accuracies are kept in
+    CPU finishes (SmolLM2: about an hour, by the eight ends' grid here, 2 h 40 min at 0.49 of the blocks of one
+    run per end), and a piece's accuracies are kept in
     WORK/end-choice.json as it is scored: that file is committed, and the next sitting, on any machine,
     embeds only the ends it lacks. Within a piece, its batches are kept in WORK/grid-FIRST-LAST until its ends
     are scored, so a stop in the grid or in the probes resumes there."""
