@@ -203,11 +203,9 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     The ends are embedded `ends_per_piece` at a time, each piece one grid (`embed_grid`, as `minidecoder sweep
     --tp-end` runs them): a grid's forwards share every block before the first end they differ at, so it
     computes fewer blocks than one run per end (the blocks over every piece are recorded, and their ratio as
-    `grid_blocks_ratio`). A grid of every end shares the most; a piece of two is what one sitting of a 2-core
-    CPU finishes (SmolLM2: about an hour, by the eight ends' grid here, 2 h 40 min at 0.49 of the blocks of one
-    run per end), and a piece's accuracies are kept in
-    WORK/end-choice.json as it is scored: that file is committed, and the next sitting, on any machine,
-    embeds only the ends it lacks. Within a piece, its batches are kept in WORK/grid-FIRST-LAST until its ends
+    `grid_blocks_ratio`). A grid of every end shares the most; a piece of two is small enough for one sitting
+    of a 2-core CPU, and a piece's accuracies are kept in WORK/end-choice.json as it is scored: that file is
+    committed, and the next sitting, on any machine, embeds only the ends it lacks. Within a piece, its batches are kept in WORK/grid-FIRST-LAST until its ends
     are scored, so a stop in the grid or in the probes resumes there."""
     from minidecoder.evaluation.sweep import BATCH_SIZE, embed_grid, kept_manifest
     from minidecoder.evaluation.transfer import probe_task
@@ -221,6 +219,7 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
     path = work / "end-choice.json"
     kept = read_end_choice(path, identity)
     size = batch_size or BATCH_SIZE
+    row_of = {text: row for row, text in enumerate(texts)}
     for piece in (ends[k:k + ends_per_piece] for k in range(0, len(ends), ends_per_piece)):
         todo = [end for end in piece if str(end) not in kept["sst2_dev_accuracy"]]
         if not todo:
@@ -231,7 +230,6 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
         manifest = kept_manifest(model, method, {"end": piece}, points, texts, size, {"task": "SST2 train and dev"})
         grid = KeptChunks(work / f"grid-{piece[0]}-{piece[-1]}", manifest, -(-len(texts) // size))
         vectors, cost = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
-        row_of = {text: row for row, text in enumerate(texts)}
         for end, matrix in zip(piece, vectors):
             if end not in todo:
                 continue
@@ -532,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         return render(Path(args.render), args.data)
+    if args.ends_per_piece < 1:
+        parser.error(f"--ends-per-piece {args.ends_per_piece} must be at least 1 (e.g. 2 on a CPU, 8 on a GPU)")
     if args.data and args.family == "both":
         parser.error("--data names one family's folder: add --family transfer or --family sts-long")
     if args.merge and args.family == "both":

@@ -163,7 +163,7 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
 
 
 def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machine(
-        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """Ends embedded a piece at a time: each piece's accuracies (and blocks) are kept in end-choice.json alone, the
     file a sitting commits; a fresh machine with that file embeds only the ends it lacks, to the same choice; and a
     file kept for another TP configuration is refused, not mixed in."""
@@ -201,6 +201,11 @@ def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machi
     assert grids[embedded:] == [[3]] * -(-texts // 8)  # end 3's piece alone, each batch once
     with pytest.raises(SystemExit, match="another model, TP configuration"):
         tool.choose_transfer_end(model, {**spec, "start": 2}, sst2, work, batch_size=8, ends_per_piece=1)
+    with pytest.raises(SystemExit) as stop:  # a piece of no ends is refused before the model loads
+        tool.main(["--model", str(tiny_llama), "--family", "transfer", "--rows", "prompteol+tp-transfer",
+                   "--ends-per-piece", "0", "--out", str(tmp_path / "none")])
+    assert stop.value.code == 2 and "--ends-per-piece 0 must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
 
 @needs_data
 def test_reproduce_tasks_sts_long_claims_enter_htp_figure_1_on_16(tiny_llama: Path, tmp_path: Path,
