@@ -78,6 +78,13 @@ class Method:
     def check(self, model) -> None:
         """Validate options against a model (layers in range...) before any work starts."""
 
+    def reads_empty_text(self) -> bool:
+        """Whether the empty text "" has an embedding: True where the readout is a position of the template,
+        not of the text (a prompt's last token). SentEval reads CR's and MPQA's blank lines as samples with no
+        words, and the prompt methods' batchers embed each as the prompt around nothing; a pooling over the
+        text's own tokens has nothing to pool there."""
+        return False
+
     def output_layer(self, model) -> int:
         """The hidden_states index this configuration reads, as given (may be negative). Every method has a
         `layer` option; TP and CP override this where `layer=None` means a default of their own."""

@@ -105,7 +105,7 @@ class CP(Method):
         with a <- steer(a, b) at block l, the last token read at `layer`; the prompts' vectors are averaged.
         A normal prompt's step is made once the auxiliary pass has finished (`Pass.made`): b is what that
         pass recorded at block l, read at each row's last token."""
-        sentences = prepare_texts(texts, self.senteval_text)
+        sentences = prepare_texts(texts, self.senteval_text, self.reads_empty_text())
         site, l = SITE_NAMES[self.site], self.steer_layer
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
         passes = []
@@ -141,6 +141,9 @@ class CP(Method):
         return (unsteered(self),
                 f"{self.baseline_prompts}, unsteered: the same tokens, the last token at the same output layer "
                 f"{self.output_layer(model)}, no edit at block {self.steer_layer}")
+
+    def reads_empty_text(self) -> bool:
+        return True  # the prompts' last token exists around an empty text
 
     def output_layer(self, model) -> int:
         """`layer`, or with `layer=None` the prompt's reference layer (the same on every model)."""

@@ -51,3 +51,6 @@ class MetaEOL(ReadsOneLayer):
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         return last_token(h, batch)  # reference: hidden_states[-1][:, -1, :]
+
+    def reads_empty_text(self) -> bool:
+        return True  # each prompt's last token exists around an empty text

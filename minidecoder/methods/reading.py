@@ -48,7 +48,7 @@ class ReadsOneLayer(Method):
 
     def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One plain forward per template, read at `layer` and pooled by `pool`."""
-        texts = prepare_texts(texts, self.senteval_text)  # the text only: a context is read as given
+        texts = prepare_texts(texts, self.senteval_text, self.reads_empty_text())  # the text only, not a context
         index = resolve_output_layer(self.layer, model.num_layers)
         passes = []
         for template in self.templates():
@@ -91,6 +91,9 @@ class LastTokenPrompt(ReadsOneLayer):
 
     def pool(self, h: torch.Tensor, batch: PromptBatch) -> torch.Tensor:
         return last_token(h, batch)  # the references' hidden_states[layer][:, -1, :] under left padding
+
+    def reads_empty_text(self) -> bool:
+        return True  # the prompt's last token exists around an empty text
 
     def __post_init__(self) -> None:
         check_template(self.prompt_template())

@@ -124,19 +124,23 @@ def check_template(template: str, min_occurrences: int = 1) -> str:
     return template
 
 
-def require_text(texts: Sequence[str]) -> None:
-    """Every text must be a non-empty, non-whitespace string: an embedding of nothing is undefined."""
+def require_text(texts: Sequence[str], empty_allowed: bool = False) -> None:
+    """Every text must be a string with some non-whitespace character: an embedding of nothing is undefined.
+    `empty_allowed` (a method that `reads_empty_text`) lets the empty string "" through, as SentEval's
+    batchers do with a blank line; whitespace-only text stays an error."""
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise InputError(f"text {row} is a {type(text).__name__}, not a string", "pass a list of strings")
-        if not text.strip():
+        if not text.strip() and not (empty_allowed and text == ""):
             raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
-                             "remove that row or give it some text; an embedding of nothing is undefined")
+                             "remove that row or give it some text; an embedding of nothing is undefined"
+                             + ("" if empty_allowed else " for a method that pools over the text (a prompt read at "
+                                "its last token, e.g. prompteol, embeds \"\" as its prompt around nothing)"))
 
 
-def prepare_texts(texts: Sequence[str], senteval_text: bool) -> list[str]:
+def prepare_texts(texts: Sequence[str], senteval_text: bool, empty_allowed: bool = False) -> list[str]:
     """Validate, then apply the SentEval batcher steps (docs/spec.md section 2) when `senteval_text`."""
-    require_text(texts)
+    require_text(texts, empty_allowed)
     return [senteval_sentence(text) if senteval_text else text for text in texts]
 
 

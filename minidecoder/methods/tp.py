@@ -107,7 +107,7 @@ class TP(Method):
 
     def passes(self, model, texts: list[str], contexts: list[str] | None = None) -> list[Pass]:
         """One forward per template (MetaEOL's eight are averaged): TP's step, the last token at `layer`."""
-        texts = prepare_texts(texts, self.senteval_text)
+        texts = prepare_texts(texts, self.senteval_text, self.reads_empty_text())
         index = resolve_output_layer(self.output_layer(model), model.num_layers)
         blocks = self.copy_blocks(model)
         row = placeholder_row(model, self.pst_init, self.seed)  # <PST>'s input row
@@ -128,6 +128,9 @@ class TP(Method):
         if self.resume_at is not None:
             blocks |= set(range(self.resume_at, model.num_layers))
         return blocks
+
+    def reads_empty_text(self) -> bool:
+        return self.pooling == "last"  # the prompt's last token exists around an empty text; a mean over it does not
 
     def output_layer(self, model) -> int:
         return depth_scaled_layer(model.num_layers) if self.layer is None else self.layer

@@ -27,6 +27,7 @@ from minidecoder.fast.device import to_host_later
 from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods import Method, build_method
+from minidecoder.methods.text import require_text
 from minidecoder.running import memory
 from minidecoder.running.texts import check_text, split_contexts
 
@@ -58,10 +59,7 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     if contexts is not None and not method.takes_context:
         raise InputError(f"method {method.name!r} takes no context: it cannot read a text's context unpooled",
                          "embed the texts without one, or join the context to each text yourself")
-    for row, text in enumerate(texts):  # named here, before sorting, so the row number is the caller's
-        if not text.strip():
-            raise InputError(f"text {row} is empty or whitespace-only ({text!r})",
-                             "remove that row or give it some text; an embedding of nothing is undefined")
+    require_text(texts, method.reads_empty_text())  # checked here, before sorting, so the row number is the caller's
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer or None",
                                 "e.g. batch_size=32, or leave it out to fill batches by tokens")

@@ -202,6 +202,12 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
     from minidecoder.running.embedding import embed
 
     manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows, context)
+    if kind == "jsonl" and not method.reads_empty_text():  # named by its line here, not by a chunk's row later
+        for number, text in enumerate(_read_texts(input_path, kind), start=1):
+            if (text[1] if isinstance(text, tuple) else text) == "":
+                raise InputError(f'{input_path} line {number} is the empty text {{"text": ""}} and method '
+                                 f"{method.name!r} pools over a text's own tokens: it has nothing to pool",
+                                 "remove that line, or use a prompt method read at its last token (e.g. prompteol)")
     start, end = rows if rows is not None else (0, total)
     total = end - start  # the rows this job embeds (a shard's, or all of them)
     work = output_path.parent / f".{output_path.name}.partial"
@@ -320,10 +326,13 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str | tuple[s
             raise InputError(f'{path} line {number} has no string "text" field', 'write e.g. {"text": "a sentence"}')
         line = record["text"]
         check_text(line, f"{path} line {number}")  # "\ud800" is valid JSON, not Unicode text
+        explicit_empty = line == ""  # {"text": ""}: the method decides (a prompt read at its last token embeds it)
         if record.get("context") is not None:
             context = check_context(record["context"], f"{path} line {number}")
-            if context and line.strip():
+            if context and (line.strip() or explicit_empty):
                 return context, line  # the (context, text) pair `embed` takes
+        if explicit_empty:
+            return line
     if not line.strip():
         raise InputError(f"{path} line {number} is empty or whitespace-only",
                          "remove it (row i of the output is line i of the input, so blank lines are not skipped)")

@@ -178,6 +178,22 @@ def test_bad_input_files_name_the_line(model, tmp_path: Path, name: str, content
     assert not (tmp_path / "out.npy").exists()
 
 
+def test_an_explicit_empty_jsonl_text_is_embedded_by_a_prompt_method_and_refused_by_a_pooling(model, tmp_path: Path) -> None:
+    """{"text": ""} is the empty text a prompt read at its last token embeds (SentEval's blank lines, as the
+    transfer tables read them); a blank line of a .txt file stays an error (more often a slip than a sample)."""
+    source = tmp_path / "in.jsonl"
+    texts = ["a cat sat.", "", "dogs run."]
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    run_embedding_job(model, "prompteol", source, tmp_path / "out.npy", chunk_size=2)
+    assert np.allclose(np.load(tmp_path / "out.npy"), minidecoder.embed(model, texts, "prompteol").numpy(), atol=1e-5)
+    with pytest.raises(InputError, match=r"in.jsonl line 2 is the empty text .* method 'mean' pools"):
+        run_embedding_job(model, "mean", source, tmp_path / "mean.npy")
+    assert not (tmp_path / "mean.npy").exists()
+    source.write_text(json.dumps({"text": " "}) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 1 is empty or whitespace-only"):
+        run_embedding_job(model, "prompteol", source, tmp_path / "space.npy")
+
+
 def test_jsonl_input_and_truncation_recorded_in_metadata(model, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     texts = ["short one", "a much longer text that will be cut", "mid length"]
