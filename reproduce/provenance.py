@@ -29,12 +29,16 @@ METRIC = {
               "pearson`); Table 2's rows (mean pooling): cosine Spearman; each the mean of the seven STS sets; "
               "Ocnli: best accuracy over thresholds"),
     "transfer": ("SentEval's logistic-regression probe, accuracy, Avg. of seven (TP Table 5, CP Table 6; the "
-                 "engine's settings: docs/spec.md section 11); CR's and MPQA's blank lines skipped (minidecoder's choice: "
-                 "SentEval reads them as samples)"),
+                 "engine's settings: docs/spec.md section 11)"),
     "sts-long": ("Spearman per length of STS-B test pairs grouped k at a time by gold (HTP Figure 1; the grouping "
                  "is minidecoder's, the paper prints none), beside a per-length control: the Spearman of the mean of "
                  "the k sub-pairs' cosines, each sub-pair embedded alone (docs/spec.md section 11)"),
 }
+# how a transfer table read CR's and MPQA's 7 blank lines (its `blank_lines` setting)
+BLANK_LINES = {"read": "CR's and MPQA's blank lines read as the empty text, as SentEval's `binary.py` and the prompt "
+                       "methods' batchers read them",
+               "skip": "CR's and MPQA's blank lines skipped (minidecoder's earlier choice: SentEval reads them as "
+                       "samples, the empty text; CR 3,771 of 3,775 samples, MPQA 10,603 of 10,606)"}
 INSTRUCTION_POOLED = ("HTP Table 10/11's task instruction as \"{instruct} {text}\", pooled with the text "
                       "(minidecoder's choice: HTP's code reads it unpooled, embed_mask 0, HTP Appendix C)")
 NO_INSTRUCTION_HTP = ("none (minidecoder's choice: HTP section 5 gives every method but TP w. PromptEOL the "
@@ -302,14 +306,16 @@ def not_the_papers(benchmark: str, method: str, base: str) -> str:
     return "; ".join(reasons)
 
 
-def provenance_lines(benchmark: str, rows: list[tuple[str, str]]) -> list[str]:
-    """A table's provenance section: the metric (every row's), then one line per (row key, label) with each
-    other setting's source, and the divergence that keeps the row's comparisons from a verdict."""
+def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = "") -> list[str]:
+    """A table's provenance section: the metric (every row's) and how the data was read (`data`, where the
+    table chose), then one line per (row key, label) with each other setting's source, and the divergence that
+    keeps the row's comparisons from a verdict."""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** decides no verdict: "
              "its comparisons print their number only, until it is re-run in the paper's configuration "
              "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
+    lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:
         entry = provenance(benchmark, key)
         if entry is None:

@@ -25,6 +25,10 @@ finish (.gitignore keeps only those); a row embeds and probes task by task (eval
 grain="task"), so the next sitting, on any machine, embeds and trains only the tasks not kept.
 Each JSON is also the claims file tools/claims_table.py reads (tools/family_claims.py: settings.benchmark,
 rows_planned, rows_done, and `claims` judged by claims.judge; sts-long's claims on the score "16").
+Blank lines: a new transfer table reads CR's and MPQA's blank lines as SentEval does (the empty text); a table
+written when they were skipped goes on skipping them (its rows are paired item by item) until
+`--reread-blank-lines` has re-run CR and MPQA of every row with them read, a row at a time (each kept in the
+file as it finishes); the table then takes the new cells at once.
 A file made with other settings (model, dtype, limit) is refused, never mixed; the device is each row's own
 (a row run on a lent GPU joins the CPU's rows in one table, each naming where it ran), while a row's kept
 tasks resume only on the device that began it: a sitting on another device skips that row and says so
@@ -61,7 +65,7 @@ import minidecoder  # noqa: E402
 from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
 from reproduce.claims import shown  # noqa: E402
-from reproduce.provenance import provenance_lines  # noqa: E402
+from reproduce.provenance import BLANK_LINES, provenance_lines  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
@@ -124,7 +128,8 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
     new = {**claims_report(benchmark, without_device(settings), planned, [], lambda *_: None), "rows": {}}
     if path.is_file():
         report = json.loads(path.read_text())
-        if without_device(report.get("settings") or {}) != new["settings"]:
+        report["settings"] = recorded_settings(report.get("settings") or {})
+        if without_device(report["settings"]) != new["settings"]:
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
                              "choose another --out or remove it")
         for row in report["rows"].values():
@@ -149,6 +154,20 @@ def add_rows(report: dict, path: Path, benchmark: str, settings: dict, planned: 
         order = planned + [key for key in rows if key not in planned]
         report["rows"] = {key: rows[key] for key in order if key in rows}
     return added
+
+
+def recorded_settings(settings: dict) -> dict:
+    """A table file's settings, read: a transfer table written before `blank_lines` was a setting skipped CR's
+    and MPQA's blank lines (the only reading there was then)."""
+    return {"blank_lines": "skip", **settings} if settings.get("benchmark") == "transfer" else settings
+
+
+def table_blank_lines(path: Path) -> str:
+    """How a transfer table reads CR's and MPQA's blank lines: as its file records (its rows are paired item by
+    item, so every row reads them alike), or for a new table as SentEval does."""
+    if not path.is_file():
+        return "read"
+    return recorded_settings(json.loads(path.read_text()).get("settings") or {}).get("blank_lines", "read")
 
 
 def without_device(settings: dict) -> dict:
@@ -295,6 +314,66 @@ def row_identity(settings: dict, weights: dict | None, method) -> str:
     return json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
 
 
+def remove_if_empty(work_root: Path) -> None:
+    if work_root.is_dir() and not any(work_root.iterdir()):
+        work_root.rmdir()  # every row finished: nothing left to resume
+
+
+def method_of_row(row: dict):
+    """The method a finished row ran, rebuilt from its record (`describe()`: its options and what it wrote
+    beside them), checked to describe itself the same."""
+    from minidecoder.methods import METHODS
+
+    spec = dict(row["method"])
+    cls = METHODS[spec.pop("method")]
+    method = cls(**{name: value for name, value in spec.items() if name in cls.__dataclass_fields__})
+    if method.describe() != row["method"]:
+        raise SystemExit(f"reproduce_tasks: the row's method {row['method']} does not rebuild as itself "
+                         f"({method.describe()}); re-run the row (--rows KEY --redo)")
+    return method
+
+
+BLANK_TASKS = ("CR", "MPQA")  # the tasks with blank lines (transfer.py)
+
+
+def reread_blank_lines(model, report: dict, loaded: list, work_root: Path, settings: dict, weights: dict | None,
+                       wanted: set[str] | None, batch_size: int | None, command: list[str], write_table) -> bool:
+    """Move a table that skipped CR's and MPQA's blank lines to SentEval's reading, row by row: each row's CR and
+    MPQA are embedded and probed again with them read (`loaded`: those two tasks, read so), kept in the row as
+    `blank_lines_reread` (its other tasks hold no blank line: unchanged) and the table written, so a sitting
+    keeps every row it finished. The rows are paired item by item, so the table swaps to the new cells only
+    once every row holds them. Returns whether it swapped."""
+    for key, row in report["rows"].items():
+        if "blank_lines_reread" in row or (wanted is not None and key not in wanted):
+            continue
+        method = method_of_row(row)
+        print(f"transfer: {row['label']}: CR and MPQA with their blank lines read ...", file=sys.stderr)
+        work = work_root / f"{key}-blank-lines"
+        work.mkdir(parents=True, exist_ok=True)
+        results = evaluate_transfer(encoder(model, method, work, batch_size), loaded, chunk_size=1 << 62, kept=work,
+                                    kept_identity=row_identity(settings, weights, method), progress=True,
+                                    probe_workers=default_workers(), grain="task")
+        row["blank_lines_reread"] = {
+            name: results[name] for name in ("tasks", "blank_lines_read", "encode_seconds", "encode_seconds_unknown")}
+        row["blank_lines_reread"].update(stamp=build_stamp({"method": method.describe(), "device": settings["device"]},
+                                                           results),
+                                         command=shlex.join(command + ["--rows", key]))
+        write_table()
+        shutil.rmtree(work, ignore_errors=True)
+    if not report["rows"] or any("blank_lines_reread" not in row for row in report["rows"].values()):
+        return False
+    for row in report["rows"].values():
+        reread = row.pop("blank_lines_reread")
+        row["tasks"].update(reread.pop("tasks"))
+        complete = sorted(row["tasks"]) == sorted(TRANSFER_TASKS)
+        row["avg"] = float(np.mean([row["tasks"][name]["score"] for name in TRANSFER_TASKS])) if complete else None
+        row["texts"] += 1  # "", the one text every blank line reads as; no other task holds it
+        row["skipped_blank"], row["blank_lines_read"] = {}, reread.pop("blank_lines_read")
+        row["blank_lines_reread"] = reread  # where and when CR and MPQA were re-read
+    report["settings"]["blank_lines"] = "read"
+    return True
+
+
 def began_elsewhere(work: Path, settings: dict, weights: dict | None, method,
                     keys: dict[str, str]) -> tuple[str, list[str]] | None:
     """(device, tasks) when a sitting on another device kept some of this row's tasks. A row's kept tasks
@@ -363,7 +442,9 @@ def table_markdown(report: dict, title: str, banner: str, caption: str, rows: li
     lines += extra
     lines += ["", f"## {comparisons} (paired 95% intervals of the difference)", "",
               "| claim | diff | interval | verdict |", "|---|---:|---|---|", *claim_lines(report)]
-    lines += provenance_lines(report["settings"]["benchmark"], rows)
+    settings = report["settings"]
+    lines += provenance_lines(settings["benchmark"], rows,
+                              BLANK_LINES[settings["blank_lines"]] if "blank_lines" in settings else "")
     lines += ["", "Commands: " + "; ".join(f"`{row['command']}`" for row in report["rows"].values()), ""]
     return "\n".join(lines)
 
@@ -486,6 +567,7 @@ def render(path: Path, data: str | None) -> int:
     """Re-judge the claims of a table file from the rows it holds and rewrite its Markdown: no model loaded,
     no row recomputed (after a change to the claims, their judging or the table's layout)."""
     report = json.loads(path.read_text())
+    report["settings"] = recorded_settings(report["settings"])
     family, settings = report["settings"]["benchmark"], report["settings"]
     for row in report["rows"].values():  # a file written before rows named their device: its settings' (load_report)
         row["stamp"].setdefault("device", settings.get("device", "cpu"))
@@ -520,6 +602,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ends-per-piece", type=int, default=ENDS_PER_PIECE,
                         help="a +tp-transfer row's candidate ends embedded together (default %(default)s: a piece "
                              "one CPU sitting finishes; a GPU does every end at once)")
+    parser.add_argument("--reread-blank-lines", action="store_true",
+                        help="a transfer table that skipped CR's and MPQA's blank lines: re-run those two tasks of "
+                             "every row (or --rows) reading them as SentEval does, a row at a time; the table "
+                             "takes the new cells once every row has them")
     parser.add_argument("--out", default=str(REPO / "results"), help="folder of the result files (default: results/)")
     parser.add_argument("--merge", action="append", default=[], metavar="FILE",
                         help="add the rows of another sitting's table file (same model and settings; a GPU "
@@ -534,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ends-per-piece {args.ends_per_piece} must be at least 1 (e.g. 2 on a CPU, 8 on a GPU)")
     if args.data and args.family == "both":
         parser.error("--data names one family's folder: add --family transfer or --family sts-long")
+    if args.reread_blank_lines and args.family != "transfer":
+        parser.error("--reread-blank-lines re-runs a transfer table's CR and MPQA: add --family transfer")
     if args.merge and args.family == "both":
         parser.error("--merge names one family's table file: add --family transfer or --family sts-long")
     known = [key for family, rows in (("transfer", TRANSFER_ROWS), ("sts-long", STS_LONG_ROWS))
@@ -571,9 +659,10 @@ def main(argv: list[str] | None = None) -> int:
             differences = sts_long_differences
         else:
             tasks = args.tasks.split(",") if args.tasks else list(TRANSFER_TASKS)
-            loaded = load_transfer_tasks(tasks, args.data, args.limit)
+            blank_lines = table_blank_lines(path)
+            loaded = load_transfer_tasks(tasks, args.data, args.limit, blank_lines)
             family_settings = {**settings, "limit": run_limit(task.limit for task in loaded),
-                               **({"tasks": tasks} if args.tasks else {})}
+                               **({"tasks": tasks} if args.tasks else {}), "blank_lines": blank_lines}
             differences = None
             keys = {task.name: task_key(task, ClassifierConfig()) for task in loaded}  # evaluate_transfer's probe
         report = load_report(path, family, family_settings, planned, redo)
@@ -582,11 +671,12 @@ def main(argv: list[str] | None = None) -> int:
         if merged:
             print(f"{family}: merged {', '.join(merged)} from {', '.join(args.merge)}", file=sys.stderr)
 
-        def write_table() -> None:
+        def write_table(merge: bool = True) -> None:
             # under the table's lock: two sittings sharing one table (two CPU rows at once, or a merge while a
             # row runs) would otherwise each read it, add their row and write, the later dropping the earlier's
             with output_lock(path, wait=True):
-                add_rows(report, path, family, family_settings, planned, redo)  # rows another run wrote meanwhile
+                if merge:  # rows another run wrote meanwhile
+                    add_rows(report, path, family, family_settings, planned, redo)
                 judged = (transfer_differences(report["rows"]) if differences is None
                           else differences(report["rows"], loaded[1]))
                 report.update(claims_report(family, {**without_device(family_settings),
@@ -596,6 +686,22 @@ def main(argv: list[str] | None = None) -> int:
                         else sts_long_markdown(report, name, loaded[1]))
                 write(path, report, text)
 
+        if family == "transfer" and args.reread_blank_lines:  # only that: no row is run
+            if family_settings["blank_lines"] == "read":
+                print(f"transfer: {path} reads CR's and MPQA's blank lines already", file=sys.stderr)
+                continue
+            reread = load_transfer_tasks([task for task in BLANK_TASKS if task in tasks], args.data, args.limit, "read")
+            command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family,
+                       "--reread-blank-lines"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag)
+                                                  is not None for word in (f"--{flag}", str(getattr(args, flag)))]
+            if reread_blank_lines(model, report, reread, out / f"{name}-transfer-work", settings, weights, wanted,
+                                  args.batch_size, command, write_table):
+                family_settings["blank_lines"] = "read"
+                write_table(merge=False)  # the file on disk still says "skip": this write is the swap
+                print("transfer: every row reads CR's and MPQA's blank lines now", file=sys.stderr)
+            remove_if_empty(out / f"{name}-transfer-work")
+            print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
+            continue
         for key, label in rows:
             if (wanted is not None and key not in wanted) or key in report["rows"]:
                 continue
@@ -643,9 +749,7 @@ def main(argv: list[str] | None = None) -> int:
             write_table()  # the merged rows are in, with their claims, even where no row ran here
             for key in merged:  # a row finished elsewhere: what a sitting here kept of it is no longer needed
                 shutil.rmtree(out / f"{name}-{family}-work" / key, ignore_errors=True)
-        work_root = out / f"{name}-{family}-work"
-        if work_root.is_dir() and not any(work_root.iterdir()):
-            work_root.rmdir()  # every row finished: nothing left to resume
+        remove_if_empty(out / f"{name}-{family}-work")
         if family == "sts-long" and report["rows"]:
             try:
                 from minidecoder.evaluation.sts_long import plot_sts_long

@@ -89,6 +89,9 @@ class Family:
     # the texts a `--query-opt` method embeds (retrieval's queries, HTP's code's query templates); the rest
     # take the `--opt` method alone
     queries: Callable[[Any, argparse.Namespace], list] | None = None
+    # how to run a method that pools over the text on data that holds the empty text (SentEval's blank lines);
+    # None: this family's data never holds one
+    empty_text_fix: str | None = None
 
     @property
     def owner(self) -> str:
@@ -189,6 +192,11 @@ def run_family(args: argparse.Namespace, family: Family) -> int:
         replaced = {pair.split("=", 1)[0] for pair in args.query_opt}
         kept = [pair for pair in args.opt if pair.split("=", 1)[0] not in replaced]
         sides.append(("queries", build_cli_method(args.method, kept + args.query_opt), set(family.queries(loaded, args))))
+    empty = sum(1 for text in family.texts(loaded, args) if text == "")
+    pools = [side[1].name for side in sides if not side[1].reads_empty_text()]
+    if empty and pools:  # found before the model loads, not by the embedding job
+        raise InputError(f"the {family.name} data holds {empty} empty text(s) and method {pools[0]!r} pools over a "
+                         "text's own tokens: an empty text has nothing to pool", family.empty_text_fix)
     with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held from before the model loads to the last write
         return _evaluate(args, family, loaded, prefix, sides, figures)
 

@@ -56,11 +56,13 @@ since the folds (StratifiedKFold, shuffled) are drawn over row positions, the or
 and it is kept here. A text reaches the method as its words joined by single spaces (SentEval's
 batcher; the method applies the rest of the SentEval preparation, methods/text.py).
 
-Two departures, both stamped in every report: CR and MPQA contain 7 blank lines (CR 4, MPQA 3) that
-SentEval reads as samples with no words; a sentence-embedding method has nothing to embed there
-(minidecoder refuses an empty text), so those lines are skipped and listed per file in `skipped_blank`
-(CR: 3,771 samples instead of 3,775, MPQA: 10,603 instead of 10,606; the folds differ from SentEval's
-accordingly). An empty text anywhere else (an SST, TREC or MRPC field) is an error naming file and line.
+Blank lines: CR and MPQA contain 7 (CR 4, MPQA 3) that SentEval reads as samples with no words; its
+batcher joins them into the empty text "", and the prompt methods embed it as their prompt around nothing
+(`Method.reads_empty_text`). `blank_lines="read"` (the default) does the same, so every cell is SentEval's own
+number; the report lists those lines per file in `blank_lines_read`. A method that pools over the text's own
+tokens has nothing to pool there: `blank_lines="skip"` leaves them out and lists them in `skipped_blank`
+(CR: 3,771 samples instead of 3,775, MPQA: 10,603 instead of 10,606; the folds then differ from SentEval's).
+An empty text anywhere else (an SST, TREC or MRPC field) is an error naming file and line.
 """
 from __future__ import annotations
 
@@ -126,7 +128,8 @@ class TransferTask:
     data_dir: Path
     files: list[str]
     limit: int | None = None
-    skipped_blank: dict[str, list[int]] = field(default_factory=dict)  # file -> 1-based line numbers
+    skipped_blank: dict[str, list[int]] = field(default_factory=dict)  # file -> 1-based line numbers left out
+    read_blank: dict[str, list[int]] = field(default_factory=dict)  # file -> 1-based line numbers read as ""
 
     @property
     def test_split(self) -> str:
@@ -183,19 +186,24 @@ def _sorted(texts: list[str], labels: list[int], texts_b: list[str] | None = Non
                  None if texts_b is None else [texts_b[i] for i in rows])
 
 
-def load_binary(name: str, root: Path, limit: int | None) -> TransferTask:
-    texts, labels, skipped, sizes = [], [], {}, []
+BLANK_LINES = ("read", "skip")  # a blank line of CR or MPQA: the empty text, as SentEval reads it, or left out
+
+
+def load_binary(name: str, root: Path, limit: int | None, blank_lines: str = "read") -> TransferTask:
+    texts, labels, blank, sizes = [], [], {}, []
     for label, relative in zip((1, 0), BINARY_FILES[name]):
         lines = _read(root / relative, "latin-1", splitlines=True)
-        kept = [(number, line) for number, line in enumerate(lines, start=1) if line.split()]
-        sizes.append(require_rows(root / relative, len(kept), "sentences", "it is empty or blank"))
-        if len(kept) < len(lines):
-            skipped[relative] = [number for number, line in enumerate(lines, start=1) if not line.split()]
+        require_rows(root / relative, sum(1 for line in lines if line.split()), "sentences", "it is empty or blank")
+        kept = [(number, line) for number, line in enumerate(lines, start=1) if blank_lines == "read" or line.split()]
+        sizes.append(len(kept))
         kept = kept[:limit] if limit is not None else kept
-        texts += [" ".join(line.split()) for _, line in kept]
+        if any(not line.split() for line in lines):  # every blank line of the file, kept or not
+            blank[relative] = [number for number, line in enumerate(lines, start=1) if not line.split()]
+        texts += [" ".join(line.split()) for _, line in kept]  # SentEval's ' '.join(line.split()): "" for a blank
         labels += [label] * len(kept)
     return TransferTask(name, "inner_kfold", ("0", "1"), {"all": _sorted(texts, labels)}, root,
-                        list(BINARY_FILES[name]), limit_that_cut(limit, sizes), skipped)
+                        list(BINARY_FILES[name]), limit_that_cut(limit, sizes),
+                        **{"read_blank" if blank_lines == "read" else "skipped_blank": blank})
 
 
 def _limited(lines: list[str], limit: int | None, path: Path, sizes: list[int]) -> list[str]:
@@ -261,11 +269,16 @@ def load_mrpc(root: Path, limit: int | None) -> TransferTask:
     return TransferTask("MRPC", "kfold", ("0", "1"), splits, root, files, limit_that_cut(limit, sizes))
 
 
-def load_transfer_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> TransferTask:
-    """One task by name (`TRANSFER_TASKS`); `limit=N` keeps the first N rows of each file (a quick look)."""
+def load_transfer_task(name: str, data_dir: str | Path | None = None, limit: int | None = None,
+                       blank_lines: str = "read") -> TransferTask:
+    """One task by name (`TRANSFER_TASKS`); `limit=N` keeps the first N rows of each file (a quick look);
+    `blank_lines`: "read" (a blank line of CR or MPQA is the empty text, as SentEval reads it) or "skip"."""
+    if blank_lines not in BLANK_LINES:
+        raise InputError(f"blank_lines={blank_lines!r} is not one of {', '.join(BLANK_LINES)}",
+                         "pass 'read' (SentEval's reading: the empty text) or 'skip' (left out)")
     root = resolve_data_dir(data_dir)
     if name in BINARY_FILES:
-        return _check_foldable(load_binary(name, root, limit))
+        return _check_foldable(load_binary(name, root, limit, blank_lines))
     loaders = {"SST2": load_sst2, "TREC": load_trec, "MRPC": load_mrpc}
     if name not in loaders:
         raise InputError(f"unknown transfer task {name!r}", "choose from " + ", ".join(TRANSFER_TASKS))
@@ -287,14 +300,14 @@ def _check_foldable(task: TransferTask) -> TransferTask:
 
 
 def load_transfer_tasks(names: list[str] | tuple[str, ...] = TRANSFER_TASKS, data_dir: str | Path | None = None,
-                        limit: int | None = None) -> list[TransferTask]:
+                        limit: int | None = None, blank_lines: str = "read") -> list[TransferTask]:
     unknown = [name for name in names if name not in TRANSFER_TASKS]
     if unknown or not names:
         raise InputError(f"unknown transfer task(s) {', '.join(map(repr, unknown)) or '(none given)'}",
                          "choose from " + ",".join(TRANSFER_TASKS))
     if len(set(names)) != len(names):
         raise InputError(f"transfer task list {list(names)} names a task twice", "list each task once")
-    return [load_transfer_task(name, data_dir, limit) for name in names]
+    return [load_transfer_task(name, data_dir, limit, blank_lines) for name in names]
 
 
 PROTOCOL = ("SentEval usepytorch=True, kfold=10, classifier {nhid: 0, optim: adam, batch_size: 64, tenacity: 5, "
@@ -527,6 +540,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         avg_over=list(results["tasks"]) if complete else [],
         limit=limit if not loaded else run_limit(task.limit for task in loaded),
         skipped_blank={file: lines for task in loaded for file, lines in task.skipped_blank.items()},
+        blank_lines_read={file: lines for task in loaded for file, lines in task.read_blank.items()},
         texts=len({text for task in loaded for text in task.texts()}),  # distinct texts: a count needs no order
         encode_seconds=encode_seconds,
         encode_seconds_unknown=unknown,
@@ -567,9 +581,11 @@ def transfer_markdown(results: dict, stamp: dict) -> str:
         l2 = ", ".join(f"{value:g}" for value in entry["chosen_l2"])
         details.append(f"| {task} | {entry['scheme']} | {entry['train_items']} | {entry['test_items']} | {entry['dev']:.2f} "
                        f"| {entry['pooled_accuracy']:.2f} | {l2} |" + (f" F1 {entry['f1']:.2f}" if "f1" in entry else ""))
-    skipped = results.get("skipped_blank") or {}
-    blank = ("\n\nBlank lines SentEval reads as empty samples, skipped here (nothing to embed): "
-             + "; ".join(f"{file} lines {', '.join(map(str, lines))}" for file, lines in skipped.items()) + "." if skipped else "")
+    blank = "".join(f"\n\nBlank lines SentEval reads as empty samples, {how}: "
+                    + "; ".join(f"{file} lines {', '.join(map(str, lines))}" for file, lines in listed.items()) + "."
+                    for how, listed in (("read here as the empty text, as SentEval's batchers do",
+                                         results.get("blank_lines_read")),
+                                        ("skipped here (--blank-lines skip)", results.get("skipped_blank"))) if listed)
     about = (f"Accuracy x100 of SentEval's probe ({results['protocol']}), with a 95% bootstrap interval over test "
              "items (k-fold tasks: out-of-fold predictions); Avg. of the seven.")
     more = "## Per task\n\n" + "\n".join(details) + blank + f"\n\n{_timing(results)}\n\n"
@@ -592,6 +608,10 @@ beside the report; the same command (same --output) resumes from them, to the sa
 def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser = family_parser(benchmarks, FAMILY, "SentEval's seven transfer tasks (TP / CP)", COMMAND_HELP)
     parser.add_argument("--tasks", default=None, help="comma-separated tasks (default: MR,CR,SUBJ,MPQA,SST2,TREC,MRPC)")
+    parser.add_argument("--blank-lines", choices=BLANK_LINES, default="read",
+                        help="a blank line of CR or MPQA: read as the empty text, as SentEval does (default; a prompt "
+                             "method embeds its prompt around nothing), or skip it (a method that pools over the "
+                             "text has nothing to pool there; the folds then differ from SentEval's)")
     parser.add_argument("--probe-workers", type=int, default=None, metavar="N",
                         help="processes that train the probes, one thread each (default: one per CPU; any N gives "
                              "the same scores)")
@@ -605,7 +625,7 @@ def read(args: argparse.Namespace) -> list:
         raise InputError(f"--probe-workers {args.probe_workers}: at least one process trains the probes",
                          "pass --probe-workers 1 or more, or leave it out for one per CPU")
 
-    return load_transfer_tasks(parse_names(args.tasks, TRANSFER_TASKS), args.data, args.limit)
+    return load_transfer_tasks(parse_names(args.tasks, TRANSFER_TASKS), args.data, args.limit, args.blank_lines)
 
 
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:
@@ -619,8 +639,11 @@ def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict
 
 
 def stamp(loaded: list, args: argparse.Namespace) -> dict:
-    return {"tasks": [task.name for task in loaded], "protocol": PROTOCOL,
+    return {"tasks": [task.name for task in loaded], "protocol": PROTOCOL, "blank_lines": args.blank_lines,
             "skipped_blank_lines": {file: lines for task in loaded for file, lines in task.skipped_blank.items()}}
 
 
-FAMILY = Family("transfer", read, texts, evaluate, transfer_table, transfer_markdown, ("--tasks", "--limit"), stamp)
+FAMILY = Family("transfer", read, texts, evaluate, transfer_table, transfer_markdown,
+                ("--tasks", "--limit", "--blank-lines"), stamp,
+                empty_text_fix="pass --blank-lines skip to leave SentEval's blank lines out (the folds then differ "
+                               "from SentEval's), or use a prompt method read at its last token (e.g. prompteol)")

@@ -418,3 +418,53 @@ def test_sts_long_has_the_final_layer_mean_and_the_per_length_control(tiny_llama
     path.with_suffix(".md").write_text(table[:table.index("## Per-length control")])  # a table made before it
     assert tool.main(["--render", str(path), "--data", str(DATA)]) == 0
     assert path.with_suffix(".md").read_text() == table
+
+
+def test_a_table_that_skipped_blank_lines_keeps_them_skipped_until_every_row_rereads_them(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transfer table written before blank lines were read (no `blank_lines` setting: they were skipped) goes
+    on skipping them for a new row, whose CR items must pair with its rows'. `--reread-blank-lines` re-runs CR row
+    by row with them read; the table takes the new cells only once every row has them, and they are the cells a
+    new table computes reading them from the start."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    cr = {"CR__custrev.pos": "".join(f"good {i} fine\n" for i in range(11)) + "\n" + "".join(f"fine {i}\n" for i in range(10)),
+          "CR__custrev.neg": "".join(f"bad {i} poor\n" for i in range(10)) + "\n\n" + "".join(f"poor {i}\n" for i in range(11))}
+    data = write_folder(tmp_path / "senteval", **cr)
+    common = ["--model", str(tiny_llama), "--family", "transfer", "--tasks", "CR", "--data", str(data)]
+    old, new = tmp_path / "old", tmp_path / "new"
+    monkeypatch.setattr(tool, "table_blank_lines", lambda path: "skip")  # as the tool wrote tables before
+    assert tool.main(common + ["--out", str(old), "--rows", "prompteol"]) == 0
+    monkeypatch.undo()
+    chosen(monkeypatch, tool)
+    path = old / "tiny-llama-transfer.json"
+    report = json.loads(path.read_text())
+    del report["settings"]["blank_lines"]  # a file from before the setting
+    path.write_text(json.dumps(report))
+    assert report["rows"]["prompteol"]["tasks"]["CR"]["test_items"] == 42
+    assert report["rows"]["prompteol"]["skipped_blank"] == {"CR/custrev.pos": [12], "CR/custrev.neg": [11, 12]}
+
+    assert tool.main(common + ["--out", str(old), "--rows", "prompteol+tp"]) == 0  # a new row: skipped alike
+    saved = json.loads(path.read_text())
+    assert saved["settings"]["blank_lines"] == "skip"
+    assert saved["rows"]["prompteol+tp"]["tasks"]["CR"]["test_items"] == 42
+    assert "blank lines skipped (minidecoder's earlier choice" in path.with_suffix(".md").read_text()
+
+    assert tool.main(common + ["--out", str(old), "--rows", "prompteol", "--reread-blank-lines"]) == 0  # one row
+    saved = json.loads(path.read_text())
+    assert saved["settings"]["blank_lines"] == "skip" and saved["rows"]["prompteol"]["tasks"]["CR"]["test_items"] == 42
+    assert saved["rows"]["prompteol"]["blank_lines_reread"]["tasks"]["CR"]["test_items"] == 45
+    assert "blank_lines_reread" not in saved["rows"]["prompteol+tp"]
+
+    assert tool.main(common + ["--out", str(old), "--reread-blank-lines"]) == 0  # the rest: the table swaps
+    swapped = json.loads(path.read_text())
+    assert swapped["settings"]["blank_lines"] == "read" and not (old / "tiny-llama-transfer-work").exists()
+    assert tool.main(common + ["--out", str(new), "--rows", "prompteol,prompteol+tp"]) == 0  # read from the start
+    fresh = json.loads((new / "tiny-llama-transfer.json").read_text())
+    for key in ("prompteol", "prompteol+tp"):
+        row, want = swapped["rows"][key], fresh["rows"][key]
+        assert row["tasks"]["CR"] == want["tasks"]["CR"] and row["tasks"]["CR"]["test_items"] == 45
+        assert row["blank_lines_read"] == want["blank_lines_read"] and row["skipped_blank"] == {}
+        assert row["texts"] == want["texts"] and "command" in row["blank_lines_reread"]
+    assert [c["scores"] for c in swapped["claims"]] == [c["scores"] for c in fresh["claims"]]
+    assert "blank lines read as the empty text" in path.with_suffix(".md").read_text()

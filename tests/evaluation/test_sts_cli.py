@@ -50,6 +50,10 @@ class FakeMethod:
     def describe(self) -> dict:
         return {"method": self.name, **self.options}
 
+    def reads_empty_text(self) -> bool:  # as the method of that name, with its default options
+        from minidecoder.methods import METHODS  # not build_method: the fixture below replaces it with this class
+        return METHODS[self.name]().reads_empty_text()
+
 
 def fake_embed(model, texts, method, batch_size=32, progress=False) -> torch.Tensor:
     assert isinstance(model, FakeModel) and isinstance(method, FakeMethod) and not progress

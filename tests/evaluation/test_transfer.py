@@ -233,14 +233,21 @@ def write_folder(root: Path, **overrides: str | bytes) -> Path:
     return root
 
 
-def test_binary_task_reads_as_senteval_sorted_and_skips_blank_lines(tmp_path: Path) -> None:
+def test_binary_task_reads_as_senteval_sorted_with_its_blank_line_the_empty_text(tmp_path: Path) -> None:
     task = load_transfer_task("MR", write_folder(tmp_path))
     split = task.splits["all"]
-    # SentEval's sort: (number of words, label), stable; positives first in the unsorted list
-    assert split.texts == (["bad", "really good"] + [f"good {i}" for i in range(20)] + [f"bad {i} film" for i in range(20)]
-                           + ["a good film", "not good at all"])
-    assert split.labels.tolist() == [0] + [1] * 21 + [0] * 20 + [1] + [0]
-    assert task.skipped_blank == {"MR/rt-polarity.pos": [2]}
+    # SentEval's sort: (number of words, label), stable; positives first in the unsorted list. The blank line is
+    # a sample with no words (binary.py's `line.split()` of it), first in that order
+    assert split.texts == (["", "bad", "really good"] + [f"good {i}" for i in range(20)]
+                           + [f"bad {i} film" for i in range(20)] + ["a good film", "not good at all"])
+    assert split.labels.tolist() == [1, 0] + [1] * 21 + [0] * 20 + [1] + [0]
+    assert task.read_blank == {"MR/rt-polarity.pos": [2]} and task.skipped_blank == {}
+    # blank_lines="skip": the line left out, and named
+    skipped = load_transfer_task("MR", tmp_path, blank_lines="skip")
+    assert skipped.splits["all"].texts == split.texts[1:] and skipped.splits["all"].labels.tolist() == [0] + [1] * 21 + [0] * 20 + [1] + [0]
+    assert skipped.skipped_blank == {"MR/rt-polarity.pos": [2]} and skipped.read_blank == {}
+    with pytest.raises(InputError, match="blank_lines='drop'"):
+        load_transfer_task("MR", tmp_path, blank_lines="drop")
 
 
 MRPC_HEADER = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
@@ -282,9 +289,11 @@ def test_missing_file_and_folder_and_unknown_task(tmp_path: Path) -> None:
 @needs_senteval
 def test_shared_data_reads_as_its_readme_counts() -> None:
     counts = {task.name: {name: len(split) for name, split in task.splits.items()} for task in load_transfer_tasks()}
-    assert counts == {"MR": {"all": 10662}, "CR": {"all": 3771}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10603},
+    assert counts == {"MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},
                       "SST2": {"train": 67349, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
-                      "MRPC": {"train": 4076, "test": 1725}}  # CR 3,775 and MPQA 10,606 less their blank lines
+                      "MRPC": {"train": 4076, "test": 1725}}  # SentEval's counts, blank lines read
+    skipped = {task.name: len(task.splits["all"]) for task in load_transfer_tasks(["CR", "MPQA"], blank_lines="skip")}
+    assert skipped == {"CR": 3771, "MPQA": 10603}
 
 
 # ---- the run: resumable, and the command ------------------------------------------------------------
@@ -462,12 +471,13 @@ def test_eval_transfer_command_writes_a_stamped_report(fakes: dict, tmp_path: Pa
     saved = json.loads(prefix.with_suffix(".json").read_text())
     stamp, results = saved["stamp"], saved["results"]
     assert stamp["limit"] == 59 and stamp["tasks"] == ["SST2", "MR", "TREC"] and "tenacity: 5" in stamp["protocol"]
-    assert stamp["skipped_blank_lines"] == {"MR/rt-polarity.pos": [2]}
+    assert stamp["blank_lines"] == "read" and stamp["skipped_blank_lines"] == {}
+    assert results["blank_lines_read"] == {"MR/rt-polarity.pos": [2]} and results["tasks"]["MR"]["test_items"] == 45
     assert stamp["truncation"]["truncate"] is None and "TREC/TREC_10.label" in stamp["data_sha256"]
     assert set(results["tasks"]) == {"SST2", "MR", "TREC"}
     printed = capsys.readouterr().out
     assert "Limited run" in printed and f"{results['tasks']['SST2']['score']:.2f}" in printed
-    assert "skipped here" in prefix.with_suffix(".md").read_text()
+    assert "read here as the empty text" in prefix.with_suffix(".md").read_text()
     assert not (prefix.parent / ".run.json.partial").exists()  # the kept work goes once the report is written
 
 
@@ -479,6 +489,13 @@ def test_eval_transfer_refuses_bad_data_before_the_model_loads(fakes: dict, tmp_
     assert "load" not in fakes
     with pytest.raises(InputError, match="STS12"):
         run_cli(["eval", "transfer", "--method", "prompteol", "--tasks", "MR,STS12", "--output", str(tmp_path / "r")])
+    # MR's blank line, read as SentEval does, is the empty text: a mean over the text has nothing to pool there
+    root = write_folder(tmp_path / "blank")
+    with pytest.raises(InputError, match="holds 1 empty text.* method 'mean' pools") as error:
+        run_cli(["eval", "transfer", "--method", "mean", "--data", str(root), "--tasks", "MR",
+                 "--output", str(tmp_path / "r")])
+    assert "--blank-lines skip" in error.value.fix
+    assert "load" not in fakes
 
 
 def test_all_seven_tasks_are_known() -> None:
