@@ -29,7 +29,7 @@ from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Pass, last_token
 from minidecoder.methods.prompts import REFERENCE_LAYERS, TEMPLATES
-from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
+from minidecoder.methods.text import SENTEVAL_HELP, check_template, fill_template, prepare_texts
 
 
 @dataclasses.dataclass
@@ -93,7 +93,7 @@ class LastTokenPrompt(ReadsOneLayer):
         return last_token(h, batch)  # the references' hidden_states[layer][:, -1, :] under left padding
 
     def reads_empty_text(self) -> bool:
-        return True  # the prompt's last token exists around an empty text
+        return bool(fill_template(self.prompt_template(), ""))  # a prompt around the text: its last token is there
 
     def __post_init__(self) -> None:
         check_template(self.prompt_template())

@@ -59,6 +59,13 @@ def test_a_pooling_over_the_text_refuses_the_empty_text(method, options) -> None
     assert "prompt around nothing" in str(info.value)  # the way out: a method read at its prompt's last token
 
 
+def test_a_custom_prompt_that_is_the_text_alone_refuses_the_empty_text() -> None:
+    model, _ = pair("llama")
+    assert build_method("prompt", template='In short, "{text}"').reads_empty_text()
+    with pytest.raises(InputError, match=r"text 0 is empty"):
+        minidecoder.embed(model, [""], "prompt", template="{text}")  # nothing around it: no last token of a prompt
+
+
 @pytest.mark.parametrize("method", ["prompteol", "metaeol", "tp", "cp"])
 def test_whitespace_only_text_stays_an_error_for_prompt_methods(method) -> None:
     model, _ = pair("llama")
