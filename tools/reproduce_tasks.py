@@ -319,15 +319,28 @@ def remove_if_empty(work_root: Path) -> None:
         work_root.rmdir()  # every row finished: nothing left to resume
 
 
+# Options a method had when committed rows were made, retired since: the values under which the rest were
+# inert, and the rest. CP's TP extension (now the method cp+tp) off and its steering on (unsteered CP is now the
+# audit view's baseline) leave TP's start, end, <PST> row and seed unread.
+RETIRED_OPTIONS = {"cp": ({"tp": False, "steer": True}, ("tp_aux", "start", "end", "pst_init", "seed"))}
+
+
 def method_of_row(row: dict):
     """The method a finished row ran, rebuilt from its record (`describe()`: its options and what it wrote
-    beside them), checked to describe itself the same."""
+    beside them), checked to describe itself the same (retired options aside, where they were inert)."""
     from minidecoder.methods import METHODS
 
-    spec = dict(row["method"])
+    recorded = dict(row["method"])
+    inert, unread = RETIRED_OPTIONS.get(recorded["method"], ({}, ()))
+    if any(name in recorded and recorded[name] != value for name, value in inert.items()):
+        raise SystemExit(f"reproduce_tasks: the row's method {row['method']} used an option retired since "
+                         f"({', '.join(f'{name} != {value}' for name, value in inert.items())}); re-run the row "
+                         "(--rows KEY --redo)")
+    recorded = {name: value for name, value in recorded.items() if name not in inert and name not in unread}
+    spec = dict(recorded)
     cls = METHODS[spec.pop("method")]
     method = cls(**{name: value for name, value in spec.items() if name in cls.__dataclass_fields__})
-    if method.describe() != row["method"]:
+    if method.describe() != recorded:
         raise SystemExit(f"reproduce_tasks: the row's method {row['method']} does not rebuild as itself "
                          f"({method.describe()}); re-run the row (--rows KEY --redo)")
     return method

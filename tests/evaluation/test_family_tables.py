@@ -468,3 +468,21 @@ def test_a_table_that_skipped_blank_lines_keeps_them_skipped_until_every_row_rer
         assert row["texts"] == want["texts"] and "command" in row["blank_lines_reread"]
     assert [c["scores"] for c in swapped["claims"]] == [c["scores"] for c in fresh["claims"]]
     assert "blank lines read as the empty text" in path.with_suffix(".md").read_text()
+
+
+def test_a_committed_row_s_method_rebuilds_as_itself_and_a_retired_option_only_where_it_was_inert() -> None:
+    """--reread-blank-lines re-runs a committed row's CR and MPQA with the method the row records. A CP row made
+    when CP still carried TP's options (tp=false, so start, end and the <PST> row went unread) rebuilds as
+    today's CP; one made with tp=true (today's method cp+tp) or with a changed option is refused, not guessed."""
+    tool = load("reproduce_tasks")
+    cp = {"method": "cp", "prompt": "prompteol", "aux_prompt": "irrelevant", "layer": 28, "steer_layer": 3,
+          "alpha": 0.5, "mode": "ns", "site": "head", "senteval_text": True}
+    old = {**cp, "tp": False, "start": 1, "end": 7, "pst_init": "gaussian", "seed": 0, "tp_aux": True, "steer": True}
+    assert tool.method_of_row({"method": old}).describe() == cp
+    for changed in ({**old, "tp": True}, {**old, "steer": False}):
+        with pytest.raises(SystemExit, match="retired since"):
+            tool.method_of_row({"method": changed})
+    with pytest.raises(SystemExit, match="does not rebuild as itself"):
+        tool.method_of_row({"method": {**cp, "alpha_typo": 1}})
+    tp = minidecoder.methods.build_method("tp", end=3).describe()  # pst_init_detail is written, not an option
+    assert tool.method_of_row({"method": tp}).describe() == tp
