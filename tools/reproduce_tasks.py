@@ -314,6 +314,13 @@ def row_identity(settings: dict, weights: dict | None, method) -> str:
     return json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
 
 
+def row_command(args: argparse.Namespace, family: str, *words: str) -> list[str]:
+    """The command that (re)makes a row, recorded with it: `words`, and the flags that chose its data."""
+    return (["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, *words]
+            + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
+               for word in (f"--{flag}", str(getattr(args, flag)))])
+
+
 def remove_if_empty(work_root: Path) -> None:
     if work_root.is_dir() and not any(work_root.iterdir()):
         work_root.rmdir()  # every row finished: nothing left to resume
@@ -380,7 +387,7 @@ def reread_blank_lines(model, report: dict, loaded: list, work_root: Path, setti
         row["tasks"].update(reread.pop("tasks"))
         complete = sorted(row["tasks"]) == sorted(TRANSFER_TASKS)
         row["avg"] = float(np.mean([row["tasks"][name]["score"] for name in TRANSFER_TASKS])) if complete else None
-        row["texts"] += 1  # "", the one text every blank line reads as; no other task holds it
+        row["texts"] += "" in {text for task in loaded for text in task.texts()}  # "": no other task holds it
         row["skipped_blank"], row["blank_lines_read"] = {}, reread.pop("blank_lines_read")
         row["blank_lines_reread"] = reread  # where and when CR and MPQA were re-read
     report["settings"]["blank_lines"] = "read"
@@ -704,11 +711,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"transfer: {path} reads CR's and MPQA's blank lines already", file=sys.stderr)
                 continue
             reread = load_transfer_tasks([task for task in BLANK_TASKS if task in tasks], args.data, args.limit, "read")
-            command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family,
-                       "--reread-blank-lines"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag)
-                                                  is not None for word in (f"--{flag}", str(getattr(args, flag)))]
             if reread_blank_lines(model, report, reread, out / f"{name}-transfer-work", settings, weights, wanted,
-                                  args.batch_size, command, write_table):
+                                  args.batch_size, row_command(args, family, "--reread-blank-lines"), write_table):
                 family_settings["blank_lines"] = "read"
                 write_table(merge=False)  # the file on disk still says "skip": this write is the swap
                 print("transfer: every row reads CR's and MPQA's blank lines now", file=sys.stderr)
@@ -749,9 +753,7 @@ def main(argv: list[str] | None = None) -> int:
                                             progress=True, probe_workers=default_workers(), grain="task")
             else:
                 results = evaluate_sts_long(encode, loaded=loaded, chunk_size=1 << 62, progress=False)
-            command = ["python", "tools/reproduce_tasks.py", "--model", args.model, "--family", family, "--rows", key,
-                       "--redo"] + [word for flag in ("limit", "tasks", "data") if getattr(args, flag) is not None
-                                    for word in (f"--{flag}", str(getattr(args, flag)))]
+            command = row_command(args, family, "--rows", key, "--redo")
             report["rows"][key] = {"label": label, "method": method.describe(), **results,
                                    **({"tp_end_choice": choice} if choice else {}),
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),

@@ -192,9 +192,9 @@ def run_family(args: argparse.Namespace, family: Family) -> int:
         replaced = {pair.split("=", 1)[0] for pair in args.query_opt}
         kept = [pair for pair in args.opt if pair.split("=", 1)[0] not in replaced]
         sides.append(("queries", build_cli_method(args.method, kept + args.query_opt), set(family.queries(loaded, args))))
-    empty = sum(1 for text in family.texts(loaded, args) if text == "")
     pools = [side[1].name for side in sides if not side[1].reads_empty_text()]
-    if empty and pools:  # found before the model loads, not by the embedding job
+    empty = sum(1 for text in family.texts(loaded, args) if text == "") if family.empty_text_fix and pools else 0
+    if empty:  # found before the model loads, not by the embedding job
         raise InputError(f"the {family.name} data holds {empty} empty text(s) and method {pools[0]!r} pools over a "
                          "text's own tokens: an empty text has nothing to pool", family.empty_text_fix)
     with claim_cli_outputs(args, [*report_paths(prefix), *figures]):  # held from before the model loads to the last write

@@ -193,12 +193,13 @@ def load_binary(name: str, root: Path, limit: int | None, blank_lines: str = "re
     texts, labels, blank, sizes = [], [], {}, []
     for label, relative in zip((1, 0), BINARY_FILES[name]):
         lines = _read(root / relative, "latin-1", splitlines=True)
-        require_rows(root / relative, sum(1 for line in lines if line.split()), "sentences", "it is empty or blank")
+        blanks = [number for number, line in enumerate(lines, start=1) if not line.split()]
+        require_rows(root / relative, len(lines) - len(blanks), "sentences", "it is empty or blank")
         kept = [(number, line) for number, line in enumerate(lines, start=1) if blank_lines == "read" or line.split()]
         sizes.append(len(kept))
         kept = kept[:limit] if limit is not None else kept
-        if any(not line.split() for line in lines):  # every blank line of the file, kept or not
-            blank[relative] = [number for number, line in enumerate(lines, start=1) if not line.split()]
+        if blanks:  # every blank line of the file, kept or not
+            blank[relative] = blanks
         texts += [" ".join(line.split()) for _, line in kept]  # SentEval's ' '.join(line.split()): "" for a blank
         labels += [label] * len(kept)
     return TransferTask(name, "inner_kfold", ("0", "1"), {"all": _sorted(texts, labels)}, root,
