@@ -213,9 +213,11 @@ def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | 
 
 
 def reads_instruction(argv: list[str]) -> bool:
-    """Whether an eval command gives its method the task's instruction (the eval commands' own rule)."""
-    asked = argparse.Namespace(instruction=flag_value(argv, "--instruction", "auto"), method=flag_value(argv, "--method"),
-                               opt=[value for flag, value in zip(argv, argv[1:]) if flag == "--opt"])
+    """Whether an eval command gives its method the task's instruction: the command parsed by minidecoder's own
+    parser, so each family's default holds (C-MTEB's is none), then the eval commands' own rule."""
+    from minidecoder.cli import build_parser
+
+    asked = build_parser().parse_args(argv)
     return instruction_for(asked, "the task's instruction") is not None
 
 

@@ -262,6 +262,25 @@ def test_faithful_rows_take_htp_codes_templates_and_table_9s_layer(tiny_llama: P
     tool.refuse_another_row("prompteol+tp", tp, argv("prompteol+tp", tiny_llama))  # it reads no instruction
 
 
+def test_a_cmteb_report_from_before_the_placement_is_kept(tiny_llama: Path, tmp_path: Path) -> None:
+    """C-MTEB's eval command takes no instruction by default, so a report stamped before
+    --instruction-placement existed is the same row: the placement is never compared where no instruction is
+    read. (The tool once read every family's default as retrieval's "auto" and refused all such kept rows.)"""
+    import argparse
+
+    tool = load_tool()
+    rows = {row[0]: tool.Row(*row) for row in tool.ROWS["cmteb"]}
+    args = argparse.Namespace(model=str(tiny_llama), dtype="float32", device="cpu", limit=None, corpus_limit=None,
+                              data=None, tasks=None)
+    argv = tool.command("cmteb", rows["last"], args, tmp_path / "last")
+    assert not tool.reads_instruction(argv)
+    before_placement = {"command": shlex.join(["minidecoder", *argv, "--instruction", "none"]), "instruction": "none"}
+    tool.refuse_another_row("last", before_placement, argv)
+    retrieval = tool.command("retrieval", tool.Row(*next(r for r in tool.ROWS["retrieval"] if r[0] == "mean")),
+                             args, tmp_path / "mean")
+    assert tool.reads_instruction(retrieval)  # retrieval's default, "auto", gives mean the set's instruction
+
+
 def test_a_row_whose_report_is_gone_is_kept_from_the_claims_files_digest(tiny_llama: Path, tmp_path: Path,
                                                                         capsys) -> None:
     """The per-row reports are not committed; the claims file keeps a digest of each retrieval row (what the
