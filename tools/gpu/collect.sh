@@ -9,8 +9,7 @@ for pidfile in /tmp/*.pid; do
     while kill -0 "$(cat "$pidfile")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 2; done
 done
 echo "waited $SECONDS s"
-tar --exclude='.*.partial' --exclude='.*.lock' --exclude='job-*' --exclude='embeddings.kept.*' \
-    -C /tmp/res -czf "$OUT/res.tgz" .
+bash "$(dirname "$0")/pack.sh" "$OUT/res.tgz"
 for pidfile in /tmp/*.pid; do  # each background run's log
     [ -e "$pidfile" ] || continue
     log=${pidfile%.pid}.log

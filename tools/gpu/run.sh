@@ -2,8 +2,8 @@
 # On the GPU machine, once every part is received: assemble and check the GGUF, convert it with
 # minidecoder's own converter, unpack the data, then run each argument as a command (within T seconds in
 # all, default 400) and pack /tmp/res (reports, tables, claims files, and a transfer row's finished tasks,
-# task-*.kept.json, so a row the time limit stopped resumes in the next sitting on a GPU; not the embeddings
-# or the jobs' chunks, hundreds of MB) into $OUT/res.tgz.
+# task-*.kept.json and end-choice.json, so a row the time limit stopped resumes in the next sitting; pack.sh
+# leaves out the chunks and grids, hundreds of MB) into $OUT/res.tgz.
 #
 #   T=400 bash tools/gpu/run.sh \
 #     "python3 tools/reproduce_retrieval.py --family retrieval --device cuda --out /tmp/res/retrieval --results /tmp/res/results" \
@@ -36,6 +36,5 @@ for command in "$@"; do
     echo "== $command"
     timeout $left bash -c "$command" 2>&1 | grep -v "UserWarning\|vectors = embed" | tee -a "$OUT/run.log"
 done
-tar --exclude='.*.partial' --exclude='.*.lock' --exclude='job-*' --exclude='embeddings.kept.*' \
-    -C /tmp/res -czf "$OUT/res.tgz" .
+bash "$(dirname "$0")/pack.sh" "$OUT/res.tgz"
 ls -la "$OUT"
