@@ -301,3 +301,18 @@ def test_a_row_whose_report_is_gone_is_kept_from_the_claims_files_digest(tiny_ll
     assert "htp: kept (its digest in the claims file)" in capsys.readouterr().out
     assert not (out / "htp.json").exists()  # nothing recomputed
     assert (out / "table.md").read_text() == table
+
+
+def test_a_time_ratio_is_taken_within_one_sitting_only() -> None:
+    """Time / Vanilla Mean compares rows timed on the same device the same day: "cuda" on another day was
+    another machine (or one shared with other jobs), and a CPU's time is never a GPU's."""
+    tool = load_tool()
+
+    def row(device: str, date: str) -> dict:
+        return {"stamp": {"device": device, "date": date}}
+
+    base = row("cuda", "2026-11-28T05:56:31+00:00")
+    assert tool.same_sitting(base, row("cuda", "2026-11-28T06:01:00+00:00"))
+    assert not tool.same_sitting(base, row("cuda", "2026-11-27T17:40:00+00:00"))
+    assert not tool.same_sitting(base, row("cpu", "2026-11-28T06:01:00+00:00"))
+    assert not tool.same_sitting(base, {"stamp": {"device": "cuda"}})  # undated: no ratio
