@@ -76,7 +76,7 @@ from minidecoder.evaluation.senteval_probe import ClassifierConfig  # noqa: E402
 from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
 from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
-from minidecoder.sources.checksums import model_identity  # noqa: E402
+from minidecoder.sources.checksums import files_identity  # noqa: E402
 
 TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp-transfer", "PromptEOL + TP"),
                  ("prompteol+tp", "PromptEOL + TP (STS end)"), ("prompteol+cp", "PromptEOL + CP (NS)"),
@@ -271,10 +271,10 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
 
 def end_choice_identity(model, spec: dict, sst2) -> str:
     """What an end's SST2 dev accuracy depends on, kept in end-choice.json: the weights, dtype, the STS row's TP
-    (its end aside) and SST2's train and dev rows. Not the code or the device: a committed piece serves the next
-    sitting whatever changed since (each end names the device that scored it)."""
+    (its end aside) and SST2's train and dev rows. Not the code, the device or the checkout's folder: a committed
+    piece serves the next sitting whatever changed since (each end names the device that scored it)."""
     rows = [[split.texts, split.labels.tolist()] for name, split in sst2.splits.items() if name != "test"]
-    return hashlib.sha256(json.dumps([model_identity(model), str(model.dtype), {**spec, "end": None}, rows],
+    return hashlib.sha256(json.dumps([files_identity(model), str(model.dtype), {**spec, "end": None}, rows],
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -664,8 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"model": name, "dtype": args.dtype, "device": args.device, "limit": args.limit,
                 "tokenizer_sha256": model.tokenizer.checksum}
     # the weights' checksums (hashed once): a transfer task kept from an earlier sitting (committed, see
-    # .gitignore) is reused only for the very same model files
-    weights = model_identity(model) if args.family != "sts-long" else None
+    # .gitignore) is reused only for the very same model files, wherever the checkout converted them
+    weights = files_identity(model) if args.family != "sts-long" else None
     families = ["transfer", "sts-long"] if args.family == "both" else [args.family]
     for family in families:
         path = out / f"{name}-{family}.json"

@@ -165,8 +165,8 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
 def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machine(
         tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """Ends embedded a piece at a time: each piece's accuracies (and blocks) are kept in end-choice.json alone, the
-    file a sitting commits; a fresh machine with that file embeds only the ends it lacks, to the same choice; and a
-    file kept for another TP configuration is refused, not mixed in."""
+    file a sitting commits; a fresh machine with that file, its model converted into another folder, embeds only
+    the ends it lacks, to the same choice; and a file kept for another TP configuration is refused, not mixed in."""
     from minidecoder.evaluation import sweep
 
     tool = load("reproduce_tasks")
@@ -193,6 +193,7 @@ def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machi
     assert kept["blocks"]["computed"] == kept["blocks"]["one_run_per_end"] > 0  # one end a piece shares nothing
     for grid in work.glob("grid-*"):
         shutil.rmtree(grid)  # a fresh machine: the committed end-choice.json alone
+    model = minidecoder.load(shutil.copytree(tiny_llama, tmp_path / "another-checkout" / "weights"))
     embedded = len(grids)
     again = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8, ends_per_piece=1)
     assert again["end"] == whole["end"] and again["sst2_dev_accuracy"] == whole["sst2_dev_accuracy"]
@@ -292,6 +293,34 @@ def test_a_transfer_row_begun_on_another_device_is_left_to_it_unless_redone(
     saved = json.loads(report.read_text())
     assert saved["rows"]["prompteol"]["stamp"]["device"] == "cuda"
     assert sorted(saved["rows"]["prompteol"]["tasks"]) == ["SST2", "TREC"]
+
+
+def test_a_transfer_row_s_kept_task_resumes_in_another_checkout(
+        tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept task is committed and resumed by the next sitting, in whatever folder its clone and converted model
+    sit: the kept work names the model's files, not their folder, so the task is not embedded again."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    common = ["--family", "transfer", "--tasks", "SST2,TREC", "--data", str(write_folder(tmp_path / "senteval")),
+              "--limit", "1000", "--out", str(tmp_path), "--rows", "prompteol"]
+    real_probe = transfer.probe_task
+
+    def probe_then_stop(task, *args, **kwargs):
+        if task.name == "TREC":
+            raise KeyboardInterrupt  # the sitting ends in TREC's probe: SST2 is kept
+        return real_probe(task, *args, **kwargs)
+
+    monkeypatch.setattr(transfer, "probe_task", probe_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        tool.main(["--model", str(tiny_llama), *common])
+    monkeypatch.setattr(transfer, "probe_task", real_probe)
+    elsewhere = shutil.copytree(tiny_llama, tmp_path / "another-checkout" / "tiny-llama")
+    probed = []
+    monkeypatch.setattr(transfer, "probe_task", lambda task, *a, **k: probed.append(task.name) or real_probe(task, *a, **k))
+    assert tool.main(["--model", str(elsewhere), *common]) == 0
+    assert probed == ["TREC"]  # SST2 came from the kept task
+    assert sorted(json.loads((tmp_path / "tiny-llama-transfer.json").read_text())["rows"]["prompteol"]["tasks"]) \
+        == ["SST2", "TREC"]
 
 
 def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitting_s(
