@@ -182,10 +182,37 @@ def rows_devices(report: dict) -> str:
 
 def write(path: Path, report: dict, markdown: str) -> None:
     """PATH.json compact (a row's per-item predictions and gold, tens of thousands of numbers, would take a line
-    each when indented: a 7-row transfer file over 5 MB) and PATH.md, the table a reader opens."""
-    compact = json.dumps(_json_safe(report), separators=(",", ":")) + "\n"
+    each when indented: a 7-row transfer file over 5 MB; as digit strings, `packed_items`) and PATH.md, the
+    table a reader opens."""
+    compact = json.dumps(_json_safe(packed_items(report)), separators=(",", ":")) + "\n"
     for target, text in ((path, compact), (path.with_suffix(".md"), markdown)):
         write_whole(target, text.encode(), overwrite=True)
+
+
+def packed_items(report: dict) -> dict:
+    """The report with each transfer task's per-item predictions and gold labels as one digit string ("0110..."):
+    a byte an item where a compact JSON list takes two (SentEval's labels are 0 to 5). `item_labels` reads both."""
+    def pack(task: dict) -> dict:
+        return {**task, **{name: "".join(map(str, task[name])) for name in ("predictions", "gold")
+                           if isinstance(task.get(name), list) and all(0 <= label <= 9 for label in task[name])}}
+
+    def pack_tasks(holder: dict) -> dict:  # a row, or its CR and MPQA re-read with their blank lines
+        if not isinstance(holder.get("tasks"), dict):
+            return holder
+        return {**holder, "tasks": {name: pack(task) for name, task in holder["tasks"].items()}}
+
+    rows = {}
+    for key, row in report.get("rows", {}).items():
+        row = pack_tasks(row)
+        if isinstance(row.get("blank_lines_reread"), dict):
+            row = {**row, "blank_lines_reread": pack_tasks(row["blank_lines_reread"])}
+        rows[key] = row
+    return {**report, "rows": rows}
+
+
+def item_labels(values: str | list[int]) -> np.ndarray:
+    """A task's per-item labels as `packed_items` wrote them (a digit string), or as a list (files before it)."""
+    return np.fromiter(map(int, values), dtype=np.int64) if isinstance(values, str) else np.asarray(values)
 
 
 def encoder(model, method, work: Path, batch_size: int | None):
@@ -418,8 +445,8 @@ def transfer_differences(rows: dict):
             a, b = rows[method]["tasks"].get(task), rows[base]["tasks"].get(task)
             if a is None or b is None:
                 continue
-            correct_a = np.asarray(a["predictions"]) == np.asarray(a["gold"])
-            correct_b = np.asarray(b["predictions"]) == np.asarray(b["gold"])
+            correct_a = item_labels(a["predictions"]) == item_labels(a["gold"])
+            correct_b = item_labels(b["predictions"]) == item_labels(b["gold"])
             point[task] = a["score"] - b["score"]
             reps[task] = accuracy_replicates(correct_a, k) - accuracy_replicates(correct_b, k)  # same resamples
         return with_avg(point, reps) if point else None

@@ -515,3 +515,32 @@ def test_a_committed_row_s_method_rebuilds_as_itself_and_a_retired_option_only_w
         tool.method_of_row({"method": {**cp, "alpha_typo": 1}})
     tp = minidecoder.methods.build_method("tp", end=3).describe()  # pst_init_detail is written, not an option
     assert tool.method_of_row({"method": tp}).describe() == tp
+
+
+def test_a_transfer_table_keeps_each_item_s_label_as_a_digit() -> None:
+    """The committed transfer tables hold every row's per-item predictions and gold labels (the paired intervals
+    read them): as digit strings, a byte an item, read back to the same labels and the same intervals as the
+    lists earlier files hold; a label past 9 keeps its list."""
+    tool = load("reproduce_tasks")
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 6, 300).tolist()
+
+    def row(flip: float) -> dict:
+        predictions = [label if rng.random() > flip else (label + 1) % 6 for label in gold]
+        accuracy = 100 * float(np.mean(np.asarray(predictions) == gold))
+        return {"tasks": {task: {"score": accuracy, "predictions": predictions, "gold": gold}
+                          for task in tool.TRANSFER_TASKS}}
+
+    rows = {"a": row(0.1), "b": row(0.3)}
+    rows["a"]["blank_lines_reread"] = {"tasks": {"CR": dict(rows["a"]["tasks"]["CR"])}}
+    packed = tool.packed_items({"rows": rows})["rows"]
+    assert packed["a"]["tasks"]["TREC"]["gold"] == "".join(map(str, gold))
+    assert isinstance(packed["a"]["blank_lines_reread"]["tasks"]["CR"]["predictions"], str)
+    assert rows["a"]["tasks"]["TREC"]["gold"] == gold  # the report in memory is left as it was
+    for task in ("TREC", "MR"):
+        assert np.array_equal(tool.item_labels(packed["b"]["tasks"][task]["predictions"]),
+                              rows["b"]["tasks"][task]["predictions"])
+    listed, digits = tool.transfer_differences(rows)("a", "b"), tool.transfer_differences(packed)("a", "b")
+    assert listed[0] == digits[0] and all(np.array_equal(listed[1][k], digits[1][k]) for k in listed[1])
+    wide = {"rows": {"a": {"tasks": {"X": {"predictions": [10, 1], "gold": [10, 2]}}}}}
+    assert tool.packed_items(wide) == wide
