@@ -40,6 +40,7 @@ sets). A run with --limit, --corpus-limit or --tasks is stamped as limited there
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -215,10 +216,16 @@ def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | 
 def reads_instruction(argv: list[str]) -> bool:
     """Whether an eval command gives its method the task's instruction: the command parsed by minidecoder's own
     parser, so each family's default holds (C-MTEB's is none), then the eval commands' own rule."""
+    asked = eval_parser().parse_args(argv)
+    return instruction_for(asked, "the task's instruction") is not None
+
+
+@functools.cache
+def eval_parser() -> argparse.ArgumentParser:
+    """minidecoder's command-line parser, built once for every kept row it reads."""
     from minidecoder.cli import build_parser
 
-    asked = build_parser().parse_args(argv)
-    return instruction_for(asked, "the task's instruction") is not None
+    return build_parser()
 
 
 def refuse_another_row(key: str, stamp: dict, argv: list[str]) -> None:
@@ -321,6 +328,14 @@ def same_sitting(report: dict, other: dict) -> bool:
     return row_device(report) == row_device(other) and bool(day(report)) and day(report) == day(other)
 
 
+def time_ratio(report: dict, bases: list[dict]) -> str:
+    """A row's "Time / Vanilla Mean" cell: its embedding time over that of the first Vanilla Mean row in `bases`
+    (the faithful one, then the ablation's) timed in the same sitting; "n/a" where none was."""
+    seconds = report["results"]["embedding"].get("seconds")
+    base = next((base for base in bases if same_sitting(base, report)), None)
+    return f"{seconds / base['results']['embedding']['seconds']:.2f}x" if seconds and base else "n/a"
+
+
 def cells(family: str, report: dict) -> dict[str, tuple[float, tuple[float, float], np.ndarray | None]]:
     """{column: (score, 95% interval, per-item values for paired intervals or None)}."""
     results = report["results"]
@@ -358,18 +373,19 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
     lines = [f"# {family}: {args.model}" + (" (LIMITED RUN: not for claims.md)" if limited else ""), "",
              f"{metric} [95% bootstrap interval]; Memory: the row's process peak RSS; Time: its embedding job; "
              "Device: where the row ran (scores agree across devices to float rounding, times do not, so a time "
-             "is compared with Vanilla Mean's only within one sitting: the same device on the same day).", "",
+             "is compared only within one sitting, the same device on the same day: each row's Time / Vanilla Mean "
+             "is against the Vanilla Mean row, faithful or ablation, of its own sitting).", "",
              "| row | " + " | ".join(columns) + f" | Device | Memory (MiB) | Time (s) | Time / {labels.get('mean', 'Vanilla Mean')} |",
              "|---|" + "---:|" * len(columns) + "---|" + "---:|" * 3]
-    base = rows.get("mean", {})
-    base_time = base.get("results", {}).get("embedding", {}).get("seconds")
+    timed_bases = [rows[key] for key in ("mean", "mean-ours")
+                   if key in rows and rows[key]["results"]["embedding"].get("seconds")]
     for key, label, *_ in ROWS[family]:
         if key not in rows:
             lines.append(f"| {label} | (not run yet) |" + " |" * (len(columns) + 3))
             continue
         got = cells(family, rows[key])
         seconds = rows[key]["results"]["embedding"].get("seconds")
-        ratio = f"{seconds / base_time:.2f}x" if seconds and base_time and same_sitting(base, rows[key]) else "n/a"
+        ratio = time_ratio(rows[key], timed_bases)
         memory = rows[key]["memory"].get("peak_rss_mib")
         scores = " | ".join(f"{s:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else f"{s:.2f} [no interval]"
                             for s, (lo, hi), _ in got.values())

@@ -409,12 +409,13 @@ def reread_blank_lines(model, report: dict, loaded: list, work_root: Path, setti
         shutil.rmtree(work, ignore_errors=True)
     if not report["rows"] or any("blank_lines_reread" not in row for row in report["rows"].values()):
         return False
+    reads_empty = "" in {text for task in loaded for text in task.texts()}  # "": no other task holds it
     for row in report["rows"].values():
         reread = row.pop("blank_lines_reread")
         row["tasks"].update(reread.pop("tasks"))
         complete = sorted(row["tasks"]) == sorted(TRANSFER_TASKS)
         row["avg"] = float(np.mean([row["tasks"][name]["score"] for name in TRANSFER_TASKS])) if complete else None
-        row["texts"] += "" in {text for task in loaded for text in task.texts()}  # "": no other task holds it
+        row["texts"] += reads_empty
         row["skipped_blank"], row["blank_lines_read"] = {}, reread.pop("blank_lines_read")
         row["blank_lines_reread"] = reread  # where and when CR and MPQA were re-read
     report["settings"]["blank_lines"] = "read"

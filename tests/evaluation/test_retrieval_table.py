@@ -316,3 +316,12 @@ def test_a_time_ratio_is_taken_within_one_sitting_only() -> None:
     assert not tool.same_sitting(base, row("cuda", "2026-11-27T17:40:00+00:00"))
     assert not tool.same_sitting(base, row("cpu", "2026-11-28T06:01:00+00:00"))
     assert not tool.same_sitting(base, {"stamp": {"device": "cuda"}})  # undated: no ratio
+
+    def timed(date: str, seconds: float | None) -> dict:
+        return {"stamp": {"device": "cuda", "date": date}, "results": {"embedding": {"seconds": seconds}}}
+
+    faithful, ablation = timed("2026-11-28T05:56", 50.0), timed("2026-11-26T16:52", 32.0)
+    assert tool.time_ratio(timed("2026-11-28T06:01", 100.0), [faithful, ablation]) == "2.00x"
+    assert tool.time_ratio(timed("2026-11-26T17:30", 96.0), [faithful, ablation]) == "3.00x"  # its own sitting's
+    assert tool.time_ratio(timed("2026-11-27T09:00", 96.0), [faithful, ablation]) == "n/a"
+    assert tool.time_ratio(timed("2026-11-28T06:01", None), [faithful]) == "n/a"  # resumed: no time
