@@ -100,36 +100,29 @@ class LastTokenPrompt(ReadsOneLayer):
         check_bool(self.senteval_text, "senteval_text")
 
 
-# The registrations below share a shape (name, summary, options) and no logic: that is what a dataclass
-# registration looks like (`duplicates` lists them as one shape; left on purpose).
-@register
-@dataclasses.dataclass
-class PromptEOL(LastTokenPrompt):
-    name = "prompteol"
-    summary = ('PromptEOL (Jiang et al. 2023): last token of \'This sentence : "{text}" means in one word:"\' '
-               "at the final normed layer")
-    layer: int = option(REFERENCE_LAYERS["prompteol"], "output layer (hidden_states index); the reference reads -1, "
-                                                       "the final normed output")
+# The papers' prompts: each is LastTokenPrompt with its paper's template (prompts.TEMPLATES) read at its
+# reference's layer (prompts.REFERENCE_LAYERS); nothing else differs, so a table says it once.
+PAPER_PROMPTS = [  # (class name, method name, summary)
+    ("PromptEOL", "prompteol", 'PromptEOL (Jiang et al. 2023): last token of \'This sentence : "{text}" means in '
+                               'one word:"\' at the final normed layer'),
+    ("PretendedCoT", "pretended_cot", "Pretended CoT (Zhang et al. 2024): PromptEOL prefixed with 'After thinking "
+                                      "step by step ,', last token at layer -2"),
+    ("Knowledge", "knowledge", "Knowledge Enhancement (Zhang et al. 2024): PromptEOL after a sentence on what "
+                               "carries meaning, last token at layer -2"),
+]
+LAYER_WORDS = {-1: "the final normed output", -2: "the raw output of the second-to-last block"}
 
 
-@register
-@dataclasses.dataclass
-class PretendedCoT(LastTokenPrompt):
-    name = "pretended_cot"
-    summary = ("Pretended CoT (Zhang et al. 2024): PromptEOL prefixed with 'After thinking step by step ,', "
-               "last token at layer -2")
-    layer: int = option(REFERENCE_LAYERS["pretended_cot"], "output layer (hidden_states index); the reference reads -2, "
-                                                           "the raw output of the second-to-last block")
+def paper_prompt(class_name: str, name: str, summary: str) -> type[LastTokenPrompt]:
+    """The registered method `name`: LastTokenPrompt whose `layer` defaults to the reference's."""
+    layer = REFERENCE_LAYERS[name]
+    help = f"output layer (hidden_states index); the reference reads {layer}, {LAYER_WORDS[layer]}"
+    return register(dataclasses.make_dataclass(
+        class_name, [("layer", int, option(layer, help))], bases=(LastTokenPrompt,),
+        namespace={"name": name, "summary": summary, "__module__": __name__}))
 
 
-@register
-@dataclasses.dataclass
-class Knowledge(LastTokenPrompt):
-    name = "knowledge"
-    summary = ("Knowledge Enhancement (Zhang et al. 2024): PromptEOL after a sentence on what carries meaning, "
-               "last token at layer -2")
-    layer: int = option(REFERENCE_LAYERS["knowledge"], "output layer (hidden_states index); the reference reads -2, "
-                                                       "the raw output of the second-to-last block")
+PromptEOL, PretendedCoT, Knowledge = (paper_prompt(*row) for row in PAPER_PROMPTS)
 
 
 @register
