@@ -61,7 +61,7 @@ from minidecoder.errors import InputError, Interrupted, NumericsError, describe_
 # unless --instruction names one. By default the instruction is each text's unpooled context, as HTP's code
 # puts it in the template (`<s> {instruct} Text: <B-PST>... <PST> sentence 1 ...`, `embed_mask = 0`): read,
 # never pooled, never a sentence block; the one embedding job carries each text's own. --instruction-placement
-# pooled joins it to the text instead ("{instruct} {text}", pooled with it), as this project first did.
+# pooled joins it to the text instead ("{instruct} {text}", pooled with it): the ablation.
 INSTRUCT_METHODS = ("mean", "last", "echo", "htp", "reba")
 
 
@@ -129,7 +129,7 @@ def add_family_options(parser: argparse.ArgumentParser, family: str, data_help: 
         parser.add_argument("--instruction-placement", default="context", choices=["context", "pooled"],
                             help="context (default): the instruction is read by the model before the text and "
                                  "never pooled (HTP's code); pooled: joined to the text as '{instruct} {text}' "
-                                 "and pooled with it (the earlier behaviour, an ablation)")
+                                 "and pooled with it (an ablation)")
     parser.add_argument("--truncate", type=int, default=truncate, metavar="N",
                         help="keep the first N tokens of each text before the method's prompt "
                              + (f"(default {truncate}, as HTP did; every cut is counted in the report)" if truncate

@@ -18,16 +18,11 @@ every subset of the year) and per subset; STS-B and SICK-R on their test split; 
 of the seven. SentEval embeds the two sides of every batch separately and repeats sentences; here
 each distinct sentence is embedded once, which changes nothing for a method whose embedding of a
 sentence does not depend on the rest of its batch (padding-invariance is tested by the methods).
-Cosines are computed in float64, and a pair of identical sentences (79 in STS12, 14 elsewhere)
-scores exactly 1, so those pairs form one tie. This is a choice, kept on purpose: it makes the score a
-property of the embeddings, not of batching noise. SentEval embeds the two sides of a pair in separate
-batches (different padding) and takes float32 cosines, so its self-pairs land at 1 minus rounding noise
-and are ordered among themselves, and against other near-1 pairs, by that noise. The effect is not
-small where self-pairs are many: the SentEval fork of the PromptEOL/TP papers differs from this harness
-by 0.10 (x100) on STS12 SMTeuroparl (first 200 pairs), while the other 26 subsets agree within 0.0055;
-with a bag-of-words encoder whose two copies are bit-identical it stays within 5e-3
-(tests/evaluation/test_sts_harness.py). Compare per-subset numbers with SentEval's with that in mind;
-`test_self_pairs_are_exactly_one_and_tied_unlike_senteval` pins the rule.
+Cosines are computed in float64, and a pair of identical sentences (79 in STS12, 14 elsewhere) scores
+exactly 1, so those pairs form one tie: the score is a property of the embeddings, not of batching noise.
+SentEval embeds a pair's two sides in separate batches and takes float32 cosines, so its self-pairs land at
+1 minus rounding noise and are ordered by it; where self-pairs are many (STS12 SMTeuroparl) its per-subset
+numbers differ from these in the first decimal (tests/evaluation/test_sts_harness.py pins the rule).
 
 The data: the seven STS test sets (and STS-B dev), read exactly as SentEval reads them.
 
@@ -52,9 +47,6 @@ SentEval's batcher receives word lists and joins them with single spaces, so the
 stored already joined (`" ".join(s.split())`); joining is lossless because `split()` leaves no
 whitespace inside a word. SentEval also sorts pairs by length inside each subset; that changes no
 score (Spearman is invariant to reordering pairs) and is not reproduced: pairs keep file order.
-
-Scoring convention (the fork's `run`): STS12-16 report "all", one Spearman over the concatenation
-of every subset of the year; STS-B and SICK-R report their single split.
 
 Every gold score is read as SentEval reads it (`float`) and must be a finite number: a score `abc` or
 `nan` is named with its file and line when the data is read, before anything is embedded (SentEval

@@ -27,15 +27,12 @@ the interval of their difference.
 are computed, and each task's result once its probe is trained; a run given the same folder reuses both (a
 task whose texts or options changed is computed again) and embeds only the texts of the tasks still to
 score, so an interrupted run resumed gives the scores of an uninterrupted one. A task's result is kept under
-what decides it (the identity: model, method and options; the task's texts and labels; the probe's
-settings), not under its embeddings' bytes: a later sitting on another machine, whose embeddings differ by
-float rounding, keeps the tasks already done and embeds and trains only the rest, as the STS tables resume
-piece by piece.
+what decides it (model, method and options; the task's texts and labels; the probe's settings), not under
+its embeddings' bytes, so a run on another machine keeps the tasks already done.
 
 `grain` says when the texts are embedded. "run" (the default) embeds every text of the tasks still to score
 at once, longest first: one command, whose embedding job covers every text anyway. "task" embeds each task's
-texts just before its probe, so a sitting that stops loses at most one task's embeddings: the grain of a
-table that spans sittings on fresh machines (tools/reproduce_tasks.py, where SST2 alone is 70k texts).
+texts just before its probe, so a run that stops loses at most one task's embeddings.
 
 The data: The seven SentEval transfer tasks read exactly as SentEval reads them (../shared/data/senteval).
 

@@ -12,15 +12,11 @@ compiled path is tested equal to the plain one (tests/fast/test_compiled.py). `d
 compiles once for every batch size and length, instead of once per shape.
 
 A call through the prefix cache (fast.prefix_cache: PromptEOL and the other prompt methods) runs the
-plain code too (the plan decides). Traced, the cache's bookkeeping (`KVCache.append(layer, ...)` indexes a Python list by
-the block's layer) specialized the compiled block on every layer and cache state: 59 compiles for
-SmolLM2's 30 blocks, 310 s before the first embedding on a 2-core CPU, for a speed-up that
-docs/benchmarks.md measured at -6% (float32) to +5% (bfloat16) on that path.
-
-Costs, measured (2-core CPU, empty inductor cache, two short sentences): SmolLM2-135M with `mean`
-compiles one variant in 13-31 s (3.5 s with the cache warm; `python tools/compile_cost.py`); a prompt
-method through the prefix cache compiles nothing. Inductor
-caches the result on disk for later processes. A C++ compiler (CPU) or Triton (GPU) must be installed.
+plain code too (the plan decides): traced, the cache's bookkeeping (`KVCache.append(layer, ...)` indexes a
+Python list by the block's layer) specializes the compiled block on every layer and cache state, so it
+compiles once per block for no gain (docs/benchmarks.md). Inductor caches what it compiles on disk for later
+processes (`python tools/compile_cost.py` measures the first compile). A C++ compiler (CPU) or Triton (GPU)
+must be installed.
 """
 from __future__ import annotations
 

@@ -55,11 +55,8 @@ released code has no Gemma2 model file (its Gemma file is Gemma v1), so HTP on G
 Why the BOS is literal: models attend heavily to position 0 (the attention sink). With the BOS in
 front, `<B-PST>_1` sits at position 1 and its copies leave the sink alone. A tokenizer whose policy
 adds no BOS (SmolLM2, Qwen2.5) would put `<B-PST>_1` at position 0, and the copies would overwrite
-the sink: on SmolLM2-135M that took STS-B dev (first 300 pairs, layer 29) from 56.9 to -7.3, while the
-same run without copies scored 53.8. `literal_bos=False` keeps the tokenizer's policy, to show it:
-
-    minidecoder sweep --model smollm2-135m-instruct --method htp --layers 29,30 --limit 300 \
-        [--opt literal_bos=false [--opt end=1]]
+the sink, which collapses the embedding. `literal_bos=False` keeps the tokenizer's policy, to show it
+(`minidecoder sweep --method htp --opt literal_bos=false` against the default).
 """
 from __future__ import annotations
 

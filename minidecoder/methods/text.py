@@ -148,12 +148,9 @@ def prepare_texts(texts: Sequence[str], senteval_text: bool, empty_allowed: bool
 # Offline sentence splitting for HTP (docs/spec.md section 5.1).
 #
 # The HTP reference (snap-research/HTP, `parser/parser.py`, `add_pst_to_sentences`) splits with spaCy's
-# `en_core_web_sm` (a dependency parse). minidecoder uses **pysbd** instead: a rule-based port of the
-# "Golden Rules" sentence-boundary suite, pure Python, deterministic, no model download, and it handles
-# the cases that matter for STS/retrieval text (abbreviations such as "Mr." / "e.g." / "p.m.",
-# decimals, quotes, ellipses). blingfire is faster but is a compiled finite-state model whose rules
-# cannot be read; spaCy needs a 12 MB model and a parser. Boundaries may differ from spaCy's on
-# unusual text; the HTP method reports the splitter it used.
+# `en_core_web_sm` (a dependency parse). minidecoder uses **pysbd** instead: rule-based, pure Python,
+# deterministic, no model download, and it handles abbreviations, decimals, quotes and ellipses. Boundaries
+# may differ from spaCy's on unusual text; the HTP method reports the splitter it used.
 #
 # After splitting, each sentence is processed as the reference does: strip, and append "." unless it
 # already ends with one of `. ! ? "`. Text without a boundary is one sentence; text that is empty after

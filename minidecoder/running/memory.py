@@ -34,15 +34,10 @@ def forward_bytes(model, batch: int, tokens: int) -> int:
 # Padded tokens per batch. On a CPU the matrix products run near the machine's peak from a few hundred
 # rows on, so the budget keeps the prompt methods' batches on STS-B sentences near the 32 sentences the CPU
 # figures were measured with (a row counts its tokens past the shared prompt prefix). On a GPU a batch is
-# large enough for full-speed matrix products and small enough that length-sorted rows pad little:
-# `python tools/plan_budget.py` (the project's plan_batches on STS-B test's 2,758 sentences, SmolLM2's
-# tokenizer) gives computed/real tokens, unpadded, of
-#     budget       2,048   4,096   8,192   16,384   32,768
-#     PromptEOL    1.022   1.039   1.090   1.163    1.306
-#     mean         1.069   1.112   1.232   1.390    1.750
-# 8,192 tokens (about 300 PromptEOL rows) make a 7B block's products 8,192 x 4,096 by 4,096 x 11,008, large
-# enough to run at full speed (not yet timed on a GPU), and pad 9% against 31% at the earlier 32,768; their
-# largest 7B forward is about 0.8 GiB (forward_bytes, bf16), so memory rarely lowers it (GPU_MEMORY_SHARE).
+# large enough for full-speed matrix products and small enough that length-sorted rows pad little: 8,192
+# tokens make a 7B block's products 8,192 x 4,096 by 4,096 x 11,008 and pad about 9% on STS-B
+# (`python tools/plan_budget.py` prints the padding of each budget); their largest 7B forward is about
+# 0.8 GiB (forward_bytes, bf16), so memory rarely lowers it (GPU_MEMORY_SHARE).
 CPU_TOKENS = 1024
 GPU_MAX_TOKENS = 8192
 GPU_MEMORY_SHARE = 0.25  # of the free memory, for one batch's activations (the rest: fragmentation, ReBA's A)

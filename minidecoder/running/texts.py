@@ -84,7 +84,7 @@ PLACEMENTS = ("context", "pooled")  # where an instruction goes: unpooled contex
 def with_instruction(texts: list[str], instruction: str | None, placement: str = "context") -> list:
     """The texts as embedded under an instruction: (instruction, text) pairs, the instruction read as unpooled
     context (HTP's code, `embed_mask = 0`), or with placement "pooled" the joined string "{instruct} {text}"
-    (pooled with the text, as this project first did); the texts unchanged without an instruction."""
+    (pooled with the text: the ablation); the texts unchanged without an instruction."""
     if placement not in PLACEMENTS:
         raise InputError(f"instruction placement {placement!r} is unknown",
                          "use 'context' (read, never pooled: the default) or 'pooled' (joined to the text)")

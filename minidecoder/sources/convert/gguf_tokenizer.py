@@ -27,7 +27,6 @@ from minidecoder.errors import CheckpointError
 # llama.cpp token types (`llama_token_type`): 3 = control (special), 4 = user-defined (added, not special).
 _CONTROL, _USER_DEFINED = 3, 4
 
-_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 _LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
