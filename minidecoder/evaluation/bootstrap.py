@@ -177,12 +177,10 @@ class Bootstrap:
     def interval(self, replicates: np.ndarray) -> dict[str, tuple[float, float]]:
         """Percentile interval at `level` of each line of a (T + 1, B) replicates array (a row's
         scores, or the difference of two rows' replicates for a paired interval)."""
-        tail = 100.0 * (1.0 - self.level) / 2.0
         out = {}
         for name, values in zip(self.names, replicates):
             finite = values[np.isfinite(values)]  # a resample whose similarities are all equal has no Spearman
-            lo, hi = (np.percentile(finite, [tail, 100.0 - tail]) if finite.size else (np.nan, np.nan))
-            out[name] = (float(lo), float(hi))
+            out[name] = percentile_interval(finite, self.level) if finite.size else (np.nan, np.nan)
         return out
 
 
@@ -201,6 +199,11 @@ def item_interval(items: int, statistic, resamples: int = RESAMPLES, seed: int =
     """Percentile interval of `statistic` (a (B, items) array of item indices -> (B,) values) over resamples
     that draw the items with replacement."""
     draws = np.random.default_rng(seed).integers(0, items, size=(resamples, items))
+    return percentile_interval(statistic(draws), level)
+
+
+def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The central `level` share of the replicates: the percentile interval every table reports."""
     tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(statistic(draws), [tail, 100.0 - tail])
-    return (float(lo), float(hi))
+    lo, hi = np.percentile(replicates, [tail, 100.0 - tail])
+    return float(lo), float(hi)

@@ -78,7 +78,7 @@ import torch
 from tqdm import tqdm
 
 from minidecoder.errors import InputError, describe_unusable_file
-from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED
+from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
                                            limit_that_cut, longest_first, markdown_report, parse_names,
                                            require_rows, resolve_data_folder, run_limit)
@@ -348,12 +348,6 @@ def resample_indices(items: int, task_index: int, resamples: int = RESAMPLES, se
 def accuracy_replicates(correct: np.ndarray, task_index: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
     """(B,) accuracy x100 of each resample of the items; `correct` (N,) bool."""
     return 100.0 * np.asarray(correct, dtype=np.float64)[resample_indices(len(correct), task_index, resamples, seed)].mean(axis=1)
-
-
-def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
-    tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(replicates, [tail, 100.0 - tail])
-    return float(lo), float(hi)
 
 
 def paired_interval(correct_a: np.ndarray, correct_b: np.ndarray, task_index: int) -> tuple[float, float]:
