@@ -21,8 +21,8 @@ sentence does not depend on the rest of its batch (padding-invariance is tested 
 Cosines are computed in float64, and a pair of identical sentences (79 in STS12, 14 elsewhere) scores
 exactly 1, so those pairs form one tie: the score is a property of the embeddings, not of batching noise.
 SentEval embeds a pair's two sides in separate batches and takes float32 cosines, so its self-pairs land at
-1 minus rounding noise and are ordered by it; where self-pairs are many (STS12 SMTeuroparl) its per-subset
-numbers differ from these in the first decimal (tests/evaluation/test_sts_harness.py pins the rule).
+1 minus rounding noise and are ordered by it, so where self-pairs are many (STS12 SMTeuroparl) its per-subset
+numbers can differ from these; `test_self_pairs_are_exactly_one_and_tied_unlike_senteval` pins the rule.
 
 The data: the seven STS test sets (and STS-B dev), read exactly as SentEval reads them.
 

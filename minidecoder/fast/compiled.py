@@ -14,7 +14,7 @@ compiles once for every batch size and length, instead of once per shape.
 A call through the prefix cache (fast.prefix_cache: PromptEOL and the other prompt methods) runs the
 plain code too (the plan decides): traced, the cache's bookkeeping (`KVCache.append(layer, ...)` indexes a
 Python list by the block's layer) specializes the compiled block on every layer and cache state, so it
-compiles once per block for no gain (docs/benchmarks.md). Inductor caches what it compiles on disk for later
+recompiles again and again for a gain within the noise (docs/benchmarks.md, "Compiled blocks"). Inductor caches what it compiles on disk for later
 processes (`python tools/compile_cost.py` measures the first compile). A C++ compiler (CPU) or Triton (GPU)
 must be installed.
 """

@@ -116,9 +116,9 @@ LAYER_WORDS = {-1: "the final normed output", -2: "the raw output of the second-
 def paper_prompt(class_name: str, name: str, summary: str) -> type[LastTokenPrompt]:
     """The registered method `name`: LastTokenPrompt whose `layer` defaults to the reference's."""
     layer = REFERENCE_LAYERS[name]
-    help = f"output layer (hidden_states index); the reference reads {layer}, {LAYER_WORDS[layer]}"
+    help_text = f"output layer (hidden_states index); the reference reads {layer}, {LAYER_WORDS[layer]}"
     return register(dataclasses.make_dataclass(
-        class_name, [("layer", int, option(layer, help))], bases=(LastTokenPrompt,),
+        class_name, [("layer", int, option(layer, help_text))], bases=(LastTokenPrompt,),
         namespace={"name": name, "summary": summary, "__module__": __name__}))
 
 

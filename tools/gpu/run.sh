@@ -12,8 +12,8 @@ set -uo pipefail
 stage=${STAGE:-/tmp/stage}  # the folder receive.sh filled
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD MINIDECODER_CACHE=/tmp/mdcache MINIDECODER_WEIGHTS=/tmp/mdweights
 # Several table jobs share the machine's 16 cores (background.sh): torch's default of a thread per core in each
-# oversubscribes them (a load of 20-25 with five jobs), and the host side (tokenizing, launching kernels) is what
-# paces a small model's batches. The probes are unaffected: each of their workers runs on one thread.
+# oversubscribes them (`uptime` shows it), and the host side (tokenizing, launching kernels) is what paces a
+# small model's batches. The probes are unaffected: each of their workers runs on one thread.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 end=$((SECONDS + ${T:-400}))
 folders=$(ls "$stage" | sed -n 's/^folder-[0-9]*-of-\([0-9]*\)$/\1/p' | head -1)
