@@ -259,9 +259,9 @@ def judge(claim: Claim, point: dict[str, float], intervals: dict[str, tuple[floa
 
 def shown(record: dict) -> str:
     """The verdict as a table prints it: with the sets that decide it when it is fragile; for a comparison
-    on a row its paper never ran, the reason and no verdict."""
+    on a row its paper never ran (an ablation kept beside the paper's row), the reason and no verdict."""
     if record["verdict"] == NOT_PAPER:
-        return f"{NOT_PAPER} ({record['not_paper']}); re-run pending"
+        return f"{NOT_PAPER} ({record['not_paper']}); an ablation, no verdict"
     fragile = record.get("fragile") or []
     return record["verdict"] + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 

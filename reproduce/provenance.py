@@ -312,8 +312,8 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = ""
     keeps the row's comparisons from a verdict."""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
-             "choice\" where the row ran something else. A row marked **not the paper's setup** decides no verdict: "
-             "its comparisons print their number only, until it is re-run in the paper's configuration "
+             "choice\" where the row ran something else. A row marked **not the paper's setup** is an ablation kept "
+             "beside the paper's own row: its comparisons print their number only, never a verdict "
              "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
     lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:

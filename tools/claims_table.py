@@ -70,7 +70,7 @@ def cell(record: dict | None) -> str:
     decisive = record["scores"][record.get("score", "avg")]
     number = f"{decisive['diff']:+.2f} [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]"
     if record["verdict"] == NOT_PAPER:
-        return f"{number}, **{NOT_PAPER}** ({record['not_paper']}); re-run pending"
+        return f"{number}, **{NOT_PAPER}** ({record['not_paper']}); an ablation, no verdict"
     fragile = record.get("fragile") or []
     return f"**{SHORT[record['verdict']]}** {number}" + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 
@@ -146,7 +146,7 @@ GROUPS = {"every": "Holds on every model judged", "reversed": "Reversed on every
           "none": "Holds on no model (reversed or not distinguishable on each)",
           "mixed": "Depends on the model (holds on some, not on others)",
           "open": "Not yet judged on every model (rows not run)",
-          "withheld": "No verdict: judged only on rows that are not the paper's setup (re-run pending)",
+          "withheld": "No verdict: ablations, judged on rows that are not the paper's setup",
           "fragile": "Fragile: leaving one set out changes the verdict's class"}
 
 
@@ -167,9 +167,10 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "",
              "**fragile (decided by SET)**: the claim is judged on the mean over several sets or tasks, and leaving "
              "SET out (the mean over the others of the same per-resample differences) changes the verdict's class "
-             "(holds / n.s. / reversed). **not the paper's setup (WHY); re-run pending**: a row of the comparison "
-             "is not its paper's configuration (its table's provenance section says where each setting comes "
-             "from; reproduce/provenance.py), so the number is printed without a verdict.",
+             "(holds / n.s. / reversed). **not the paper's setup (WHY); an ablation, no verdict**: a row of the "
+             "comparison is not its paper's configuration but an ablation kept beside the paper's row (its table's "
+             "provenance section says where each setting comes from; reproduce/provenance.py), so the number is "
+             "printed without a verdict.",
              "",
              "Command: `python tools/claims_table.py` (after any table sitting; `--check` says whether this file "
              "is stale).",
