@@ -57,6 +57,8 @@ PAPER_TIME: dict[str, float] = {"prompteol+tp": 1.04, "pretended_cot": 1.18, "me
 
 HOLDS, REVERSED, UNDECIDED = "holds", "reversed", "not distinguishable from zero at 95%"
 NOT_PAPER = "not the paper's setup"  # a comparison on a row its paper never ran: the number, no verdict
+# what follows NOT_PAPER's reason: every such row is an ablation kept beside the paper's own (a test holds it)
+NO_VERDICT = "an ablation, no verdict"
 WITHOUT = " without "  # "avg without MRPC": the mean over every set but MRPC
 
 
@@ -261,7 +263,7 @@ def shown(record: dict) -> str:
     """The verdict as a table prints it: with the sets that decide it when it is fragile; for a comparison
     on a row its paper never ran (an ablation kept beside the paper's row), the reason and no verdict."""
     if record["verdict"] == NOT_PAPER:
-        return f"{NOT_PAPER} ({record['not_paper']}); an ablation, no verdict"
+        return f"{NOT_PAPER} ({record['not_paper']}); {NO_VERDICT}"
     fragile = record.get("fragile") or []
     return record["verdict"] + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from reproduce.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
+from reproduce.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NO_VERDICT, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
                               SOURCE, UNDECIDED, Claim)
 from minidecoder.output_files import write_whole  # noqa: E402
 
@@ -70,7 +70,7 @@ def cell(record: dict | None) -> str:
     decisive = record["scores"][record.get("score", "avg")]
     number = f"{decisive['diff']:+.2f} [{decisive['lo']:+.2f}, {decisive['hi']:+.2f}]"
     if record["verdict"] == NOT_PAPER:
-        return f"{number}, **{NOT_PAPER}** ({record['not_paper']}); an ablation, no verdict"
+        return f"{number}, **{NOT_PAPER}** ({record['not_paper']}); {NO_VERDICT}"
     fragile = record.get("fragile") or []
     return f"**{SHORT[record['verdict']]}** {number}" + (f"; fragile (decided by {', '.join(fragile)})" if fragile else "")
 
@@ -167,7 +167,7 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "",
              "**fragile (decided by SET)**: the claim is judged on the mean over several sets or tasks, and leaving "
              "SET out (the mean over the others of the same per-resample differences) changes the verdict's class "
-             "(holds / n.s. / reversed). **not the paper's setup (WHY); an ablation, no verdict**: a row of the "
+             f"(holds / n.s. / reversed). **{NOT_PAPER} (WHY); {NO_VERDICT}**: a row of the "
              "comparison is not its paper's configuration but an ablation kept beside the paper's row (its table's "
              "provenance section says where each setting comes from; reproduce/provenance.py), so the number is "
              "printed without a verdict.",

@@ -182,3 +182,14 @@ def test_a_comparison_on_a_row_its_paper_never_ran_prints_its_number_without_a_v
     assert "+1.00 [+0.50, +1.50], **not the paper's setup** (prompteol+tp: TP end chosen on STS" in line
     assert "an ablation, no verdict" in line and "**holds**" not in line and line.endswith("| 0 / 0 / 0, 1 not the paper's setup |")
     assert "TP improves PromptEOL (STS end, ablation) (transfer)" in text[text.index("**No verdict: ablations"):]
+
+
+def test_every_comparison_withheld_as_not_the_papers_is_named_an_ablation() -> None:
+    """The tables print "an ablation, no verdict" after every comparison on a row its paper never ran: that
+    holds only while each such claim is an ablation beside the paper's own, so a withheld claim that is not one
+    (a row still to re-run) must fail here and get its own wording."""
+    from reproduce.provenance import not_the_papers
+
+    withheld = [c.text for c in BENCHMARK_CLAIMS if not_the_papers(c.benchmark, c.method, c.base)]
+    assert withheld and all("ablation" in text for text in withheld), withheld
+    assert not [c.text for c in BENCHMARK_CLAIMS if "ablation" in c.text and c.text not in withheld]
