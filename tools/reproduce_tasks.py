@@ -53,6 +53,7 @@ import json
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -276,6 +277,7 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
         manifest = kept_manifest(model, method, {"end": piece}, points, texts, size, {"task": "SST2 train and dev"})
         grid = KeptChunks(work / f"grid-{piece[0]}-{piece[-1]}", manifest, -(-len(texts) // size))
         vectors, cost = embed_grid(model, method, points, texts, size, progress=True, kept=grid)
+        probing = time.perf_counter()
         for end, matrix in zip(piece, vectors):
             if end not in todo:
                 continue
@@ -284,16 +286,21 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
                                workers=default_workers())
             kept["sst2_dev_accuracy"][str(end)] = probe.dev_accuracy
             kept["device"][str(end)] = model.device.type
-            if end == todo[-1]:  # the piece's blocks count once, with the last end it scores
+            if end == todo[-1]:  # the piece's blocks and seconds count once, with the last end it scores
                 kept["blocks"]["computed"] += cost["blocks_computed"]
                 kept["blocks"]["one_run_per_end"] += cost["blocks_naive"]
+                # what the piece cost (its grid's seconds include batches an earlier, stopped sitting embedded)
+                kept.setdefault("pieces", {})[f"{piece[0]}-{piece[-1]}"] = {
+                    "device": model.device.type, "encode_seconds": cost["seconds"],
+                    "probe_seconds": time.perf_counter() - probing}
             write_whole(path, json.dumps(kept, indent=1).encode(), overwrite=True)
         grid.remove()
     accuracy, blocks = kept["sst2_dev_accuracy"], kept["blocks"]
     end = max(ends, key=lambda candidate: (accuracy[str(candidate)], -candidate))
     ratio = blocks["computed"] / blocks["one_run_per_end"] if blocks["one_run_per_end"] else None
     return {"end": end, "range": [ends[0], ends[-1]], "sst2_dev_accuracy": accuracy, "grid_blocks_ratio": ratio,
-            "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)"}
+            "on": "SST2 dev: SentEval's probe trained on SST2 train, its L2 chosen on dev (the test split unused)",
+            **({"pieces": kept["pieces"]} if "pieces" in kept else {})}
 
 
 def end_choice_identity(model, spec: dict, sst2) -> str:
@@ -525,8 +532,16 @@ def end_choice_lines(report: dict) -> list[str]:
             tried = ", ".join(f"{end}: {accuracy:.2f}" for end, accuracy in choice["sst2_dev_accuracy"].items())
             lines.append(f"- **{label}**: TP end {choice['end']}, of {choice['range'][0]}..{choice['range'][1]} (TP "
                          f"section 5.8's layers 14-21 of 32 scaled to depth), chosen on {choice['on']}; dev accuracy "
-                         f"by end: {tried}.")
+                         f"by end: {tried}.{piece_costs(choice.get('pieces', {}))}")
     return ["", "## TP's end for transfer", "", *lines] if lines else []
+
+
+def piece_costs(pieces: dict) -> str:
+    """What each piece of an end choice cost, as end-choice.json recorded it (choices made before it kept seconds
+    record none)."""
+    costs = "; ".join(f"ends {ends}: {cost['encode_seconds'] / 60:.0f} min embedding, {cost['probe_seconds'] / 60:.0f}"
+                      f" min probes ({cost['device']})" for ends, cost in pieces.items())
+    return f" Cost by piece: {costs}." if costs else ""
 
 
 def claim_lines(report: dict) -> list[str]:

@@ -98,7 +98,11 @@ def test_reproduce_tasks_transfer_claims_enter_tp_table_5(tiny_llama: Path, tmp_
         assert probe.dev_accuracy == pytest.approx(accuracy, abs=1e-9)
     best = max((accuracy, -int(end)) for end, accuracy in choice["sst2_dev_accuracy"].items())
     assert saved["rows"]["prompteol+tp-transfer"]["method"]["end"] == choice["end"] == -best[1]
+    # what the choice cost, kept with it so the table (not a progress bar) says it: one piece of both ends here
+    assert list(choice["pieces"]) == ["2-3"] and choice["pieces"]["2-3"]["device"] == "cpu"
+    assert choice["pieces"]["2-3"]["encode_seconds"] > 0 and choice["pieces"]["2-3"]["probe_seconds"] > 0
     assert "## TP's end for transfer" in (tmp_path / "tiny-llama-transfer.md").read_text()
+    assert "Cost by piece: ends 2-3: " in (tmp_path / "tiny-llama-transfer.md").read_text()
     # each task's validation accuracy sits beside its test accuracy, with the items it scores: TREC's 10 folds
     # cross-validate its training set, SST2 scores its dev split
     tasks = saved["rows"]["prompteol"]["tasks"]
@@ -158,7 +162,9 @@ def test_the_transfer_end_choice_resumes_a_stopped_grid_and_probes_only_the_ends
     texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
     assert sum(batches) - batches[1] == texts and json.loads((work / "end-choice.json").read_text())["sst2_dev_accuracy"].keys() == {"2"}
     embedded = len(batches)
-    assert tool.choose_transfer_end(model, spec, sst2, work, batch_size=8) == whole
+    resumed = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8)
+    assert resumed.pop("pieces").keys() == whole.pop("pieces").keys() == {"2-3"}  # seconds differ run to run
+    assert resumed == whole
     assert len(batches) == embedded and len(probed) == 3  # nothing embedded again; end 2's probe not run again
 
 
@@ -191,6 +197,7 @@ def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machi
     kept = json.loads((work / "end-choice.json").read_text())
     assert kept["sst2_dev_accuracy"] == {"2": whole["sst2_dev_accuracy"]["2"]} and kept["device"] == {"2": "cpu"}
     assert kept["blocks"]["computed"] == kept["blocks"]["one_run_per_end"] > 0  # one end a piece shares nothing
+    assert list(kept["pieces"]) == ["2-2"] and kept["pieces"]["2-2"]["encode_seconds"] > 0  # its cost, kept with it
     for grid in work.glob("grid-*"):
         shutil.rmtree(grid)  # a fresh machine: the committed end-choice.json alone
     model = minidecoder.load(shutil.copytree(tiny_llama, tmp_path / "another-checkout" / "weights"))
@@ -198,6 +205,7 @@ def test_the_transfer_end_choice_keeps_each_piece_for_a_sitting_on_another_machi
     again = tool.choose_transfer_end(model, spec, sst2, work, batch_size=8, ends_per_piece=1)
     assert again["end"] == whole["end"] and again["sst2_dev_accuracy"] == whole["sst2_dev_accuracy"]
     assert again["grid_blocks_ratio"] == 1.0 and 0 < whole["grid_blocks_ratio"] < 1
+    assert list(again["pieces"]) == ["2-2", "3-3"] and again["pieces"]["2-2"] == kept["pieces"]["2-2"]
     texts = len({*sst2.splits["train"].texts, *sst2.splits["dev"].texts})
     assert grids[embedded:] == [[3]] * -(-texts // 8)  # end 3's piece alone, each batch once
     with pytest.raises(SystemExit, match="another model, TP configuration"):
