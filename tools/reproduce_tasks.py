@@ -289,7 +289,8 @@ def choose_transfer_end(model, spec: dict, sst2, work: Path, batch_size: int | N
             if end == todo[-1]:  # the piece's blocks and seconds count once, with the last end it scores
                 kept["blocks"]["computed"] += cost["blocks_computed"]
                 kept["blocks"]["one_run_per_end"] += cost["blocks_naive"]
-                # what the piece cost (its grid's seconds include batches an earlier, stopped sitting embedded)
+                # what the piece cost: the grid's seconds include batches an earlier, stopped sitting embedded;
+                # the probes' cover the ends probed in this sitting
                 kept.setdefault("pieces", {})[f"{piece[0]}-{piece[-1]}"] = {
                     "device": model.device.type, "encode_seconds": cost["seconds"],
                     "probe_seconds": time.perf_counter() - probing}
@@ -539,8 +540,11 @@ def end_choice_lines(report: dict) -> list[str]:
 def piece_costs(pieces: dict) -> str:
     """What each piece of an end choice cost, as end-choice.json recorded it (choices made before it kept seconds
     record none)."""
-    costs = "; ".join(f"ends {ends}: {cost['encode_seconds'] / 60:.0f} min embedding, {cost['probe_seconds'] / 60:.0f}"
-                      f" min probes ({cost['device']})" for ends, cost in pieces.items())
+    def duration(seconds: float) -> str:
+        return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+    costs = "; ".join(f"ends {ends}: {duration(cost['encode_seconds'])} embedding, {duration(cost['probe_seconds'])}"
+                      f" probes ({cost['device']})" for ends, cost in pieces.items())
     return f" Cost by piece: {costs}." if costs else ""
 
 
