@@ -8,13 +8,15 @@ paths of this checkout: file names inside a model folder (`config.json`), the pa
 """
 from __future__ import annotations
 
+import posixpath
 import re
 import subprocess
 
 import pytest
 from repo_paths import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "results" / "README.md"]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "results" / "README.md",
+        REPO / "tools" / "gpu" / "README.md"]
 PACKAGE = REPO / "minidecoder"
 MADE_BY_A_COMMAND = ("weights/", "results/sweeps/", "results/sts/")  # written by the commands the docs show
 SCRIPT = re.compile(r"^(?:python3?|bash|torchrun(?: --\S+(?: \d+)?)*)\s+(\S+\.(?:py|sh))\b")
@@ -41,8 +43,8 @@ def repo_path(name: str, doc_folder: str) -> str | None:
     name = re.split(r"::|:\d", name)[0].rstrip(".,;:")
     if not name or re.search(r"[<>{}*$|]|\.\.\.|^~|^/|^\./", name):
         return None
-    if name.startswith("../"):  # a Markdown link from inside docs/ or results/
-        name = name[3:] if doc_folder else name
+    if name.startswith("../"):  # a Markdown link from inside docs/, results/ or tools/gpu/
+        name = posixpath.normpath(posixpath.join(doc_folder, name))
         if name.startswith("../"):
             return None  # outside the checkout (../shared)
     elif doc_folder and "/" not in name.rstrip("/") and (REPO / doc_folder / name).exists():
@@ -72,7 +74,7 @@ def missing_paths() -> list[str]:
     have = tracked()
     missing = []
     for doc in DOCS:
-        folder = "" if doc.parent == REPO else doc.parent.name
+        folder = doc.parent.relative_to(REPO).as_posix() if doc.parent != REPO else ""
         for name in named_paths(doc.read_text(encoding="utf-8")):
             path = repo_path(name, folder)
             if path is not None and not path.startswith(MADE_BY_A_COMMAND) and not exists(path, have):
@@ -98,6 +100,16 @@ def test_every_path_the_docs_name_exists():
 ])
 def test_what_counts_as_a_path(name, expected):
     assert repo_path(name, "") == expected
+
+
+@pytest.mark.parametrize("name, folder, expected", [
+    ("../tools/gpu/README.md", "results", "tools/gpu/README.md"),
+    ("../../docs/benchmarks.md", "tools/gpu", "docs/benchmarks.md"),
+    ("../../../shared/data", "tools/gpu", None),  # beside the checkout, not in it
+    ("claims.md", "results", "results/claims.md"),
+])
+def test_a_link_is_read_from_its_own_folder(name, folder, expected):
+    assert repo_path(name, folder) == expected
 
 
 @pytest.mark.parametrize("path, found", [

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Stage what a lent GPU machine needs to run the tables (results/README.md, "Tables on a lent GPU").
+# Stage what a lent GPU machine needs to run the tables (tools/gpu/README.md).
 #
 #   bash tools/gpu/stage.sh smollm2-135m-instruct beir sts senteval
 #   bash tools/gpu/stage.sh qwen2.5-coder-0.5b-instruct cmteb        # also carries mteb and what it needs
@@ -12,7 +12,7 @@
 #   - the named data folders of ../shared/data, as data.tar.xz;
 #   - the model's GGUF in parts as large as a call carries, with its name and sha256.
 # The parts are as large as a call carries beside the working tree, so a tree narrowed to what the run reads
-# (results/README.md: `git sparse-checkout set ...`) takes fewer calls.
+# (tools/gpu/README.md: `git sparse-checkout set ...`) takes fewer calls.
 # Carry .dev/gpu-1 in the first call, .dev/gpu-2 ... in the next ones (back to back: a machine idle for
 # 30 s is given back, and /tmp with it); each call runs `bash tools/gpu/receive.sh .dev/gpu-K` first. The
 # folders may arrive in any order; run.sh checks that every part is there.
