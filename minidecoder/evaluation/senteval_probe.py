@@ -252,7 +252,7 @@ class AdamMoments:
     single-tensor path, the one a CPU runs, op for op, so the trained weights are the optimizer's bit for bit
     (tested against it). Written out because the optimizer's bookkeeping (param groups, state dicts,
     zero_grad) costs more than the update itself on a 2 x 576 probe: `python tools/bench_probes.py` times a
-    fit against SentEval's own loop (1.68x faster on an idle 2-core Xeon, README "Evaluation")."""
+    fit against SentEval's own loop and prints the ratio."""
 
     def __init__(self, parameter: torch.Tensor, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(parameter), torch.zeros_like(parameter)  # m, v
