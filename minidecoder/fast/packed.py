@@ -10,7 +10,8 @@ at load time, and each projection then calls oneDNN's linear kernel on the packe
 
 The products are the same; only the per-call copy goes. At load, each block's `nn.Linear` is
 replaced by a `PackedLinear` holding the same Parameters (state-dict names and `Sites` unchanged).
-On the 2-core EPYC this repository was measured on (docs/benchmarks.md) that saves 8-13% of an embedding run in float32 and in bfloat16
+On the 2-core EPYC this repository was measured on (docs/benchmarks.md) that saves 8-13% of an embedding run in float32 and in bfloat16;
+on a Xeon with AMX it saves nothing measurable
 (`python tools/bench.py --methods md:prompteol,md:prompteol+pack,...`). It is the weight prepacking
 inductor's `freezing` mode does, without compiling anything, and it combines with `compile=True`:
 the packed product is a custom operator (`minidecoder::packed_linear`) that inductor calls as it is,

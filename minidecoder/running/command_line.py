@@ -31,7 +31,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "gives the times it measured and the gain); calls through the prompt methods' prefix "
                              "cache run plain; needs a C++ compiler on CPU")
     parser.add_argument("--pack-weights", action="store_true",
-                        help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster in docs/benchmarks.md's runs, "
+                        help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster on an EPYC, no gain on an "
+                             "AMX Xeon: docs/benchmarks.md; "
                              "a second copy of them in memory); combines with --compile")
     parser.add_argument("--graphs", action="store_true",
                         help="replay small block calls (a few hundred tokens) from captured CUDA graphs, "

@@ -26,7 +26,8 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     compile: the method loop runs site-free blocks through torch.compile (minidecoder.fast.compiled); the
         first embedding batch then compiles, and later ones run faster. Logits and generation stay plain.
     pack_weights: reorder every block's linear weights once into oneDNN's layout (minidecoder.fast.packed):
-        CPU only, float32 or bfloat16; 8-13% faster embedding runs (docs/benchmarks.md), a second copy of the block weights
+        CPU only, float32 or bfloat16; 8-13% faster embedding runs on an AVX-512 EPYC, no gain on an AMX Xeon
+        (docs/benchmarks.md), a second copy of the block weights
         in memory. Combines with compile.
     graphs: replay small site-free block calls of the method loop from captured CUDA graphs (minidecoder.fast.graphs;
         on a CPU: the same static buffers, no capture). Off by default on every device: graphs pay only for block
