@@ -30,21 +30,34 @@ def tracked() -> set[str]:
 
 
 def named_paths(text: str) -> list[str]:
-    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)  # fenced blocks: commands' output
-    spans = re.findall(r"`([^`\n]+)`", text)
+    return named_spans(text) + named_links(text)
+
+
+def _unfenced(text: str) -> str:
+    return re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)  # fenced blocks: commands' output
+
+
+def named_spans(text: str) -> list[str]:
+    """Backticked paths, and the script a backticked command runs: named from the checkout's root, as the
+    commands beside them run (`../shared/data` is the folder beside the checkout, in any doc)."""
+    spans = re.findall(r"`([^`\n]+)`", _unfenced(text))
     found = [span for span in spans if " " not in span.strip()]
-    found += [m.group(1) for span in spans if (m := SCRIPT.match(span.strip()))]
-    found += [link for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in link]
-    return found
+    return found + [m.group(1) for span in spans if (m := SCRIPT.match(span.strip()))]
 
 
-def repo_path(name: str, doc_folder: str) -> str | None:
-    """`name` as a path from the checkout's root, or None when it is not a path of this checkout."""
+def named_links(text: str) -> list[str]:
+    """Markdown links to files of the checkout: relative to the doc's own folder, as a renderer reads them."""
+    return [link for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _unfenced(text)) if "://" not in link]
+
+
+def repo_path(name: str, doc_folder: str, link: bool = True) -> str | None:
+    """`name` as a path from the checkout's root, or None when it is not a path of this checkout. A link's
+    `../` climbs from `doc_folder`; a backticked span's from the checkout's root (`named_spans`)."""
     name = re.split(r"::|:\d", name)[0].rstrip(".,;:")
     if not name or re.search(r"[<>{}*$|]|\.\.\.|^~|^/|^\./", name):
         return None
-    if name.startswith("../"):  # a Markdown link from inside docs/, results/ or tools/gpu/
-        name = posixpath.normpath(posixpath.join(doc_folder, name))
+    if name.startswith("../"):
+        name = posixpath.normpath(posixpath.join(doc_folder if link else "", name))
         if name.startswith("../"):
             return None  # outside the checkout (../shared)
     elif doc_folder and "/" not in name.rstrip("/") and (REPO / doc_folder / name).exists():
@@ -75,8 +88,9 @@ def missing_paths() -> list[str]:
     missing = []
     for doc in DOCS:
         folder = doc.parent.relative_to(REPO).as_posix() if doc.parent != REPO else ""
-        for name in named_paths(doc.read_text(encoding="utf-8")):
-            path = repo_path(name, folder)
+        text = doc.read_text(encoding="utf-8")
+        for name, link in [(span, False) for span in named_spans(text)] + [(link, True) for link in named_links(text)]:
+            path = repo_path(name, folder, link)
             if path is not None and not path.startswith(MADE_BY_A_COMMAND) and not exists(path, have):
                 missing.append(f"{doc.relative_to(REPO)}: `{name}`")
     return sorted(set(missing))
@@ -110,6 +124,15 @@ def test_what_counts_as_a_path(name, expected):
 ])
 def test_a_link_is_read_from_its_own_folder(name, folder, expected):
     assert repo_path(name, folder) == expected
+
+
+@pytest.mark.parametrize("name, folder, expected", [
+    ("../shared/data", "tools/gpu", None),  # the folder beside the checkout, as the commands read it
+    ("../shared/data/sts", "docs", None),
+    ("tools/gpu/run.sh", "tools/gpu", "tools/gpu/run.sh"),
+])
+def test_a_backticked_span_is_read_from_the_checkouts_root(name, folder, expected):
+    assert repo_path(name, folder, link=False) == expected
 
 
 @pytest.mark.parametrize("path, found", [
