@@ -47,6 +47,18 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     template) instead; it is never silent: a warning says how many rows were cut, and `report` (a dict
     you pass) receives `truncate` and `truncated_rows` ({row: tokens before cutting}) for your metadata.
     """
+    return embed_rows(model, texts, method, batch_size, progress, truncate, report, context, text_row, **options)
+
+
+def text_row(row: int) -> str:
+    """How `embed`'s errors and warnings name a row: by its index in the caller's list."""
+    return f"text {row}"
+
+
+def embed_rows(model, texts, method: str | Method, batch_size: int | None, progress: bool, truncate: int | None,
+               report: dict | None, context, name_row: Callable[[int], str], **options) -> torch.Tensor:
+    """`embed`, every row named by `name_row(row)` in its errors and warnings: a job that embeds a file chunk
+    by chunk names each row by its line in the file, not by its place in the chunk."""
     if method is None or not isinstance(method, (str, Method)):
         raise ArgumentTypeError(f"method={method!r} ({type(method).__name__}) is neither a method name nor a Method",
                                 "pass a name such as 'prompteol' (minidecoder.methods.METHODS lists them) or an "
@@ -67,25 +79,25 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
     if truncate is not None:
-        texts = truncate_texts(model.tokenizer, texts, truncate, report)
+        texts = truncate_texts(model.tokenizer, texts, truncate, report, name_row)
     # Sort by token count (characters mislead: digits, rare words and non-Latin text take more tokens
     # per character), stable, so that a batch's rows need little padding; `out[index]` below puts
     # every vector back in input order.
     lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-    _check_context(model, method, texts, lengths)
+    length = forward_length(model, method)
+    check_fits(model, method, texts, contexts, name_row, lengths, length)
     planned = lengths  # batches are planned on context + text (a repeating method over-counts a context: safe)
     if contexts is not None:
         planned = [n + len(ids) + 1 for n, ids in zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
     order = sorted(range(len(texts)), key=lambda i: planned[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
-    length = forward_length(model, method)
     prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
     batches = plan_batches(order, planned, batch_size, memory.token_budget(model, free),
                            lambda n: length.per_row(n, prefix_once))
 
     def refuse_nonfinite(row: int) -> None:
         raise NumericsError(
-            f"method {method.name} produced NaN or inf for text {row} ({texts[row][:40]!r}) in dtype "
+            f"method {method.name} produced NaN or inf for {name_row(row)} ({texts[row][:40]!r}) in dtype "
             f"{str(model.dtype).replace('torch.', '')}: {_locate_nonfinite(model, method, texts[row])}",
             nonfinite_hint(model))
 
@@ -96,7 +108,7 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
         for batch in batches:
             longest = math.ceil(length(max(planned[i] for i in batch)))
             for index in memory.split_for_memory(model, batch, [planned[i] for i in batch], longest, free):
-                results.add(index, _run_batch(model, method, texts, index, lengths, contexts))
+                results.add(index, _run_batch(model, method, texts, index, lengths, contexts, name_row))
                 if bar is not None:
                     bar.update(len(index))
                     bar.set_postfix_str(f"{bar.n / (time.perf_counter() - start):.1f} sentences/s")
@@ -219,24 +231,61 @@ def _as_text_list(texts, context=None) -> tuple[list[str], list[str] | None]:
     return texts, contexts
 
 
-def _check_context(model, method: Method, texts: list[str], lengths: list[int]) -> None:
-    """Refuse, before any forward, a text that alone is longer than the model's context (row and length,
-    and the `truncate` that fits the first such row)."""
+def check_fits(model, method: Method, texts: list[str], contexts: list[str] | None = None,
+               name_row: Callable[[int], str] = text_row, lengths: list[int] | None = None,
+               length: ForwardLength | None = None, truncate_flag: str | None = "--truncate") -> None:
+    """Refuse, before any forward, a text longer than the model's context alone or as the method runs it (its
+    prompt, a context, ReBA's and Echo's second copy): the first such row, named, its length, and the
+    `truncate` that fits it. `lengths` (the texts' token counts) and `length` (`forward_length`): when the
+    caller has them. `truncate_flag`: the caller's option that truncates, None for a command that has none."""
     limit = getattr(model, "max_context", None)
     if limit is None:
         return
+    if lengths is None:
+        lengths = [len(ids) for ids in model.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     too_long = [row for row, n in enumerate(lengths) if n > limit]
     if too_long:
         row = too_long[0]
-        more = f" ({len(too_long)} texts in all: rows {too_long[:10]}{'...' if len(too_long) > 10 else ''})" \
-            if len(too_long) > 1 else ""
+        names = [name_row(r) for r in too_long[:3]]
+        listed = f": {', '.join(names)}{', ...' if len(too_long) > 3 else ''}" if len(set(names)) > 1 else ""
+        more = f" ({len(too_long)} texts in all{listed})" if len(too_long) > 1 else ""
         raise ContextLengthError(
-            f"text {row} is {lengths[row]} tokens, longer than the model's context of {limit} tokens{more}",
-            _truncate_fix(model, method, texts[row], "each text"), length=lengths[row], limit=limit)
+            f"{name_row(row)} is {lengths[row]} tokens, longer than the model's context of {limit} tokens: "
+            f"{_start_of(texts[row])}{more}", _truncate_fix(model, method, texts[row], "each text", truncate_flag),
+            length=lengths[row], limit=limit)
+    length = length or forward_length(model, method)
+    extra = [0] * len(texts) if contexts is None else \
+        [len(ids) + 1 for ids in model.tokenizer.encode_batch(list(contexts), add_special_tokens=False)]
+    for row, n in enumerate(lengths):
+        # The estimate k n + c is measured on two short probes; a forward's length may differ from it by a few
+        # tokens, or by one placeholder a sentence (HTP): only a row near the limit is measured exactly.
+        if FITS_MARGIN * (length(n) + extra[row]) <= limit:
+            continue
+        try:
+            passes = method.passes(model, [texts[row]], None if contexts is None else [contexts[row]])
+            longest = max(p.batch.input_ids.shape[1] for p in passes)
+        except ContextLengthError as error:  # refused while templating (tokenizer_config.json's model_max_length)
+            longest = error.length or limit + 1
+        except (MinidecoderError, NotImplementedError):  # no passes to measure: its forward will say
+            continue
+        if longest > limit:
+            context = "its context, " if contexts is not None and contexts[row] else ""
+            raise ContextLengthError(
+                f"{name_row(row)} is {n} tokens; with {context}{why_longer(model, method)} ({longest - n} more) that "
+                f"is {longest}, longer than the model's context of {limit} tokens: {_start_of(texts[row])}",
+                _truncate_fix(model, method, texts[row], "each text", truncate_flag), length=longest, limit=limit)
+
+
+FITS_MARGIN = 1.5  # a forward estimated within a third of the limit is measured exactly
+
+
+def _start_of(text: str, size: int = 30) -> str:
+    """The text's first characters, to find it by."""
+    return repr(text[:size] + ("..." if len(text) > size else ""))
 
 
 def _run_batch(model, method: Method, texts: list[str], index: list[int], lengths: list[int],
-               contexts: list[str] | None = None) -> torch.Tensor:
+               contexts: list[str] | None = None, name_row: Callable[[int], str] = text_row) -> torch.Tensor:
     """method.embed_batch on rows `index`, through the executor the model's fast paths ask for (the plain loop
     when all are off); a context error (prompt + text too long) names the row."""
     forward = executor(getattr(model, "fast_paths", None))
@@ -247,14 +296,19 @@ def _run_batch(model, method: Method, texts: list[str], index: list[int], length
     except ContextLengthError as error:
         row = max(index, key=lambda i: lengths[i])  # the batch's longest text made the longest sequence
         raise ContextLengthError(
-            f"text {row} is {lengths[row]} tokens; with {'its context, ' if contexts and contexts[row] else ''}"
+            f"{name_row(row)} is {lengths[row]} tokens; with "
+            f"{'its context, ' if contexts and contexts[row] else ''}"
             f"{why_longer(model, method)} ({error.length - lengths[row]} "
             f"more) that is {error.length}, longer than the model's context of {error.limit} tokens",
             _truncate_fix(model, method, texts[row], "each text"), length=error.length, limit=error.limit) from None
 
 
-def _truncate_fix(model, method: Method, text: str, what: str, cli: str = "--truncate") -> str:
-    """'pass truncate=N ...' with the largest N that fits `text` as the method holds it, or the other ways out."""
+def _truncate_fix(model, method: Method, text: str, what: str, cli: str | None = "--truncate") -> str:
+    """'pass truncate=N ...' with the largest N that fits `text` as the method holds it, or the other ways out
+    (`cli` None: a command that keeps every text whole)."""
+    if cli is None:
+        return ("this command keeps every text whole, as the papers scored them (it has no --truncate): use a model "
+                "with a longer context, or shorten that text in the data")
     fits = truncate_that_fits(model, text, method)
     if fits < 1:
         return f"shorten the text or use a method with a shorter prompt ({why_longer(model, method)} fill the context)"
@@ -278,8 +332,10 @@ def nonfinite_hint(model) -> str:
             "if they look sane")
 
 
-def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None) -> list[str]:
-    """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets)."""
+def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None,
+                   name_row: Callable[[int], str] | None = text_row) -> list[str]:
+    """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets). A warning names
+    the rows cut (`name_row`; None: no warning, the caller says it)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
                          "e.g. truncate=512 keeps the first 512 tokens of each text")
@@ -293,10 +349,15 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
     if report is not None:
         report["truncate"] = max_tokens
         report["truncated_rows"] = cut
-    if cut:
-        warnings.warn(f"truncate={max_tokens}: {len(cut)} of {len(texts)} texts were cut to their first {max_tokens} "
-                      f"tokens (rows {sorted(cut)[:10]}{'...' if len(cut) > 10 else ''})", stacklevel=3)
+    if cut and name_row is not None:
+        warn_truncated(max_tokens, [name_row(row) for row in sorted(cut)], len(texts))
     return out
+
+
+def warn_truncated(max_tokens: int, rows: list[str], total: int) -> None:
+    """The one warning that says which rows `truncate` cut (never silent)."""
+    warnings.warn(f"truncate={max_tokens}: {len(rows)} of {total} texts were cut to their first {max_tokens} "
+                  f"tokens ({', '.join(rows[:10])}{', ...' if len(rows) > 10 else ''})", stacklevel=4)
 
 
 def truncate_that_fits(model, text: str, method: Method) -> int:

@@ -46,6 +46,7 @@ import itertools
 import json
 import re
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -104,7 +105,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     check_not_inputs(job_outputs(output_path), [input_path])
     check_output_free(output_path, overwrite)
     method.check(model)
-    kind, checksum, total = scan_input(input_path)  # one streaming pass: sha256, line count, every line valid
+    kind, checksum, total = scan_input(input_path, context)  # one streaming pass: sha256, line count, every line valid
     _check_shard(rows, total, input_path)
     with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
@@ -199,7 +200,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
                 truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
                 total: int, overwrite: bool, rows: tuple[int, int] | None = None,
                 context: str | None = None) -> dict[str, Any]:
-    from minidecoder.running.embedding import embed
+    from minidecoder.running.embedding import embed_rows, warn_truncated
 
     manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows, context)
     if kind == "jsonl" and not method.reads_empty_text():  # named by its line here, not by a chunk's row later
@@ -210,6 +211,7 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
                                  "remove that line, or use a prompt method read at its last token (e.g. prompteol)")
     start, end = rows if rows is not None else (0, total)
     total = end - start  # the rows this job embeds (a shard's, or all of them)
+    _check_fits(model, method, input_path, kind, start, end, chunk_size, truncate, context)
     work = output_path.parent / f".{output_path.name}.partial"
     num_chunks = (total + chunk_size - 1) // chunk_size
     kept = KeptChunks(work, manifest, num_chunks)
@@ -220,9 +222,11 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
         for k, texts in enumerate(_chunks(itertools.islice(_read_texts(input_path, kind), start, end), chunk_size)):
             if not kept.done(k):
                 report: dict[str, Any] = {}
-                vectors = embed(model, texts, method, batch_size=batch_size, truncate=truncate, report=report,
-                                context=context)
                 first_row = start + k * chunk_size  # the input's row numbers, in a shard too
+                with warnings.catch_warnings():  # a chunk's cuts are said once, for the job, below
+                    warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
+                    vectors = embed_rows(model, texts, method, batch_size, False, truncate, report, context,
+                                         _line_namer(input_path, first_row))
                 info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
                                                                for r, n in report.get("truncated_rows", {}).items()}}
                 kept.save(k, vectors.numpy(), info)
@@ -242,6 +246,8 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
     truncated: dict[str, int] = {}
     for k in range(num_chunks):
         truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
+    if truncated:
+        warn_truncated(truncate, [f"{input_path} line {int(row) + 1}" for row in sorted(truncated, key=int)], total)
     metadata = {**(extra_metadata or {}), **manifest, "rows": total, "truncated_rows": truncated}
     dim = _assemble(work, num_chunks, total, output_path, metadata, overwrite)
     kept.remove()
@@ -249,30 +255,54 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
             "chunks_reused": kept.reused, "rows_computed": rows_computed, "truncated_rows": len(truncated)}
 
 
+def _line_namer(input_path: Path, first_row: int) -> Callable[[int], str]:
+    """How a chunk's errors name its row r: by the input's line."""
+    return lambda r: f"{input_path} line {first_row + r + 1}"
+
+
+def _check_fits(model, method, input_path: Path, kind: str, start: int, end: int, chunk_size: int,
+                truncate: int | None, context: str | None) -> None:
+    """Every text fits the model's context as the method runs it (after `truncate`), checked before the first
+    forward and named by its line: a text found too long only when its chunk comes would stop a job whose
+    earlier chunks are kept under settings (no --truncate) its corrected rerun cannot resume."""
+    from minidecoder.running.embedding import check_fits, truncate_texts
+    from minidecoder.running.texts import split_contexts
+
+    if getattr(model, "max_context", None) is None:
+        return
+    for k, rows in enumerate(_chunks(itertools.islice(_read_texts(input_path, kind), start, end), chunk_size)):
+        texts, contexts = split_contexts(rows, context)
+        if truncate is not None:
+            texts = truncate_texts(model.tokenizer, texts, truncate, None, name_row=None)
+        check_fits(model, method, texts, contexts, _line_namer(input_path, start + k * chunk_size))
+
+
 # ---- input ---------------------------------------------------------------------------------------------
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
-def scan_input(path: str | Path) -> tuple[str, str, int]:
+def scan_input(path: str | Path, context: str | None = None) -> tuple[str, str, int]:
     """(format, sha256, rows) of an input file, every line checked (streamed): a cheap check to run
-    before a model loads."""
+    before a model loads. `context`: one given for every row, which a row's own "context" contradicts."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"input file {path} {describe_unusable_file(path)}", "give a .txt (one text per line) or .jsonl file")
     kind = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "txt"
-    checksum, total = _scan(path, kind)
+    checksum, total = _scan(path, kind, context)
     if total == 0:
         raise InputError(f"{path} has no rows", "put one text per line")
     return kind, checksum, total
 
 
-def _scan(path: Path, kind: str) -> tuple[str, int]:
+def _scan(path: Path, kind: str, context: str | None = None) -> tuple[str, int]:
     """sha256 of the file and its number of texts, validating every line on the way (streamed)."""
     count = 0
     with path.open("rb") as handle:
         reader = Sha256Reader(handle)  # one pass hashes what it checks
         for number, raw in enumerate(read_lines(reader), start=1):
-            _parse_line(raw, number, path, kind)
+            if isinstance(_parse_line(raw, number, path, kind), tuple) and context is not None:
+                raise InputError(f'{path} line {number} has its own "context" and one was given for every row too '
+                                 "(--context)", 'leave out --context, or the "context" fields')
             count += 1
     return reader.hexdigest(), count
 

@@ -60,7 +60,7 @@ def test_1_past_the_context_is_refused_at_every_entry_point_or_truncated_on_requ
     source = lines(tmp_path / "in.txt", ["fine", "z" * 601])
     code, err = cli(capsys, "embed", "--model", str(short), "--method", "mean", "--input", str(source),
                     "--output", str(tmp_path / "o.npy"), "--no-progress")
-    assert code == 2 and "text 1 is 601 tokens" in err and "--truncate" in err
+    assert code == 2 and f"{source} line 2 is 601 tokens" in err and "--truncate" in err  # the input's line
     assert not (tmp_path / "o.npy").exists() and not list(tmp_path.glob(".o.npy.*"))
 
 
@@ -354,7 +354,7 @@ def test_8_the_interrupt_line_is_printed_once(tiny_llama, tmp_path, capsys, monk
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(embedding, "embed", interrupted)
+    monkeypatch.setattr(embedding, "embed_rows", interrupted)
     code, err = cli(capsys, "embed", "--model", str(tiny_llama), "--method", "mean", "--input",
                     str(lines(tmp_path / "in.txt", ["one"])), "--output", str(tmp_path / "v.npy"), "--no-progress")
     assert code == 130 and err.count("interrupted") == 1, err

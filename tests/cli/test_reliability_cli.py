@@ -145,7 +145,7 @@ def test_7_ctrl_c_in_eval_keeps_finished_chunks_and_the_same_command_resumes(tin
     data = sts_data(tmp_path / "sts", pairs=1100)  # 2,200 distinct sentences: three chunks of 1,024
     argv = ["eval", "sts", "--model", str(tiny_llama), "--method", "mean", "--tasks", "STSBenchmark", "--data",
             str(data), "--no-progress", "--batch-size", "64"]
-    said, work = interrupted_into_rep("minidecoder.running.embedding:embed:2", tmp_path, *argv)  # third chunk
+    said, work = interrupted_into_rep("minidecoder.running.embedding:embed_rows:2", tmp_path, *argv)  # third chunk
     assert said == (f"minidecoder: interrupted; the embeddings of 2 of 3 chunks of sentences are kept in {work}; "
                     f"run the same command again to resume from them")
     assert len(list(work.glob(".embeddings.npy.partial/chunk-*.npy"))) == 2

@@ -30,7 +30,7 @@ def test_1_an_eval_and_a_sweep_on_one_output_never_remove_each_others_kept_work(
              "--output", str(out)]  # 60 dev sentences: two batches of 32
     model = ["--model", str(tiny_llama)]
 
-    ctrl_c("minidecoder.running.embedding:embed:1", NEVER, *evaluate, *model)  # one chunk of the eval kept
+    ctrl_c("minidecoder.running.embedding:embed_rows:1", NEVER, *evaluate, *model)  # one chunk of the eval kept
     kept = sorted(work.rglob("chunk-*.npy"))
     assert len(kept) == 1
     code, err = cli(capsys, *sweep, "--model", NO_MODEL)
@@ -282,7 +282,7 @@ def test_11_resuming_eval_with_another_limit_names_the_flag(tiny_llama, tmp_path
     data = sts_data(tmp_path / "sts", pairs=1100)
     argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
             "--batch-size", "64", "--output", str(tmp_path / "x")]
-    ctrl_c("minidecoder.running.embedding:embed:1", NEVER, *argv, "--model", str(tiny_llama))
+    ctrl_c("minidecoder.running.embedding:embed_rows:1", NEVER, *argv, "--model", str(tiny_llama))
     code, err = cli(capsys, *argv, "--limit", "1000", "--model", NO_MODEL)
     assert code == 2 and "--limit was None, now 1000" in err and "input." not in err, err
     assert f"--model was {str(tiny_llama)!r}, now {NO_MODEL!r}" in err, err  # refused before the model loads
@@ -320,7 +320,7 @@ def test_12_sigterm_leaves_no_lock_file_and_sigkills_are_cleaned_by_the_next_cla
 
 def test_12_a_ctrl_c_that_kept_nothing_leaves_no_texts_behind(tiny_llama, tmp_path) -> None:
     data = sts_data(tmp_path / "sts")
-    err = ctrl_c("minidecoder.running.embedding:embed:0", NEVER, "eval", "sts", "--method", "mean", "--tasks",
+    err = ctrl_c("minidecoder.running.embedding:embed_rows:0", NEVER, "eval", "sts", "--method", "mean", "--tasks",
                  "STSBenchmark", "--data", str(data), "--no-progress", "--output", str(tmp_path / "a"), "--model",
                  str(tiny_llama))
     assert "nothing was kept" in err
@@ -332,7 +332,7 @@ def test_12_sigterm_inside_an_embedding_job_keeps_its_chunks_and_exits_143(tiny_
     data = sts_data(tmp_path / "sts", pairs=1100)  # 2,200 sentences: three chunks of 1,024
     argv = ["eval", "sts", "--method", "mean", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress",
             "--batch-size", "64", "--model", str(tiny_llama), "--output", str(tmp_path / "a")]
-    run = stalled("minidecoder.running.embedding:embed:1", NEVER, *argv)  # the first chunk is saved
+    run = stalled("minidecoder.running.embedding:embed_rows:1", NEVER, *argv)  # the first chunk is saved
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 143 and "Traceback" not in err, err

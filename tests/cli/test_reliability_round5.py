@@ -48,7 +48,7 @@ def test_6_a_resume_with_another_model_and_method_names_both_before_the_model_lo
     data = sts_data(tmp_path / "sts", pairs=1100)
     argv = ["eval", "sts", "--tasks", "STSBenchmark", "--data", str(data), "--no-progress", "--batch-size", "64",
             "--output", str(tmp_path / "x")]
-    ctrl_c("minidecoder.running.embedding:embed:1", NEVER, *argv, "--method", "mean", "--model", str(tiny_llama))
+    ctrl_c("minidecoder.running.embedding:embed_rows:1", NEVER, *argv, "--method", "mean", "--model", str(tiny_llama))
     code, err = cli(capsys, *argv, "--method", "last", "--limit", "1000", "--model", NO_MODEL)
     assert code == 2, err
     for said in ("--method was 'mean', now 'last'", f"--model was {str(tiny_llama)!r}, now {NO_MODEL!r}",
@@ -118,8 +118,8 @@ def stop(where: str, how: signal.Signals, argv: list[str]) -> None:
 
 @pytest.mark.parametrize(("family", "where"), [
     ("transfer", "minidecoder.evaluation.transfer:probe_task:1"),  # SST2's probe kept, TREC's under way
-    ("transfer", "minidecoder.running.embedding:embed:0"),  # inside the embedding: nothing kept
-    ("sts-long", "minidecoder.running.embedding:embed:1"),  # one chunk of two kept
+    ("transfer", "minidecoder.running.embedding:embed_rows:0"),  # inside the embedding: nothing kept
+    ("sts-long", "minidecoder.running.embedding:embed_rows:1"),  # one chunk of two kept
 ])
 def test_red_team_ctrl_c_and_sigkill_inside_a_run_resume_to_identical_scores(tiny_llama, tmp_path, capsys,
                                                                               family, where) -> None:
@@ -154,7 +154,7 @@ def test_red_team_a_second_ctrl_c_on_the_way_out_keeps_the_first_ones_line(tiny_
     assert cli(capsys, *argv, "--output", str(tmp_path / "whole"))[0] == 0
     for number, delay in enumerate((0.0, 0.001, 0.005)):
         prefix = tmp_path / f"twice-{number}"
-        run = stalled("minidecoder.running.embedding:embed:1", NEVER, *argv, "--output", str(prefix))
+        run = stalled("minidecoder.running.embedding:embed_rows:1", NEVER, *argv, "--output", str(prefix))
         run.send_signal(signal.SIGINT)
         time.sleep(delay)
         run.send_signal(signal.SIGINT)

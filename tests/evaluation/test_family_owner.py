@@ -26,8 +26,8 @@ def stsb(folder: Path, pairs: int) -> Path:
 
 
 def interrupted(capsys, monkeypatch: pytest.MonkeyPatch, argv: list[str], at_call: int) -> None:
-    """Run `argv` with Ctrl-C in the `at_call`-th call of `embed` (one a chunk: the earlier chunks are kept)."""
-    real, calls = embedding.embed, []
+    """Run `argv` with Ctrl-C in the `at_call`-th call of `embed_rows` (one a chunk: the earlier chunks are kept)."""
+    real, calls = embedding.embed_rows, []
 
     def embed_then_ctrl_c(*args, **kwargs):
         calls.append(1)
@@ -35,9 +35,9 @@ def interrupted(capsys, monkeypatch: pytest.MonkeyPatch, argv: list[str], at_cal
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(embedding, "embed", embed_then_ctrl_c)
+    monkeypatch.setattr(embedding, "embed_rows", embed_then_ctrl_c)
     code, err = cli(capsys, *argv)
-    monkeypatch.setattr(embedding, "embed", real)
+    monkeypatch.setattr(embedding, "embed_rows", real)
     assert code == 130 and "kept in" in err, err
 
 
@@ -145,13 +145,13 @@ def test_a_run_interrupted_in_one_process_resumes_in_another_to_the_same_scores(
     argv = ["eval", "sts-long", "--lengths", "1,2", "--method", "mean", "--data", str(data), "--no-progress",
             "--model", str(tiny_llama)]
     ctrl_c_at_the_second_chunk = (
-        "import sys; import minidecoder.running.embedding as e; from minidecoder.cli import main; real = e.embed\n"
+        "import sys; import minidecoder.running.embedding as e; from minidecoder.cli import main; real = e.embed_rows\n"
         "calls = []\n"
         "def embed(*a, **k):\n"
         "    calls.append(1)\n"
         "    if len(calls) == 2: raise KeyboardInterrupt\n"
         "    return real(*a, **k)\n"
-        "e.embed = embed; sys.exit(main(sys.argv[1:]))")
+        "e.embed_rows = embed; sys.exit(main(sys.argv[1:]))")
     plain = "import sys; from minidecoder.cli import main; sys.exit(main(sys.argv[1:]))"
 
     def run(program: str, seed: str, output: Path) -> subprocess.CompletedProcess:

@@ -117,7 +117,7 @@ def test_cli_end_to_end_and_resumed_to_identical_scores(tiny_llama: Path, tmp_pa
     assert run_cli(*argv, "--output", str(tmp_path / "whole")) == 0
     whole = json.loads((tmp_path / "whole.json").read_text())
 
-    original_job, original_embed = minidecoder.running.jobs.embed_resumably, minidecoder.running.embedding.embed
+    original_job, original_embed = minidecoder.running.jobs.embed_resumably, minidecoder.running.embedding.embed_rows
     monkeypatch.setattr(minidecoder.running.jobs, "embed_resumably",
                         lambda *a, **k: original_job(*a, **{**k, "chunk_size": 4}))  # 13 texts: four chunks
     calls = []
@@ -128,12 +128,12 @@ def test_cli_end_to_end_and_resumed_to_identical_scores(tiny_llama: Path, tmp_pa
             raise KeyboardInterrupt
         return original_embed(*args, **kwargs)
 
-    monkeypatch.setattr(minidecoder.running.embedding, "embed", embed_then_stop)
+    monkeypatch.setattr(minidecoder.running.embedding, "embed_rows", embed_then_stop)
     capsys.readouterr()
     assert run_cli(*argv, "--output", str(tmp_path / "resumed")) != 0
     assert "2 of 4 chunks" in capsys.readouterr().err  # the CLI says what is kept and how to resume
     assert not (tmp_path / "resumed.json").exists()
-    monkeypatch.setattr(minidecoder.running.embedding, "embed", original_embed)
+    monkeypatch.setattr(minidecoder.running.embedding, "embed_rows", original_embed)
     assert run_cli(*argv, "--output", str(tmp_path / "resumed")) == 0
     resumed = json.loads((tmp_path / "resumed.json").read_text())
     assert resumed["results"]["embedding"]["chunks_reused"] == 2

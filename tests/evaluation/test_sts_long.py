@@ -97,7 +97,7 @@ def test_ctrl_c_keeps_chunks_and_the_same_command_resumes_to_identical_scores(ti
 
     argv = ["eval", "sts-long", "--model", str(tiny_llama), "--method", "mean", "--data", str(DATA), "--lengths", "1,2",
             "--no-progress", "--batch-size", "256"]  # over 3,072 distinct texts: four chunks of 1,024
-    real, calls = embedding.embed, []
+    real, calls = embedding.embed_rows, []
 
     def embed_then_ctrl_c(*args, **kwargs):
         calls.append(1)
@@ -105,10 +105,10 @@ def test_ctrl_c_keeps_chunks_and_the_same_command_resumes_to_identical_scores(ti
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(embedding, "embed", embed_then_ctrl_c)
+    monkeypatch.setattr(embedding, "embed_rows", embed_then_ctrl_c)
     code, err = cli(capsys, *argv, "--output", str(tmp_path / "rep"))
     assert code == 130 and "2 of 4 chunks of sentences are kept" in err and "run the same command again" in err
-    monkeypatch.setattr(embedding, "embed", real)
+    monkeypatch.setattr(embedding, "embed_rows", real)
     assert cli(capsys, *argv, "--output", str(tmp_path / "rep"))[0] == 0
     assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
     resumed = json.loads((tmp_path / "rep.json").read_text())["results"]["lengths"]

@@ -196,18 +196,52 @@ def test_an_explicit_empty_jsonl_text_is_embedded_by_a_prompt_method_and_refused
 
 def test_jsonl_input_and_truncation_recorded_in_metadata(model, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
-    texts = ["short one", "a much longer text that will be cut", "mid length"]
+    texts = ["short one", "mid length", "a much longer text that will be cut"]
     source.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
     output = tmp_path / "out.npy"
-    with pytest.warns(UserWarning, match=r"truncate=10: 1 of 2 texts were cut .*rows \[1\]"):
+    # one warning for the job, naming the input's line (the cut row is row 0 of the second chunk)
+    with pytest.warns(UserWarning, match=r"truncate=10: 1 of 3 texts were cut .*in\.jsonl line 3\)") as said:
         summary = run_embedding_job(model, "mean", source, output, chunk_size=2, truncate=10)
+    assert len([w for w in said if "truncate=10" in str(w.message)]) == 1
     assert summary["truncated_rows"] == 1
     metadata = load_metadata(output)
     assert metadata["truncate"] == 10
-    assert metadata["truncated_rows"] == {"1": len(texts[1])}  # the tiny tokenizer: one token per character
-    cut = minidecoder.embed(model, [texts[1][:10]], "mean")
-    # row 1 is the embedding of its first 10 tokens (alone here, padded in the job's batch: float tolerance)
-    assert np.allclose(np.load(output)[1], cut[0].numpy(), atol=1e-5)
+    assert metadata["truncated_rows"] == {"2": len(texts[2])}  # the tiny tokenizer: one token per character
+    cut = minidecoder.embed(model, [texts[2][:10]], "mean")
+    # row 2 is the embedding of its first 10 tokens (alone here, padded in the job's batch: float tolerance)
+    assert np.allclose(np.load(output)[2], cut[0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("method, limit, line, said", [
+    ("mean", 40, "x" * 60, r"in\.txt line 6 is 60 tokens, longer than the model's context of 40 tokens: 'xxx"),
+    ("prompteol", 60, "y" * 30, r"in\.txt line 6 is 30 tokens; with method prompteol's prompt .* longer than the model's "
+                                r"context of 60 tokens: 'yyy"),
+], ids=["the text alone", "inside the prompt"])
+def test_a_text_past_the_context_in_a_later_chunk_is_named_by_its_line_before_any_chunk(
+        model, tmp_path: Path, monkeypatch, method: str, limit: int, line: str, said: str) -> None:
+    """Found only when its chunk came, a text too long stopped the job with its row in that chunk ("text 1"),
+    after the earlier chunks were kept without truncation, so the rerun the error advised (--truncate N) was
+    refused as other settings."""
+    from minidecoder.errors import ContextLengthError
+
+    monkeypatch.setattr(model, "max_context", limit)
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"s{i}\n" if i != 5 else line + "\n" for i in range(7)), encoding="utf-8")
+    output = tmp_path / "out.npy"
+    with pytest.raises(ContextLengthError, match=said) as refused:
+        run_embedding_job(model, method, source, output, chunk_size=2)
+    assert not (tmp_path / ".out.npy.partial").exists()  # no chunk computed, nothing kept to contradict the fix
+    fits = int(refused.value.fix.split("truncate=")[1].split()[0])
+    with pytest.warns(UserWarning, match=rf"truncate={fits}: 1 of 7 texts were cut .*in\.txt line 6\)"):
+        assert run_embedding_job(model, method, source, output, chunk_size=2, truncate=fits)["rows"] == 7
+
+
+def test_a_row_with_its_own_context_and_a_context_for_every_row_is_named_at_the_scan(model, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a b"}\n{"text": "c d", "context": "Q"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r'in\.jsonl line 2 has its own "context" and one was given for every row'):
+        run_embedding_job(model, "mean", source, tmp_path / "out.npy", context="every row's")
+    assert not list(tmp_path.glob(".out.npy*"))
 
 
 # ---- scale: 100k texts stream through bounded memory -----------------------------------------------------
