@@ -150,7 +150,7 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from minidecoder.evaluation.report import check_report_prefix, report_paths, work_folder
-    from minidecoder.evaluation.sts import load_tasks
+    from minidecoder.evaluation.sts import load_tasks, refuse_empty_sentences
     from minidecoder.running.jobs import check_work_owner
 
     check_sizes(args, limit_example=200)
@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     check_work_owner(work_folder(prefix), OWNER, resume_settings(args, ("--limit",)))  # never taken over; by flag
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
+    refuse_empty_sentences([dev], method)
     figures = figure_paths(args, prefix)
     if figures:
         from minidecoder.running.figures import check_figure_path
@@ -174,8 +175,12 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.sweep import sweep_markdown, write_sweep_report
     from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
+    from minidecoder.evaluation.family import check_texts_fit
+    from minidecoder.evaluation.sts import unique_sentences
+
     fixed = set(parse_options(args.opt))
     model = load_model(args)
+    check_texts_fit(model, method, unique_sentences([dev]), "an STS sentence", None, truncate_flag=None)
     axes = build_axes(args, model.num_layers)
     clash = sorted(fixed & set(axes))
     if clash:

@@ -70,8 +70,8 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
                                              check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
-from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, require_rows, resolve_data_folder)
+from minidecoder.evaluation.family import (Encoder, check_texts_fit, embed_kept, encode_sentences, limit_that_cut,
+                                           longest_first, parse_names, require_rows, resolve_data_folder)
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
 STS_YEARS: dict[str, list[str]] = {
@@ -87,12 +87,14 @@ TASKS: tuple[str, ...] = ALL_SEVEN + ("STSBenchmark-dev",)
 
 @dataclass
 class StsSubset:
-    """Aligned pairs of one subset: `sentences1[i]`, `sentences2[i]` and their gold score `gold[i]`."""
+    """Aligned pairs of one subset: `sentences1[i]`, `sentences2[i]` and their gold score `gold[i]`, read from
+    `lines[i]` ("FILE line N", to name a pair by)."""
 
     name: str
     sentences1: list[str]
     sentences2: list[str]
     gold: list[float]
+    lines: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.gold)
@@ -180,7 +182,7 @@ def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTas
                 f"{data_dir / input_name} has {len(lines)} lines but {gold_name} has {len(raw_gold)}",
                 "the two files must be line-aligned; restore them from SentEval's download script",
             )
-        s1s, s2s, gold = [], [], []
+        s1s, s2s, gold, where = [], [], [], []
         for number, (line, score) in enumerate(zip(lines, raw_gold), start=1):
             columns = line.split("\t")
             if len(columns) != 2:
@@ -193,15 +195,17 @@ def load_sts_year(name: str, data_dir: Path, limit: int | None = None) -> StsTas
             s1s.append(" ".join(columns[0].split()))
             s2s.append(" ".join(columns[1].split()))
             gold.append(_gold(score, data_dir / gold_name, number))
-        subsets[subset] = StsSubset(subset, s1s, s2s, require_pairs(data_dir / gold_name, gold))
+            where.append(f"{data_dir / input_name} line {number}")
+        subsets[subset] = StsSubset(subset, s1s, s2s, require_pairs(data_dir / gold_name, gold), where)
     return _limited(StsTask(name, "all", subsets, data_dir, files), limit)
 
 
-def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -> tuple[list[str], list[str], list[float]]:
-    """Tab-separated rows, `line.strip().split('\\t')` as SentEval's STS-B and SICK loaders do."""
+def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -> tuple[list, list, list, list]:
+    """Tab-separated rows, `line.strip().split('\\t')` as SentEval's STS-B and SICK loaders do: the sentences,
+    gold scores and "FILE line N" of each pair."""
     if not path.is_file():
         raise InputError(f"STS data file {path} {_missing(path)}", "point --data at a complete SentEval-layout STS folder")
-    s1s, s2s, gold = [], [], []
+    s1s, s2s, gold, where = [], [], [], []
     try:
         path.read_bytes().decode("utf-8")  # STS files are small: a bad byte is named before any row is read
     except UnicodeDecodeError as error:
@@ -219,25 +223,27 @@ def _load_columns(path: Path, skip_header: bool, s1: int, s2: int, score: int) -
             s1s.append(" ".join(columns[s1].split()))
             s2s.append(" ".join(columns[s2].split()))
             gold.append(_gold(columns[score], path, number))
-    return s1s, s2s, gold
+            where.append(f"{path} line {number}")
+    return s1s, s2s, gold, where
 
 
 def load_sts_benchmark(split: str, data_dir: Path, limit: int | None = None) -> StsTask:
     """STS-B `sts-<split>.csv`: score column 4, sentences columns 5 and 6."""
     name = "STSBenchmark" if split == "test" else f"STSBenchmark-{split}"
     relative = f"STSBenchmark/sts-{split}.csv"
-    s1s, s2s, gold = _load_columns(data_dir / relative, skip_header=False, s1=5, s2=6, score=4)
+    s1s, s2s, gold, where = _load_columns(data_dir / relative, skip_header=False, s1=5, s2=6, score=4)
     gold = require_pairs(data_dir / relative, gold)
-    return _limited(StsTask(name, split, {split: StsSubset(split, s1s, s2s, gold)}, data_dir, [relative]), limit)
+    return _limited(StsTask(name, split, {split: StsSubset(split, s1s, s2s, gold, where)}, data_dir, [relative]),
+                    limit)
 
 
 def load_sick_relatedness(data_dir: Path, limit: int | None = None) -> StsTask:
     """SICK-R test: header line, sentences columns 1 and 2, relatedness column 3."""
     relative = "SICK/SICK_test_annotated.txt"
-    s1s, s2s, gold = _load_columns(data_dir / relative, skip_header=True, s1=1, s2=2, score=3)
+    s1s, s2s, gold, where = _load_columns(data_dir / relative, skip_header=True, s1=1, s2=2, score=3)
     gold = require_pairs(data_dir / relative, gold)
-    return _limited(StsTask("SICKRelatedness", "test", {"test": StsSubset("test", s1s, s2s, gold)}, data_dir, [relative]),
-                    limit)
+    return _limited(StsTask("SICKRelatedness", "test", {"test": StsSubset("test", s1s, s2s, gold, where)}, data_dir,
+                            [relative]), limit)
 
 
 def require_pairs(path: Path, gold: list[float]) -> list[float]:
@@ -250,7 +256,8 @@ def _limited(task: StsTask, limit: int | None) -> StsTask:
     """The task with the first `limit` pairs of each subset, stamped with the limit only where it cut one."""
     task.limit = limit_that_cut(limit, [len(subset.gold) for subset in task.subsets.values()])
     if task.limit is not None:
-        task.subsets = {name: StsSubset(name, subset.sentences1[:limit], subset.sentences2[:limit], subset.gold[:limit])
+        task.subsets = {name: StsSubset(name, subset.sentences1[:limit], subset.sentences2[:limit], subset.gold[:limit],
+                                        subset.lines[:limit])
                         for name, subset in task.subsets.items()}
     return task
 
@@ -279,6 +286,23 @@ def load_tasks(names: list[str] | tuple[str, ...], data_dir: str | Path | None =
     if len(set(names)) != len(names):
         raise InputError(f"STS task list {list(names)} names a task twice", "list each task once")
     return [load_task(name, data_dir, limit) for name in names]
+
+
+def refuse_empty_sentences(tasks: Sequence[StsTask], method) -> None:
+    """An empty sentence (no STS file holds one; an edited file may), named by its file and line before the
+    model loads, for a method that pools over the text's own tokens: it has nothing to pool. A prompt method
+    embeds it, as SentEval's batchers do."""
+    if method.reads_empty_text():
+        return
+    for task in tasks:
+        for subset in task.subsets.values():
+            for i, pair in enumerate(zip(subset.sentences1, subset.sentences2)):
+                if "" in pair:
+                    where = subset.lines[i] if i < len(subset.lines) else f"{task.name} pair {i + 1}"
+                    raise InputError(f"{where} holds an empty sentence, and method {method.name!r} pools over a text's "
+                                     "own tokens: it has nothing to pool",
+                                     "fill or remove that pair, or use a prompt method read at its last token "
+                                     "(e.g. prompteol)")
 
 
 def unique_sentences(tasks: Sequence[StsTask]) -> list[str]:
@@ -471,6 +495,7 @@ def run(args: argparse.Namespace) -> int:
     check_work_owner(work_folder(prefix), OWNER, kept_settings(args))  # never taken over, named by flag
     loaded = load_tasks(tasks, args.data, args.limit)  # every data file read and checked (a gold score "abc", --limit 1)
     method = build_cli_method(args.method, args.opt)
+    refuse_empty_sentences(loaded, method)
     with claim_cli_outputs(args, list(report_paths(prefix))):  # held from before the model loads to the last write
         return _evaluate(args, tasks, loaded, prefix, method)
 
@@ -480,6 +505,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     from minidecoder.running.jobs import owned_work_folder
 
     model = load_model(args)
+    check_texts_fit(model, method, unique_sentences(loaded), "an STS sentence", None, truncate_flag=None)
     metadata = {
         **model_stamp(args, model, method),
         "tasks": tasks,
