@@ -188,20 +188,25 @@ def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
 
 
 EVAL_FLAGS = ("model", "method", "tasks", "sets", "split", "data", "limit", "corpus_limit", "lengths", "instruction",
-              "instruction_placement", "truncate", "dtype", "device", "batch_size")  # an eval command's, in order
+              "instruction_placement", "blank_lines", "truncate", "dtype", "device", "batch_size")  # eval's, in order
+# The model's switches (`add_model_options`): each changes how the vectors are computed, so a rerun needs it
+MODEL_SWITCHES = ("compile", "pack_weights", "graphs")
+REPEATED_FLAGS = ("opt", "query_opt", "grid", "ignore_config_key")  # given once per value
 
 
 def argv_of(args: argparse.Namespace, flags: tuple[str, ...] = EVAL_FLAGS) -> list[str]:
-    """The options as given (`flags` that are set, then every --opt, --query-opt and --grid pair), for the stamp:
-    the command line that made a report, re-runnable."""
+    """The options as given (`flags` that are set, the model's switches that are on, then every value of a
+    repeated flag: --opt, --query-opt, --grid, --ignore-config-key), for the stamp: the command line that made
+    a report, re-runnable (tests/cli/test_recorded_command.py parses it back)."""
     out = []
     for name in flags:
         value = getattr(args, name, None)
         if value is not None:
             out += ["--" + name.replace("_", "-"), str(value)]
-    for flag in ("opt", "query_opt", "grid"):
-        for pair in getattr(args, flag, None) or []:
-            out += ["--" + flag.replace("_", "-"), pair]
+    out += ["--" + name.replace("_", "-") for name in MODEL_SWITCHES if getattr(args, name, False)]
+    for flag in REPEATED_FLAGS:
+        for value in getattr(args, flag, None) or []:
+            out += ["--" + flag.replace("_", "-"), value]
     return out
 
 
