@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 from minidecoder.core.config import check_types
@@ -41,8 +42,11 @@ class Tokenizer:
         else:
             raise TokenizerError(f"no tokenizer.json or tokenizer.model in {folder}",
                                  "copy the tokenizer files of this checkpoint into the folder")
-        self.bos_token = _token_text(config.get("bos_token"))
-        self.eos_token = _token_text(config.get("eos_token"))
+        # Where tokenizer_config.json names no BOS or EOS token, or does not say whether to add it, tokenizer.json's
+        # post-processor decides, as transformers runs it: the special tokens its template puts around one text.
+        template_bos, template_eos = self._template_specials()
+        self.bos_token = _token_text(config.get("bos_token")) or template_bos
+        self.eos_token = _token_text(config.get("eos_token")) or template_eos
         self.pad_token = _token_text(config.get("pad_token"))
         self.unk_token = _token_text(config.get("unk_token"))
         self.bos_id = self._special_id(self.bos_token, "bos")
@@ -54,7 +58,15 @@ class Tokenizer:
         processor_adds_bos = self._post_processor_adds_bos()
         add_bos, add_eos = config.get("add_bos_token"), config.get("add_eos_token")  # null: not set
         self.add_bos: bool = (processor_adds_bos if add_bos is None else add_bos) and self.bos_id is not None
-        self.add_eos: bool = bool(add_eos) and self.eos_id is not None
+        processor_adds_eos = template_eos is not None and template_eos == self.eos_token
+        self.add_eos: bool = (processor_adds_eos if add_eos is None else bool(add_eos)) and self.eos_id is not None
+        contradicted = [f"{key}={json.dumps(said)}" for key, said, template in
+                        (("add_bos_token", add_bos, processor_adds_bos), ("add_eos_token", add_eos, processor_adds_eos))
+                        if self._fast is not None and said is not None and bool(said) != template]
+        if contradicted:  # transformers 4's Llama and Gemma tokenizers follow the flag; transformers 5 the template
+            warnings.warn(f"{folder}: tokenizer_config.json's {' and '.join(contradicted)} contradicts tokenizer.json's "
+                          "post-processor; minidecoder follows tokenizer_config.json, as transformers 4 did (transformers "
+                          "5 follows the post-processor): check the ids with `minidecoder logits`", stacklevel=2)
         # The context the checkpoint declares (tokenizer_config.json `model_max_length`, what transformers'
         # tokenizers check); None when absent or set to transformers' "no limit" sentinel (~1e30).
         declared = config.get("model_max_length")
@@ -205,6 +217,20 @@ class Tokenizer:
                                  "the tokenizer files do not belong together: re-download or re-convert them")
         return found
 
+    def _template_specials(self) -> tuple[str | None, str | None]:
+        """The special tokens tokenizer.json's post-processor template puts before and after a single text (a
+        TemplateProcessing, alone or in a Sequence); None where it puts none, or there is no template."""
+        if self._fast is None:
+            return None, None
+        processor = json.loads(self._fast.to_str()).get("post_processor") or {}
+        steps = processor.get("processors") or [] if processor.get("type") == "Sequence" else [processor]
+        for step in steps:
+            if isinstance(step, dict) and step.get("type") == "TemplateProcessing":
+                single = step.get("single") or []
+                special = [item.get("SpecialToken", {}).get("id") if isinstance(item, dict) else None for item in single]
+                return (special[0] if special else None), (special[-1] if len(special) > 1 else None)
+        return None, None
+
     def _post_processor_adds_bos(self) -> bool:
         if self._fast is None:
             return self._sp.bos_id() >= 0 and self.bos_id is not None
@@ -283,7 +309,10 @@ def _read_json(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise TokenizerError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path} holds a JSON {type(data).__name__}, not an object of settings",
+                             "re-download or re-convert the checkpoint")
+    return data
 
 
 def _token_text(value: object) -> str | None:

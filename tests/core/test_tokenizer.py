@@ -81,7 +81,8 @@ def test_special_token_policy_is_read_from_the_folder(char_folder: Path, tmp_pat
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": False,
                                                                 "add_eos_token": True}))
-    changed = Tokenizer(tmp_path)
+    with pytest.warns(UserWarning, match="contradicts tokenizer.json's post-processor"):  # it adds <s>, no </s>
+        changed = Tokenizer(tmp_path)
     assert not changed.add_bos and changed.add_eos
     assert changed.encode("ab") == [*tokenizer.encode("ab", add_special_tokens=False), changed.eos_id]
     assert "add_bos=False" in repr(changed)
@@ -97,3 +98,61 @@ def test_offsets_cover_the_characters_of_each_token(backend: str, sentencepiece_
     assert offsets == sorted(offsets) and all(0 <= s <= e <= len(text) for s, e in offsets)
     pst = ids.index(tokenizer.token_to_id("<PST>"))
     assert text[offsets[pst][0]:offsets[pst][1]] == "<PST>"
+
+
+EOS_TEMPLATE = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                           {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]},
+                                   "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}
+
+
+def _variant(char_folder: Path, folder: Path, config: dict | None, post_processor: dict | None = None) -> Path:
+    """`char_folder` with another tokenizer_config.json (None: none at all) and, if given, post-processor."""
+    folder.mkdir()
+    tokenizer = json.loads((char_folder / "tokenizer.json").read_text())
+    if post_processor is not None:
+        tokenizer["post_processor"] = post_processor
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["no tokenizer_config.json", "an empty one", "no bos_token", "no bos_token nor flag",
+                                  "an EOS template, no config", "an EOS template, no flags"])
+def test_where_the_config_is_silent_the_post_processor_decides_as_in_transformers(case: str, char_folder: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Without `bos_token` in tokenizer_config.json the BOS the template adds was dropped: other ids, other logits."""
+    import transformers
+
+    config = json.loads((char_folder / "tokenizer_config.json").read_text())
+    no_flags = {k: v for k, v in config.items() if k not in ("add_bos_token", "add_eos_token")}
+    config, template = {"no tokenizer_config.json": (None, None), "an empty one": ({}, None),
+                        "no bos_token": ({k: v for k, v in config.items() if k != "bos_token"}, None),
+                        "no bos_token nor flag": ({k: v for k, v in no_flags.items() if k != "bos_token"}, None),
+                        "an EOS template, no config": (None, EOS_TEMPLATE),
+                        "an EOS template, no flags": (no_flags, EOS_TEMPLATE)}[case]
+    folder = _variant(char_folder, tmp_path / "variant", config, template)
+    ours, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    assert ours.encode("ab")[0] == 1  # the template's <s>
+    for text in SAMPLES:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+
+
+def test_a_flag_that_contradicts_the_template_is_followed_and_said(char_folder: Path, tmp_path: Path) -> None:
+    config = {**json.loads((char_folder / "tokenizer_config.json").read_text()), "add_bos_token": False}
+    folder = _variant(char_folder, tmp_path / "variant", config)
+    with pytest.warns(UserWarning, match="add_bos_token=false contradicts tokenizer.json's post-processor"):
+        tokenizer = Tokenizer(folder)
+    assert not tokenizer.add_bos
+
+
+def test_a_config_that_is_not_an_object_is_an_error(char_folder: Path, tmp_path: Path) -> None:
+    from minidecoder.errors import TokenizerError
+
+    folder = _variant(char_folder, tmp_path / "variant", [])  # type: ignore[arg-type]
+    with pytest.raises(TokenizerError, match="holds a JSON list, not an object"):
+        Tokenizer(folder)
+
