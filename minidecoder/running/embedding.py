@@ -334,8 +334,8 @@ def nonfinite_hint(model) -> str:
 
 def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | None,
                    name_row: Callable[[int], str] | None = text_row) -> list[str]:
-    """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets). A warning names
-    the rows cut (`name_row`; None: no warning, the caller says it)."""
+    """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets), at most that many
+    as the cut text tokenizes. A warning names the rows cut (`name_row`; None: no warning, the caller says it)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
                          "e.g. truncate=512 keeps the first 512 tokens of each text")
@@ -343,7 +343,12 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
     for row, text in enumerate(texts):
         ids, offsets = tokenizer.encode_with_offsets(text)
         if len(ids) > max_tokens:
-            text = text[:offsets[max_tokens - 1][1]]
+            end = offsets[max_tokens - 1][1]
+            # A character split over byte tokens, or a word cut where BPE merges its start otherwise, can
+            # tokenize to more than max_tokens once cut: drop characters until it does not.
+            while end > 0 and len(tokenizer.encode(text[:end], add_special_tokens=False)) > max_tokens:
+                end -= 1
+            text = text[:end]
             cut[row] = len(ids)
         out.append(text)
     if report is not None:

@@ -156,3 +156,29 @@ def test_a_config_that_is_not_an_object_is_an_error(char_folder: Path, tmp_path:
     with pytest.raises(TokenizerError, match="holds a JSON list, not an object"):
         Tokenizer(folder)
 
+
+def _byte_level_folder(folder: Path) -> Path:
+    """A byte-level BPE tokenizer without merges (SmolLM2's and Qwen2's kind): a character of four UTF-8 bytes
+    is four tokens, each with the character's offsets."""
+    from tokenizers import Tokenizer as FastTokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tokenizer = FastTokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    folder.mkdir()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return folder
+
+
+def test_truncation_keeps_at_most_n_tokens_where_a_character_spans_several(tmp_path: Path) -> None:
+    """Cut at the end of token N's character, a character split over byte tokens came back whole: up to N + 3."""
+    from minidecoder.running.embedding import truncate_texts
+
+    tokenizer = Tokenizer(_byte_level_folder(tmp_path / "bytes"))
+    text = "🎸" * 20
+    assert len(tokenizer.encode(text, add_special_tokens=False)) == 80
+    for n in (10, 11, 13):
+        (cut,) = truncate_texts(tokenizer, [text], n, None, name_row=None)
+        assert n - 4 < len(tokenizer.encode(cut, add_special_tokens=False)) <= n and text.startswith(cut)
