@@ -16,6 +16,10 @@ configuration (`SentenceEncoder.configuration()`): model folder, method, options
 prompts (no weights: they stay where minidecoder keeps them), so `SentenceTransformer(saved_folder)`
 rebuilds the same module; a model changed in memory since it was loaded is refused, as the folder would
 not give it back.
+
+Prompts: a prompt sentence-transformers passes (`encode(prompt=...)`, or a `prompt_name` it finds in its own
+`SentenceTransformer(..., prompts=...)`) replaces the module's default prompt; with none, the module's
+`default_prompt_name` applies.
 """
 from __future__ import annotations
 
@@ -73,12 +77,13 @@ class MinidecoderModule(InputModule):
         return self.encoder.embedding_dim
 
     def preprocess(self, inputs: list[str], prompt: str | None = None, **kwargs: Any) -> dict[str, Any]:
-        texts = [prompt + text for text in inputs] if prompt else list(inputs)
-        return {"texts": texts}
+        # sentence-transformers' prompt (given, or its own default) replaces the module's default prompt, as an
+        # explicit prompt does in `SentenceEncoder.encode`; None leaves the module's default to apply
+        return {"texts": list(inputs), "prompt": prompt}
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        vectors = self.encoder.encode(features["texts"], batch_size=len(features["texts"]), convert_to_tensor=True,
-                                      show_progress_bar=False)  # (B, E) float32, CPU
+        vectors = self.encoder.encode(features["texts"], prompt=features.get("prompt"), convert_to_tensor=True,
+                                      batch_size=len(features["texts"]), show_progress_bar=False)  # (B, E), CPU
         features["sentence_embedding"] = vectors.to(self.encoder.model.device)
         return features
 

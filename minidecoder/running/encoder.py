@@ -148,8 +148,10 @@ class SentenceEncoder:
         single = not batch
         texts = [inputs] if single else [str(t) if isinstance(t, np.str_) else t for t in inputs]
         prompt = self._resolve_prompt(prompt, prompt_name)
-        if prompt:
-            texts = [prompt + text if isinstance(text, str) else text for text in texts]
+        if prompt:  # before the text, in a (context, text) pair too: the pair is the same input as `context=`
+            texts = [prompt + text if isinstance(text, str) else
+                     (text[0], prompt + text[1]) if isinstance(text, tuple) and len(text) == 2
+                     and isinstance(text[1], str) else text for text in texts]
         if show_progress_bar is None:
             show_progress_bar = logging.getLogger().getEffectiveLevel() in (logging.INFO, logging.DEBUG)
         from minidecoder.running.embedding import embed

@@ -153,3 +153,34 @@ def test_the_sentence_transformers_save_loads_no_second_model(sentence_transform
     monkeypatch.setattr(loading, "load_weights", second_model)
     sentence_transformer.save(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / "minidecoder_config.json").is_file()
+
+
+PROMPTS = {"query": "query: ", "doc": "passage: "}
+
+
+def test_a_prompt_goes_before_the_text_of_a_context_pair_too(tiny_llama: Path) -> None:
+    """A (context, text) pair is the input `context=` gives; its text lost the prompt, silently."""
+    encoder = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean", prompts=PROMPTS,
+                                          default_prompt_name="query")
+    pair = encoder.encode([("Find the topic.", TEXTS[0])], prompt="passage: ")
+    np.testing.assert_array_equal(pair, encoder.encode([TEXTS[0]], prompt="passage: ", context="Find the topic."))
+    assert np.abs(pair - encoder.encode([("Find the topic.", TEXTS[0])], prompt="")).max() > 1e-3
+    np.testing.assert_array_equal(encoder.encode([("Find the topic.", TEXTS[0])]),  # the default prompt
+                                  encoder.encode([TEXTS[0]], context="Find the topic."))
+
+
+def test_in_sentence_transformers_a_prompt_replaces_the_modules_default(tiny_llama: Path) -> None:
+    """The module's default prompt was put before sentence-transformers' own: "query: passage: text"."""
+    from sentence_transformers import SentenceTransformer
+
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    encoder = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean", prompts=PROMPTS,
+                                          default_prompt_name="query")
+    plain = SentenceTransformer(modules=[MinidecoderModule(encoder)], device="cpu")
+    named = SentenceTransformer(modules=[MinidecoderModule(encoder)], device="cpu", prompts=PROMPTS,
+                                default_prompt_name="query")
+    for model in (plain, named):
+        for options in ({}, {"prompt": "passage: "}, {"prompt": ""}):
+            _same(model.encode(TEXTS, show_progress_bar=False, **options), encoder.encode(TEXTS, **options))
+    _same(named.encode(TEXTS, prompt_name="doc", show_progress_bar=False), encoder.encode(TEXTS, prompt_name="doc"))
