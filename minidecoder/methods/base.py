@@ -162,9 +162,12 @@ def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, A
             options = dict(options)
             if check_bool(options.pop(switch), f"method {name!r} option {switch}"):
                 return build_from(methods, other, options)
-            own = {f.name for f in dataclasses.fields(cls)}  # `cp tp=false start=1`: the extension's options unused
-            options = {key: value for key, value in options.items()
-                       if key in own or key not in {f.name for f in dataclasses.fields(methods[other])}}
+            # `cp tp=false start=1` (a sweep's `--grid tp=false,true`): the extension's options are unused, but
+            # checked as the extension checks them, so that a mistyped one is never passed over in silence
+            own, theirs = ({f.name for f in dataclasses.fields(c)} for c in (cls, methods[other]))
+            if set(options) <= own | theirs:  # an option of neither is named below, as this method's
+                build_from(methods, other, options)
+            options = {key: value for key, value in options.items() if key in own or key not in theirs}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:

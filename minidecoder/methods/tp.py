@@ -174,6 +174,10 @@ class TP(Method):
             raise InputError(f"TP range [{self.start}, {self.end}) reaches past the output layer "
                              f"{self.output_layer(model)} (blocks 0..{output_index - 1} run)",
                              "lower `end` or raise `layer`")
+        if self.resume_at is not None and self.resume_at >= output_index:  # it would copy before no block that runs
+            raise InputError(f"resume_at {self.resume_at} is past the last block that runs: the output layer is "
+                             f"{self.output_layer(model)} (blocks 0..{output_index - 1} run), so it changes nothing",
+                             f"give resume_at below {output_index}, or raise `layer`")
 
 
 # ---- pooling=mean: an experiment of another paper (HTP Table 1's "TP w. Mean") -----------------------------

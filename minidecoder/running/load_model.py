@@ -43,9 +43,11 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
     from minidecoder.core.tokenizer import MissingTokenizer, Tokenizer
     from minidecoder.sources.resolve import resolve_source
 
+    ignore_config_keys = _check_switches(ignore_config_keys, compile=compile, pack_weights=pack_weights,
+                                         check_finite=check_finite, graphs=graphs, buckets=buckets, fused=fused)
     device = check_device(device)  # first: before a download, and never blamed on the weights later
     folder = resolve_source(source, progress=progress)
-    config = load_config(folder, ignore_keys=tuple(ignore_config_keys))
+    config = load_config(folder, ignore_keys=ignore_config_keys)
     model = load_weights(config, folder, resolve_dtype(dtype), device, check_finite=check_finite)
     if not MissingTokenizer.present(folder):
         import warnings
@@ -82,6 +84,21 @@ def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32",
         from minidecoder.fast.fused import merge_projections
         merge_projections(model)
     return model
+
+
+def _check_switches(ignore_config_keys, **switches) -> tuple[str, ...]:
+    """Each switch a bool (buckets and fused may be None: decided by device), so that compile="false" never turns a
+    path on; and the config keys a list of strings (a string alone would be read as its characters)."""
+    for name, value in switches.items():
+        if not isinstance(value, bool) and not (value is None and name in ("buckets", "fused")):
+            raise InputError(f"load({name}={value!r}): {name} is True or False"
+                             + (" (or None: the device decides)" if name in ("buckets", "fused") else ""),
+                             f"e.g. minidecoder.load(..., {name}=True)")
+    if isinstance(ignore_config_keys, (str, bytes)) or not hasattr(ignore_config_keys, "__iter__") \
+            or not all(isinstance(key, str) for key in ignore_config_keys):
+        raise InputError(f"load(ignore_config_keys={ignore_config_keys!r}) is not a list of config.json keys",
+                         "e.g. minidecoder.load(..., ignore_config_keys=['rope_scaling'])")
+    return tuple(ignore_config_keys)
 
 
 def check_device(device: str | torch.device) -> torch.device:

@@ -260,3 +260,13 @@ def test_gguf_of_an_unsupported_architecture_or_quantization(tmp_path: Path) -> 
 def test_unknown_device_is_named_before_any_file_is_read(folder: Path, device: str) -> None:
     with pytest.raises(MinidecoderError, match=re.escape(f"device {device!r} is not one minidecoder runs on")):
         minidecoder.load(folder, device=device, progress=False)
+
+
+@pytest.mark.parametrize("option, value", [("compile", "false"), ("pack_weights", "no"), ("graphs", 1),
+                                           ("fused", "0"), ("buckets", "true"), ("check_finite", None),
+                                           ("ignore_config_keys", "rope_scaling"), ("ignore_config_keys", 5)])
+def test_load_switches_of_another_type_are_refused(folder: Path, option: str, value) -> None:
+    """compile="false" turned the path on (bool("false") is True); a key list given as one string was read as
+    its characters, and an integer raised a bare TypeError."""
+    with pytest.raises(MinidecoderError, match=rf"load\({option}="):
+        minidecoder.load(folder, progress=False, **{option: value})

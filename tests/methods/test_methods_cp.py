@@ -295,5 +295,9 @@ def test_cp_keeps_its_papers_options_and_tp_true_is_the_composite_method() -> No
         "tp_aux": False}
     assert build_method("cp+tp", **both.option_values()).describe() == both.describe()  # its stamp rebuilds it
     assert build_method("cp", tp=False, start=3).describe() == build_method("cp").describe()  # TP's options unused
+    with pytest.raises(InputError, match="unknown pst_init 'nonsense'"):  # ... but checked, never passed over
+        build_method("cp", tp=False, pst_init="nonsense")
+    with pytest.raises(InputError, match=r"method 'cp' has no option\(s\) \['foo'\]"):
+        build_method("cp", tp=False, foo=1)
     with pytest.raises(InputError, match="tp 'yes' is not true or false"):
         build_method("cp", tp="yes")

@@ -279,6 +279,7 @@ def test_placeholder_is_one_token_and_text_around_it_tokenizes_as_transformers()
     (dict(layer=7, start=1, end=2), "outside this model's hidden states"),
     (dict(layer=-3, start=1, end=3), "past the output layer"),
     (dict(layer=-1, start=1, end=2, resume_at=1), "resume_at"),
+    (dict(layer=-3, start=1, end=2, resume_at=2), "resume_at 2 is past the last block that runs"),  # copied before none
     (dict(layer=-2, start=-1, end=2), "start <= end"),
 ])
 def test_out_of_range_layers_are_clear_input_errors(options: dict, words: str) -> None:
