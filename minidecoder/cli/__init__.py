@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 
 from minidecoder.errors import MinidecoderError
 
@@ -86,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     previous = _catch_sigterm()
     try:
         args = parser.parse_args(argv)
-        status = int(args.run(args) or 0)
+        python_format, warnings.formatwarning = warnings.formatwarning, _format_warning
+        try:
+            status = int(args.run(args) or 0)
+        finally:
+            warnings.formatwarning = python_format
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
         return status
     except MinidecoderError as error:
@@ -106,6 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning of minidecoder's own (a UserWarning: rows cut by --truncate, a fast path turned off) as one
+    line that names the command, not as a source line; any other category as Python writes it. (The format,
+    not the display: whoever records warnings, a test or a caller, still receives them.)"""
+    if category is UserWarning:
+        return f"minidecoder: warning: {message}\n"
+    return _python_format_warning(message, category, filename, lineno, line)
+
+
+_python_format_warning = warnings.formatwarning
 
 
 def _ignore_ctrl_c() -> None:

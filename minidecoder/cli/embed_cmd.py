@@ -81,13 +81,13 @@ def methods_help() -> str:
 def check_output(path: Path, overwrite: bool) -> None:
     from minidecoder.output_files import check_writable_folder
 
-    if path.suffix.lower() not in OUTPUT_SUFFIXES:
+    if path.suffix not in OUTPUT_SUFFIXES:  # the writers choose the format by this suffix, in lower case
         raise InputError(f"--output {path} has suffix {path.suffix or '(none)'!r}; the format is chosen by suffix",
-                         "name the output FILE.npy or FILE.safetensors")
+                         "name the output FILE.npy or FILE.safetensors (in lower case)")
     if path.exists() and path.is_dir():
         raise InputError(f"--output {path} is a directory", "give a file name ending in .npy or .safetensors")
     sidecar = path.with_name(path.name + ".json")
-    for taken in (path, sidecar) if path.suffix.lower() == ".npy" else (path,):
+    for taken in (path, sidecar) if path.suffix == ".npy" else (path,):
         if taken.exists() and not overwrite:
             raise InputError(f"--output {path}: {taken} already exists",
                              "pass --overwrite to replace it, or choose another name")
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         check_context(args.context, "every text (--context)")
         if not method.takes_context:
             raise InputError(f"--context: method {method.name!r} takes no context", "leave --context out")
-    scan_input(Path(args.input))  # every line checked, streamed, before the model loads
+    scan_input(Path(args.input), args.context)  # every line checked, streamed, before the model loads
     with claim_cli_outputs(args, job_outputs(output), [Path(args.input)]):  # another run on them: named now
         return _embed(args, method, output)
 

@@ -120,3 +120,30 @@ def test_help_lists_every_method_and_option(capsys: pytest.CaptureFixture) -> No
             default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
             assert f"{field.name} = {json.dumps(default)}" in out, (name, field.name)
             assert field.metadata["help"] in out
+
+
+def test_an_upper_case_suffix_is_refused_before_the_model_loads(tmp_path: Path, capsys) -> None:
+    """The writers choose the format by the suffix in lower case; `OUT.NPY` passed the command's check and was
+    refused by the job's only after the model loaded."""
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    assert main(["embed", "--model", str(tmp_path / "no-model-here"), "--method", "mean", "--input", str(source),
+                 "--output", str(tmp_path / "OUT.NPY")]) == 2
+    assert "--output" in capsys.readouterr().err.split("has suffix '.NPY'")[0]
+
+
+def test_a_warning_is_one_line_naming_the_command(tiny: Path, tmp_path: Path) -> None:
+    """--truncate's cuts are said as `minidecoder: warning: ...`, not as Python's source-line warning (in a
+    process of its own: pytest records warnings instead of writing them)."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "in.txt"
+    source.write_text("short\n" + "y" * 40 + "\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "minidecoder", "embed", "--model", str(tiny), "--no-progress",
+                          "--method", "mean", "--input", str(source), "--output", str(tmp_path / "o.npy"),
+                          "--truncate", "10"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    err = run.stderr
+    assert f"minidecoder: warning: truncate=10: 1 of 2 texts were cut to their first 10 tokens ({source} line 2)" in err
+    assert "UserWarning" not in err
