@@ -6,6 +6,7 @@ import argparse
 
 from minidecoder import generate
 from minidecoder.running.command_line import add_model_options, load_model
+from minidecoder.running.generation import continuation_text
 from minidecoder.cli.logits_cmd import top_next_tokens
 
 SENTENCES = [
@@ -35,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\ntop next tokens after {args.prompt!r}:")
     for token, prob in top_next_tokens(model, args.prompt, 5):
         print(f"  {prob:7.2%}  {token!r}")
-    new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=12)
-    continuation = args.prompt + model.tokenizer.decode(new, skip_special_tokens=True)
+    prompt = model.tokenizer.encode(args.prompt)
+    new = generate(model, prompt, max_new_tokens=12)
+    continuation = args.prompt + continuation_text(model.tokenizer, prompt, new)
     print(f"\ngreedy continuation: {continuation!r}")
     vectors = minidecoder.embed(model, SENTENCES, args.method)
     vectors = torch.nn.functional.normalize(vectors, dim=-1)

@@ -10,6 +10,7 @@ import argparse
 
 from minidecoder import generate
 from minidecoder.running.command_line import add_model_options, load_model
+from minidecoder.running.generation import continuation_text
 from minidecoder.errors import InputError
 
 
@@ -36,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--max-new-tokens {args.max_new_tokens} must be 0 or more", "e.g. --max-new-tokens 32")
     model = load_model(args)
     if args.chat is None:
-        new = generate(model, model.tokenizer.encode(args.prompt), max_new_tokens=args.max_new_tokens)
-        print(args.prompt + model.tokenizer.decode(new, skip_special_tokens=True))
+        prompt = model.tokenizer.encode(args.prompt)
+        new = generate(model, prompt, max_new_tokens=args.max_new_tokens)
+        print(args.prompt + continuation_text(model.tokenizer, prompt, new))
         return 0
     messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) \
         + [{"role": "user", "content": args.chat}]

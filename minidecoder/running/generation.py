@@ -123,3 +123,12 @@ def _eos_ids(model) -> set[int]:
     if model.tokenizer is not None and model.tokenizer.eos_id is not None:
         found.add(model.tokenizer.eos_id)
     return found
+
+
+def continuation_text(tokenizer, prompt: list[int], new: list[int]) -> str:
+    """The text `new` adds after `prompt`, read off the decoding of both together: decoded alone, the first new
+    token of a SentencePiece tokenizer loses its leading space (its decoder strips the text's first one), so
+    "the" + " the the" printed as "thethe the"."""
+    whole = tokenizer.decode(prompt + new, skip_special_tokens=True)
+    head = tokenizer.decode(prompt, skip_special_tokens=True)
+    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)

@@ -179,3 +179,25 @@ def test_one_prompt_in_any_of_its_shapes_gives_the_same_tokens() -> None:
     want = minidecoder.generate(model, ids[0].tolist(), max_new_tokens=5, stop_at_eos=False)
     for given in (ids, ids[0], [ids[0].tolist()], tuple(ids[0].tolist()), list(np.array(ids[0].tolist()))):
         assert minidecoder.generate(model, given, max_new_tokens=5, stop_at_eos=False) == want
+
+
+def test_the_continuation_keeps_the_space_a_sentencepiece_decoder_strips(tmp_path) -> None:
+    """Llama-2 / Mistral tokenizer.json decoders strip the first space of a text; decoded alone, the new ids
+    lost it, so `minidecoder generate "the"` printed "thethe the"."""
+    import json
+
+    from tokenizers import Tokenizer as FastTokenizer, decoders, models, pre_tokenizers
+
+    from minidecoder.core.tokenizer import Tokenizer
+    from minidecoder.running.generation import continuation_text
+
+    fast = FastTokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2, "▁the": 3, "▁cat": 4}, unk_token="<unk>"))
+    fast.pre_tokenizer = pre_tokenizers.Metaspace()
+    fast.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    fast.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>",
+                                                                "add_bos_token": True}))
+    tokenizer = Tokenizer(tmp_path)
+    prompt = tokenizer.encode("the")
+    assert tokenizer.decode([3, 4], skip_special_tokens=True) == "the cat"  # alone: the first space stripped
+    assert "the" + continuation_text(tokenizer, prompt, [3, 4]) == "the the cat"
