@@ -32,17 +32,26 @@ from mteb.models import ModelMeta
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
-from minidecoder.running.encoder import SentenceEncoder
+from minidecoder.running.encoder import SentenceEncoder, refuse_settings_beside_an_encoder
 from minidecoder.sources.checksums import sources_sha256
 
 
 class MtebEncoder(AbsEncoder):
-    """MTEB's encoder protocol around a `SentenceEncoder`; arguments as `SentenceEncoder`'s, or pass one
-    (`MtebEncoder(encoder)`)."""
+    """MTEB's encoder protocol around a `SentenceEncoder`; arguments as `SentenceEncoder`'s (method default
+    "prompteol"), or pass one (`MtebEncoder(encoder)`), which comes with its own method and options.
 
-    def __init__(self, model: Any = None, method: Any = "prompteol", *, batch_size: int = 32, **kwargs: Any) -> None:
-        self.encoder = model if isinstance(model, SentenceEncoder) else SentenceEncoder(model, method, **kwargs)
+    The encoder's `prompts` are picked by MTEB's rules, as its sentence-transformers wrapper picks them: the
+    task's name or type, with or without the prompt type, then the prompt type alone ("query", "document");
+    where none is named, the encoder's default prompt applies."""
+
+    def __init__(self, model: Any = None, method: Any = None, *, batch_size: int = 32, **kwargs: Any) -> None:
+        if isinstance(model, SentenceEncoder):
+            refuse_settings_beside_an_encoder("MtebEncoder", method=method, **kwargs)
+            self.encoder = model
+        else:
+            self.encoder = SentenceEncoder(model, "prompteol" if method is None else method, **kwargs)
         self.model = self.encoder  # AbsEncoder's convention: `model` is the wrapped model
+        self.model_prompts = dict(self.encoder.prompts)  # AbsEncoder's: what `get_prompt_name` picks from
         self.batch_size = batch_size
         self.mteb_model_meta = model_meta(self.encoder)
 
@@ -50,8 +59,18 @@ class MtebEncoder(AbsEncoder):
                **kwargs: Any) -> np.ndarray:
         """(N, E) float32 for every text of MTEB's DataLoader, in its order."""
         texts = [text for batch in inputs for text in batch["text"]]
+        name = self._prompt_name(task_metadata, prompt_type)
         return self.encoder.encode(texts, batch_size=kwargs.get("batch_size", self.batch_size),
-                                   show_progress_bar=kwargs.get("show_progress_bar", False))
+                                   show_progress_bar=kwargs.get("show_progress_bar", False),
+                                   **({"prompt_name": name} if name is not None else {}))
+
+    def _prompt_name(self, task_metadata, prompt_type) -> str | None:
+        if not self.model_prompts:
+            return None
+        if task_metadata is None:  # called outside an MTEB task: the prompt type alone
+            value = getattr(prompt_type, "value", None)
+            return value if value in self.model_prompts else None
+        return self.get_prompt_name(task_metadata, prompt_type)
 
 
 def model_meta(encoder: SentenceEncoder) -> ModelMeta:

@@ -28,25 +28,29 @@ from typing import Any
 from sentence_transformers.base.modules.input_module import InputModule
 
 from minidecoder.errors import InputError
-from minidecoder.running.encoder import SentenceEncoder, tensors_sha256
+from minidecoder.running.encoder import SentenceEncoder, refuse_settings_beside_an_encoder, tensors_sha256
 
 
 class MinidecoderModule(InputModule):
-    """One minidecoder method on one model; arguments as `SentenceEncoder`'s (or pass a SentenceEncoder)."""
+    """One minidecoder method on one model; arguments as `SentenceEncoder`'s (method default "prompteol", dtype
+    "float32"), or pass a SentenceEncoder, which comes with its own method and options."""
 
     config_keys = ["model", "method", "options", "dtype", "truncate", "prompts", "default_prompt_name"]
     config_file_name = "minidecoder_config.json"
 
-    def __init__(self, model: Any = None, method: Any = "prompteol", options: dict | None = None, *,
-                 dtype: str = "float32", truncate: int | None = None, prompts: dict[str, str] | None = None,
+    def __init__(self, model: Any = None, method: Any = None, options: dict | None = None, *,
+                 dtype: str | None = None, truncate: int | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, **method_options: Any) -> None:
         super().__init__()
-        options = {**(options or {}), **method_options}
         if isinstance(model, SentenceEncoder):
+            refuse_settings_beside_an_encoder("MinidecoderModule", method=method, options=options, dtype=dtype,
+                                              truncate=truncate, prompts=prompts,
+                                              default_prompt_name=default_prompt_name, **method_options)
             encoder = model
         else:
-            encoder = SentenceEncoder(model, method, dtype=dtype, truncate=truncate, prompts=prompts,
-                                      default_prompt_name=default_prompt_name, **options)
+            encoder = SentenceEncoder(model, "prompteol" if method is None else method, dtype=dtype or "float32",
+                                      truncate=truncate, prompts=prompts, default_prompt_name=default_prompt_name,
+                                      **{**(options or {}), **method_options})
         self.encoder = encoder
         # A registered submodule, so that SentenceTransformer.device and .eval() see the weights.
         self.decoder = encoder.model

@@ -280,3 +280,14 @@ def _as_matrix(x: Any) -> torch.Tensor:
         x = torch.stack(x)
     x = torch.as_tensor(x, dtype=torch.float32)
     return x.unsqueeze(0) if x.dim() == 1 else x  # (N, E)
+
+
+def refuse_settings_beside_an_encoder(wrapper: str, **given: Any) -> None:
+    """A `SentenceEncoder` comes with its method and options: settings given beside it would be ignored."""
+    named = sorted(key for key, value in given.items() if value is not None and value != {})
+    if named:
+        raise InputError(f"{wrapper}(encoder, ...) was given {', '.join(named)} beside a SentenceEncoder, which "
+                         "comes with its own method and options: they would be ignored",
+                         f"give them to SentenceEncoder(...), or pass the model instead of an encoder: "
+                         f"{wrapper}(model, method, ...)")
+

@@ -65,3 +65,38 @@ def test_mteb_sts_evaluator_equals_harness(tiny_llama: Path, model, method: str,
     assert (30 if model is None else 1) < abs(harness["score"]) < 100  # not a degenerate score
     assert abs(100 * scores["cosine_spearman"] - harness["score"]) < 0.01
     assert scores["main_score"] == scores["cosine_spearman"]
+
+
+def test_the_encoders_prompts_are_picked_by_mtebs_rules(tiny_llama: Path):
+    """`prompts` changed MTEB's cache key but were never applied: queries and documents got the same vectors."""
+    import numpy as np
+    from mteb.types import PromptType
+
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    texts = ["what is a cat?", "dogs bark"]
+    prompts = {"query": "query: ", "document": "passage: ", "STS": "Same meaning: "}
+    wrapped = MtebEncoder(minidecoder.load(tiny_llama), "mean", prompts=prompts)
+    batches = [{"text": texts}]
+    for prompt_type, name in ((PromptType.query, "query"), (PromptType.document, "document")):
+        np.testing.assert_array_equal(wrapped.encode(batches, prompt_type=prompt_type),
+                                      wrapped.encoder.encode(texts, prompt_name=name))
+    task = local_stsb_task([["", "", "", "", "3", "a b", "c d"]] * 2).metadata
+    np.testing.assert_array_equal(wrapped.encode(batches, task_metadata=task),  # the task type's prompt
+                                  wrapped.encoder.encode(texts, prompt_name="STS"))
+    np.testing.assert_array_equal(MtebEncoder(wrapped.encoder.model, "mean").encode(batches), wrapped.encoder.encode(
+        texts, prompt=""))  # no prompts: none
+
+
+def test_settings_beside_an_encoder_are_refused(tiny_llama: Path):
+    """`MtebEncoder(encoder, "tp", layer=2)` ran the encoder's own method and options, silently."""
+    from minidecoder.errors import InputError
+    from minidecoder.integrations.mteb import MtebEncoder
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    encoder = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean")
+    with pytest.raises(InputError, match=r"MtebEncoder\(encoder, ...\) was given layer, method beside"):
+        MtebEncoder(encoder, "tp", layer=2)
+    with pytest.raises(InputError, match=r"MinidecoderModule\(encoder, ...\) was given dtype, truncate beside"):
+        MinidecoderModule(encoder, dtype="bfloat16", truncate=5)
+    assert MtebEncoder(encoder).encoder is encoder and MinidecoderModule(encoder, options={}).encoder is encoder
