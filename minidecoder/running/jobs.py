@@ -177,8 +177,13 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
         raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
     output = work / "embeddings.npy"
-    summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
-                                progress=progress, overwrite=True, truncate=truncate)
+    with warnings.catch_warnings():  # the job names rows by lines of its own file, which tell a caller nothing
+        warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
+        summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
+                                    progress=progress, overwrite=True, truncate=truncate)
+    if summary["truncated_rows"]:
+        warnings.warn(f"truncate={truncate}: {summary['truncated_rows']} of {len(texts)} texts were cut to their first "
+                      f"{truncate} tokens", stacklevel=2)
     vectors = torch.from_numpy(np.load(output))  # (N, E)
     shutil.rmtree(work, ignore_errors=True)
     return vectors, summary

@@ -236,6 +236,17 @@ def test_a_text_past_the_context_in_a_later_chunk_is_named_by_its_line_before_an
         assert run_embedding_job(model, method, source, output, chunk_size=2, truncate=fits)["rows"] == 7
 
 
+def test_an_eval_jobs_cuts_are_counted_without_its_own_files_lines(model, tmp_path: Path) -> None:
+    """embed_resumably (the eval commands' job) writes its texts to a file of its own: a warning naming that
+    file's lines would tell the user nothing, so it says how many texts were cut."""
+    from minidecoder.running.jobs import embed_resumably
+
+    with pytest.warns(UserWarning) as said:
+        vectors, summary = embed_resumably(model, "mean", ["short", "y" * 40, "z" * 30], tmp_path / "work", truncate=10)
+    assert vectors.shape == (3, 32) and summary["truncated_rows"] == 2
+    assert [str(w.message) for w in said] == ["truncate=10: 2 of 3 texts were cut to their first 10 tokens"]
+
+
 def test_a_row_with_its_own_context_and_a_context_for_every_row_is_named_at_the_scan(model, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "a b"}\n{"text": "c d", "context": "Q"}\n', encoding="utf-8")
