@@ -82,9 +82,13 @@ def load_classification_set(name: str, data_dir: str | Path | None = None, limit
     if name == "Banking77":
         labels_path = require_file(root / name / "categories.json", "Banking77 label list")
         try:
-            labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
+            labels = json.loads(labels_path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as error:
             raise InputError(f"{labels_path} is not a JSON list of labels ({error})", "restore the file") from None
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise InputError(f"{labels_path} holds a JSON {type(labels).__name__}, not a list of label names",
+                             "restore the file")
+        labels = tuple(labels)
         paths = {split: root / name / f"{split}.csv" for split in ("train", "test")}
         reader = _read_csv
     else:
@@ -120,12 +124,15 @@ def _text(path: Path, line: int, text: str) -> str:
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, str]]]:
     """Banking77's `text,category` CSV: texts, and (line, label) pairs."""
     texts, labels = [], []
-    rows = csv.reader(io.StringIO("\n".join(line for _, line in numbered_lines(path))))
+    numbered = list(numbered_lines(path))  # blank lines left out: the reader's line k is the file's numbers[k - 1]
+    numbers = [number for number, _ in numbered]
+    rows = csv.reader(io.StringIO("\n".join(line for _, line in numbered)))
     header = next(rows, None)
     if header != ["text", "category"]:
-        raise InputError(f"{path} line 1 is {header!r}, not the header text,category", "restore the original file")
+        raise InputError(f"{path} line {numbers[0] if numbers else 1} is {header!r}, not the header text,category",
+                         "restore the original file")
     for row in rows:
-        line = rows.line_num
+        line = numbers[rows.line_num - 1]
         if len(row) != 2:
             raise InputError(f"{path} line {line} does not parse as `text,category` ({len(row)} fields)",
                              "quote a text holding a comma, as the original file does")

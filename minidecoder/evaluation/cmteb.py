@@ -102,6 +102,10 @@ def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | No
     limit = limit_that_cut(limit, [len(labels)])
     if limit is not None:
         first, second, labels = first[:limit], second[:limit], labels[:limit]
+    if len(labels) < 2:  # mteb's pair classification reads a split of one row as its own batched format, and fails
+        raise InputError(f"{path}: " + (f"--limit {limit} keeps" if limit is not None else "it holds") + " one scored "
+                         "pair; a score needs at least two", "use a --limit of 2 or more" if limit is not None
+                         else "restore the file")
     if bounds is not None and len(set(labels)) == 1:  # mteb's Spearman against a constant is nan, said nowhere
         cut = f"the first {limit} of " if limit is not None else ""
         raise InputError(f"{path}: {cut}its pairs all have the label {labels[0]:g}, so their Spearman correlation "

@@ -88,6 +88,10 @@ def load_beir_set(name: str, data_dir: str | Path | None = None, split: str = "t
                          "or point --data at the folder that holds it")
     paths = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl",
              "qrels": folder / "qrels" / f"{split}.tsv"}
+    if not paths["qrels"].exists() and (folder / "qrels").is_dir():  # a split this set does not have: name --split
+        splits = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
+        raise InputError(f"BEIR set {name!r} has no {split!r} split (no {paths['qrels']})",
+                         f"choose --split {' or '.join(splits) or '(none there)'}")
     for what, path in paths.items():
         require_file(path, f"BEIR {what} file")
     qrels = read_qrels(paths["qrels"])

@@ -1,0 +1,87 @@
+"""What the eval families say of edited data, and of a resume with other settings (docs/reliability.md rows
+67-71): a label list of another JSON type, a line number past a blank line, a C-MTEB set of one pair, a BEIR
+split that does not exist, and a refused resume that rewrote the kept work's owner record. Each test fails on
+the code before its fix."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minidecoder.errors import InputError
+from minidecoder.evaluation.classification import load_classification_set
+from minidecoder.evaluation.cmteb import load_pair_set
+from minidecoder.evaluation.retrieval import load_beir_set
+from cli_runner import cli
+from test_cmteb import write_cmteb
+from test_reliability_round5_data import NO_MODEL, write_banking
+from test_retrieval import write_beir
+
+
+@pytest.mark.parametrize("content, kind", [("77", "int"), ('"abc"', "str"), ('{"age_limit": 1}', "dict")])
+def test_a_label_list_of_another_json_type_is_named_before_the_model_loads(tmp_path, capsys, content, kind) -> None:
+    """77 ended in a TypeError traceback; a string was read as its letters, an object as its keys."""
+    folder = write_banking(tmp_path / "mteb")
+    (folder / "Banking77" / "categories.json").write_text(content)
+    with pytest.raises(InputError, match=f"categories.json holds a JSON {kind}, not a list of label names"):
+        load_classification_set("Banking77", folder)
+    code, err = cli(capsys, "eval", "classification", "--method", "mean", "--tasks", "Banking77", "--data",
+                    str(folder), "--output", str(tmp_path / "out"), "--model", NO_MODEL)
+    assert code == 2 and "not a list of label names" in err and "Traceback" not in err, err
+
+
+def test_a_banking77_line_past_a_blank_line_is_named_by_its_own_number(tmp_path) -> None:
+    folder = write_banking(tmp_path / "mteb", "text,category\nhow old must i be,age_limit\n\nwhere is it,no_such\n")
+    with pytest.raises(InputError, match=r"test\.csv line 4: label 'no_such' is not one"):  # was line 3
+        load_classification_set("Banking77", folder)
+
+
+def test_a_cmteb_set_of_one_pair_is_refused_before_the_model_loads(tmp_path, capsys) -> None:
+    """mteb's pair classification reads a split of one row as its batched format and failed in pyarrow."""
+    folder = write_cmteb(tmp_path / "cmteb")
+    with pytest.raises(InputError, match=r"--limit 1 keeps one scored pair; a score needs at least two"):
+        load_pair_set("Ocnli", folder, limit=1)
+    code, err = cli(capsys, "eval", "cmteb", "--method", "mean", "--tasks", "Ocnli", "--limit", "1", "--data",
+                    str(folder), "--output", str(tmp_path / "out"), "--model", NO_MODEL)
+    assert code == 2 and "a score needs at least two" in err, err
+
+
+def test_a_beir_split_that_does_not_exist_names_split_and_the_ones_there(tmp_path) -> None:
+    folder = write_beir(tmp_path / "beir")
+    with pytest.raises(InputError, match="BEIR set 'toy' has no 'dev' split") as error:
+        load_beir_set("toy", folder, split="dev")
+    assert error.value.fix == "choose --split test"
+
+
+def test_a_refused_resume_keeps_the_record_of_the_command_that_made_the_work(tiny_llama: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    """A sweep resumed with other --layers was refused after the model loaded, by job fields, and rewrote the
+    kept work's owner record: the next refusal advised a command (the refused one) that cannot resume it."""
+    from repo_paths import SHARED
+
+    data = SHARED / "data" / "sts"
+    if not (data / "STSBenchmark" / "sts-dev.csv").is_file():
+        pytest.skip("STS data not found")
+    prefix = tmp_path / "s"
+    argv = ["sweep", "--model", str(tiny_llama), "--method", "prompteol", "--limit", "200", "--batch-size", "8",
+            "--data", str(data), "--no-progress", "--output", str(prefix)]
+    run = subprocess.Popen([sys.executable, "-m", "minidecoder", *argv, "--layers", "all"], stderr=subprocess.PIPE,
+                           text=True)
+    work = tmp_path / ".s.json.partial"
+    deadline = time.monotonic() + 120
+    while not list(work.rglob("chunk-*.npy")) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    run.communicate(timeout=120)
+    if not list(work.rglob("chunk-*.npy")):
+        pytest.skip("the sweep finished before it could be interrupted")
+    made_it = json.loads((work / "owner.json").read_text())["command_line"]
+    assert "--layers all" in made_it
+    code, err = cli(capsys, *argv, "--layers", "1,2", "--model", NO_MODEL)  # refused by flag, before the model loads
+    assert code == 2 and "--layers was 'all', now '1,2'" in err, err
+    assert json.loads((work / "owner.json").read_text())["command_line"] == made_it
