@@ -34,6 +34,9 @@ from minidecoder.errors import InputError, Interrupted, OutputError
 # Ctrl-C before the sweep's first batch started (_sweep says more once it has)
 SWEEP_FLAGS = ("model", "method", "layers", "tp_end", "cp_steer", "cp_alpha", "data", "limit", "dtype", "device",
                "batch_size")  # the stamp's command line, in this order
+# the flags that choose what a kept batch holds (the texts and the grid), recorded with the kept work so that a
+# resume with another value is refused by its flag before the model loads
+INPUT_FLAGS = ("--data", "--limit", "--layers", "--tp-end", "--cp-steer", "--cp-alpha", "--grid")
 OWNER = "minidecoder sweep"  # of the kept-work folder `.PREFIX.json.partial/` (running.jobs.owned_work_folder)
 INTERRUPTED = ("interrupted before any batch of the sweep was computed; nothing new was kept; run the same command "
                "again (with the same --output, it resumes from batches an earlier run kept)")
@@ -158,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else default_prefix("sweep", args.model, args.method)
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
-    check_work_owner(work_folder(prefix), OWNER, resume_settings(args, ("--limit",)))  # never taken over; by flag
+    check_work_owner(work_folder(prefix), OWNER, resume_settings(args, INPUT_FLAGS))  # never taken over; by flag
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     refuse_empty_sentences([dev], method)
     figures = figure_paths(args, prefix)
@@ -195,7 +198,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     }
     try:
         with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
-                               resume_settings(args, ("--limit",))):
+                               resume_settings(args, INPUT_FLAGS)):
             result = sweep_sts(model, method, axes, batch_size=args.batch_size, progress=not args.no_progress,
                                dev=dev, work=work)
     except JobInterrupted as stop:

@@ -514,8 +514,9 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
         shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
     try:
         work.mkdir(parents=True, exist_ok=True)
-        write_kept(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
-                                                 "settings": settings}, sort_keys=True).encode("utf-8"))
+        if not holds_kept_work(work):  # kept work keeps the record of the command that made it, which resumes it
+            write_kept(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
+                                                     "settings": settings}, sort_keys=True).encode("utf-8"))
     except OSError as error:
         raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
