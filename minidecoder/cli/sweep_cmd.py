@@ -178,12 +178,12 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.sweep import sweep_markdown, write_sweep_report
     from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
-    from minidecoder.evaluation.family import check_texts_fit
+    from minidecoder.running.embedding import check_texts_fit
     from minidecoder.evaluation.sts import unique_sentences
 
     fixed = set(parse_options(args.opt))
     model = load_model(args)
-    check_texts_fit(model, method, unique_sentences([dev]), "an STS sentence", None, truncate_flag=None)
+    check_texts_fit(model, method, unique_sentences([dev]), lambda row: "an STS sentence", truncate_flag=None)
     axes = build_axes(args, model.num_layers)
     clash = sorted(fixed & set(axes))
     if clash:

@@ -53,6 +53,7 @@ from tqdm import tqdm
 from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
                                              check_sizes, claim_cli_outputs, default_prefix, first_interrupted,
                                              load_model, model_stamp, parse_options, resume_settings)
+from minidecoder.running.embedding import check_texts_fit
 from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file
 
 
@@ -221,7 +222,7 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     jobs = [(name, method, [text for text in texts if (text in wanted if wanted is not None else text not in chosen)])
             for name, method, wanted in sides]
     for _, method, side in jobs:
-        check_texts_fit(model, method, side, f"a text of the {family.name} data", args.truncate)
+        check_texts_fit(model, method, side, lambda row: f"a text of the {family.name} data", args.truncate)
     row = {text: i for i, text in enumerate(text for *_, side in jobs for text in side)}
     job: dict = {}
 
@@ -301,20 +302,6 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
                            "texts_cut": int(summary.get("truncated_rows", 0) or 0),
                            "policy": "a text past the model's context is an error" if truncate is None
                            else f"the first {truncate} tokens of a longer text are kept"}}
-
-
-def check_texts_fit(model, method, texts: list, what: str, truncate: int | None,
-                    truncate_flag: str | None = "--truncate") -> None:
-    """Every text fits the model's context as the method runs it (after `truncate`), checked before the embedding
-    job starts, so that a text too long is named by `what` and its first words, not by its row in the job's
-    own length-sorted file. `truncate_flag`: the command's, None where it has none."""
-    from minidecoder.running.embedding import check_fits, truncate_texts
-    from minidecoder.running.texts import split_contexts
-
-    texts, contexts = split_contexts(list(texts))
-    if truncate is not None:
-        texts = truncate_texts(model.tokenizer, texts, truncate, None, name_row=None)
-    check_fits(model, method, texts, contexts, lambda row: what, truncate_flag=truncate_flag)
 
 
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):

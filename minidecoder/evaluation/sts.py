@@ -70,8 +70,9 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
                                              check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
-from minidecoder.evaluation.family import (Encoder, check_texts_fit, embed_kept, encode_sentences, limit_that_cut,
-                                           longest_first, parse_names, require_rows, resolve_data_folder)
+from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
+                                           parse_names, require_rows, resolve_data_folder)
+from minidecoder.running.embedding import check_texts_fit
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
 STS_YEARS: dict[str, list[str]] = {
@@ -505,7 +506,7 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     from minidecoder.running.jobs import owned_work_folder
 
     model = load_model(args)
-    check_texts_fit(model, method, unique_sentences(loaded), "an STS sentence", None, truncate_flag=None)
+    check_texts_fit(model, method, unique_sentences(loaded), lambda row: "an STS sentence", truncate_flag=None)
     metadata = {
         **model_stamp(args, model, method),
         "tasks": tasks,

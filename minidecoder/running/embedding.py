@@ -279,6 +279,18 @@ def check_fits(model, method: Method, texts: list[str], contexts: list[str] | No
 FITS_MARGIN = 1.5  # a forward estimated within a third of the limit is measured exactly
 
 
+def check_texts_fit(model, method: Method, items: list, name_row: Callable[[int], str] = text_row,
+                    truncate: int | None = None, context: str | None = None, truncate_flag: str | None = "--truncate",
+                    length: ForwardLength | None = None) -> None:
+    """`check_fits` on `embed`'s input as a caller holds it: texts or (context, text) pairs (or one `context` for
+    every text), cut by `truncate` first as `embed` cuts them. A job checks its whole input with it before its
+    first chunk, an eval command its texts before its job."""
+    texts, contexts = split_contexts(list(items), context)
+    if truncate is not None:
+        texts = truncate_texts(model.tokenizer, texts, truncate, None, name_row=None)
+    check_fits(model, method, texts, contexts, name_row, length=length, truncate_flag=truncate_flag)
+
+
 def _start_of(text: str, size: int = 30) -> str:
     """The text's first characters, to find it by."""
     return repr(text[:size] + ("..." if len(text) > size else ""))

@@ -148,10 +148,8 @@ class SentenceEncoder:
         single = not batch
         texts = [inputs] if single else [str(t) if isinstance(t, np.str_) else t for t in inputs]
         prompt = self._resolve_prompt(prompt, prompt_name)
-        if prompt:  # before the text, in a (context, text) pair too: the pair is the same input as `context=`
-            texts = [prompt + text if isinstance(text, str) else
-                     (text[0], prompt + text[1]) if isinstance(text, tuple) and len(text) == 2
-                     and isinstance(text[1], str) else text for text in texts]
+        if prompt:
+            texts = [_prompted(prompt, text) for text in texts]
         if show_progress_bar is None:
             show_progress_bar = logging.getLogger().getEffectiveLevel() in (logging.INFO, logging.DEBUG)
         from minidecoder.running.embedding import embed
@@ -280,6 +278,16 @@ def _as_matrix(x: Any) -> torch.Tensor:
         x = torch.stack(x)
     x = torch.as_tensor(x, dtype=torch.float32)
     return x.unsqueeze(0) if x.dim() == 1 else x  # (N, E)
+
+
+def _prompted(prompt: str, item: Any) -> Any:
+    """`prompt` before the text, in a (context, text) pair too: the pair is the same input as `context=`.
+    Anything else is left as it is, for `embed` to name."""
+    if isinstance(item, str):
+        return prompt + item
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], str):
+        return item[0], prompt + item[1]
+    return item
 
 
 def refuse_settings_beside_an_encoder(wrapper: str, **given: Any) -> None:

@@ -205,7 +205,8 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
                 truncate: int | None, extra_metadata: dict[str, Any] | None, kind: str, checksum: str,
                 total: int, overwrite: bool, rows: tuple[int, int] | None = None,
                 context: str | None = None) -> dict[str, Any]:
-    from minidecoder.running.embedding import embed_rows, warn_truncated
+    from minidecoder.running.embedding import embed_rows, truncate_texts, warn_truncated
+    from minidecoder.running.texts import split_contexts
 
     manifest = job_manifest(model, method, batch_size, truncate, chunk_size, (kind, checksum, total), rows, context)
     if kind == "jsonl" and not method.reads_empty_text():  # named by its line here, not by a chunk's row later
@@ -228,10 +229,11 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
             if not kept.done(k):
                 report: dict[str, Any] = {}
                 first_row = start + k * chunk_size  # the input's row numbers, in a shard too
-                with warnings.catch_warnings():  # a chunk's cuts are said once, for the job, below
-                    warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
-                    vectors = embed_rows(model, texts, method, batch_size, False, truncate, report, context,
-                                         _line_namer(input_path, first_row))
+                plain, contexts = split_contexts(texts, context)
+                if truncate is not None:  # cut here, as embed would, but said once for the job, by line (below)
+                    plain = truncate_texts(model.tokenizer, plain, truncate, report, name_row=None)
+                vectors = embed_rows(model, plain, method, batch_size, False, None, report, contexts,
+                                     _line_namer(input_path, first_row))
                 info = {"rows": len(texts), "truncated_rows": {str(first_row + r): n
                                                                for r, n in report.get("truncated_rows", {}).items()}}
                 kept.save(k, vectors.numpy(), info)
@@ -270,16 +272,14 @@ def _check_fits(model, method, input_path: Path, kind: str, start: int, end: int
     """Every text fits the model's context as the method runs it (after `truncate`), checked before the first
     forward and named by its line: a text found too long only when its chunk comes would stop a job whose
     earlier chunks are kept under settings (no --truncate) its corrected rerun cannot resume."""
-    from minidecoder.running.embedding import check_fits, truncate_texts
-    from minidecoder.running.texts import split_contexts
+    from minidecoder.running.embedding import check_texts_fit, forward_length
 
     if getattr(model, "max_context", None) is None:
         return
+    length = forward_length(model, method)  # once for the job, not once a chunk
     for k, rows in enumerate(_chunks(itertools.islice(_read_texts(input_path, kind), start, end), chunk_size)):
-        texts, contexts = split_contexts(rows, context)
-        if truncate is not None:
-            texts = truncate_texts(model.tokenizer, texts, truncate, None, name_row=None)
-        check_fits(model, method, texts, contexts, _line_namer(input_path, start + k * chunk_size))
+        check_texts_fit(model, method, rows, _line_namer(input_path, start + k * chunk_size), truncate, context,
+                        length=length)
 
 
 # ---- input ---------------------------------------------------------------------------------------------
