@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import errno
+import gc
 import importlib
 import os
 import re
 import signal
 import sys
 import threading
+import traceback
 import warnings
 
 from minidecoder.errors import MinidecoderError
@@ -98,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"minidecoder: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
-        print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
+        with _ctrl_c_ignored():
+            print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
+            _free_the_stopped_command(interrupt)
         atexit.unregister(_ignore_ctrl_c)  # once, however many runs a process makes
         atexit.register(_ignore_ctrl_c)  # run before the finalizers registered earlier (torch's, at import)
         return TERMINATED_STATUS if _started_by_sigterm(interrupt) else INTERRUPTED_STATUS
@@ -123,6 +128,33 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 _python_format_warning = warnings.formatwarning
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored():
+    """Ctrl-C ignored while the interrupted command's line is printed and its objects are freed, then the
+    handler restored (a caller running `main` in its own process keeps its Ctrl-C). Only the main thread
+    receives signals, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _free_the_stopped_command(interrupt: BaseException) -> None:
+    """Free what the stopped command's frames hold, now, while Ctrl-C is ignored: else their finalizers (a
+    progress bar's `__del__`) run as the handler ends, where a second Ctrl-C prints "Exception ignored ...
+    Traceback" over the line just printed."""
+    seen: set[int] = set()
+    while interrupt is not None and id(interrupt) not in seen:  # the chain: a job re-raises the stop as its line
+        seen.add(id(interrupt))
+        traceback.clear_frames(interrupt.__traceback__)  # skips the frames still running (this one)
+        interrupt = interrupt.__context__
+    gc.collect()  # what those frames held in reference cycles
 
 
 def _ignore_ctrl_c() -> None:

@@ -204,6 +204,38 @@ def test_7_ctrl_c_anywhere_prints_one_line_of_what_was_kept(tiny_llama, tmp_path
     assert err.strip() == line, err
 
 
+# A CLI run whose command, stalled at `module:name`, holds an object that sends the process a second Ctrl-C from
+# its finalizer: as a progress bar's `__del__` can be running, when the command's frames are freed on the way
+# out of the first Ctrl-C, just as a second Ctrl-C lands.
+SECOND_CTRL_C_IN_A_FINALIZER = """
+import importlib, os, signal, sys, time
+module, name = sys.argv[1].split(":")
+class SecondCtrlC:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # a Python handler for it would run here, inside the finalizer
+def stall(*args, **kwargs):
+    held = SecondCtrlC()
+    print("ready", flush=True)
+    time.sleep(120)
+setattr(importlib.import_module(module), name, stall)
+from minidecoder.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_7_a_second_ctrl_c_while_the_stopped_command_is_freed_prints_no_traceback(tiny_llama) -> None:
+    run = subprocess.Popen([sys.executable, "-c", SECOND_CTRL_C_IN_A_FINALIZER, "minidecoder.running.generation:greedy",
+                            "generate", "hello", "--model", str(tiny_llama)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert run.stdout.readline().strip() == "ready", run.communicate()[1]
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "Exception ignored" not in err and "Traceback" not in err, err
+    assert err.strip() == ("minidecoder: interrupted; nothing was kept (generate writes nothing until it ends); run "
+                           "the same command again"), err
+
+
 # ---- 8. a closed stdout ends quietly ---------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [
     ["fetch", "--list"],
