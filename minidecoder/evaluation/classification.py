@@ -256,7 +256,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
             for text in texts_needed(data, _instruction(args, data), args.instruction_placement)]
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
     from minidecoder.evaluation.family import run_limit
 
     tasks = {data.name: evaluate_classification(encode, data, _instruction(args, data), progress=False,

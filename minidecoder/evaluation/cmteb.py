@@ -269,7 +269,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
     return texts_needed(loaded)
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
 
     return evaluate_cmteb(encode, loaded, progress=False)
 

@@ -13,7 +13,8 @@ sweep, another family) on the same --output is refused before the model loads, n
 and the same command with other input flags is refused by flag. Inside it, every text of the run is embedded
 in one job (`running.jobs.embed_resumably`, in `job/`), started on the first `encode` call, so Ctrl-C keeps
 every finished chunk and the same command resumes from them; the family reads its vectors from that table, in
-any order, as often as it likes.
+any order, as often as it likes. The finished table stays in the folder until the report is written, so a
+Ctrl-C while the family scores keeps every embedding too.
 
 The data folders: reading the benchmark folders of `../shared/data` (BEIR, MTEB, C-MTEB): the folder, each
 file's lines, and errors that name the file, the line and the way out.
@@ -242,12 +243,8 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
         identity = json.dumps({**stamp, "truncate": args.truncate}, sort_keys=True, default=str)
         try:
             results = family.evaluate(encode, loaded, args, Kept(work, identity))
-        except KeyboardInterrupt as stop:  # past the embedding job (whose own line says what it kept)
-            if first_interrupted(stop) is not None:  # that line, or a second Ctrl-C on its way up
-                raise
-            # `from`: SIGTERM stays 143; not embedded yet: a second Ctrl-C beat the job's own line
-            raise Interrupted(_scoring_interrupted(work, args, prefix) if job else
-                              _embedding_interrupted(work, args, prefix)) from stop
+        except KeyboardInterrupt as stop:
+            raise past_the_job(stop, work, args, prefix, embedded=bool(job))
         results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
         metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
                     **({"instruction": args.instruction, "instruction_placement": args.instruction_placement}
@@ -265,9 +262,20 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     return 0
 
 
+def past_the_job(stop: KeyboardInterrupt, work: Path, args: argparse.Namespace, prefix: Path,
+                 embedded: bool) -> KeyboardInterrupt:
+    """What a Ctrl-C past the embedding job's own line raises (raised inside the `except`, so a SIGTERM stays
+    in its chain: status 143): that line as it is, if it is in the chain (a second Ctrl-C on its way up keeps
+    it); else an `Interrupted` line of what `work` holds, counted on disk."""
+    if first_interrupted(stop) is not None:
+        return stop
+    return Interrupted(_scoring_interrupted(work, args, prefix) if embedded else
+                       _embedding_interrupted(work, args, prefix))
+
+
 def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
-    """The line for Ctrl-C after the embeddings: what the family kept (transfer: the embeddings and each
-    finished task's probe) or that nothing was, and how to go on."""
+    """The line for Ctrl-C after the embeddings: what is kept (the embeddings; transfer: and each finished
+    task's probe) or, where the folder was removed meanwhile, that nothing is, and how to go on."""
     from minidecoder.running.jobs import holds_kept_work
 
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
@@ -280,12 +288,18 @@ def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> 
 
 def _embedding_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
     """The line for a Ctrl-C inside the embedding job that its own line did not reach (a second Ctrl-C landed
-    while the job was saying what it kept): the chunks kept, counted on disk."""
+    while the job was saying what it kept): the chunks kept, and the tables of the jobs that finished (with
+    --query-opt, a run has two), counted on disk."""
+    from minidecoder.running.jobs import FINISHED_TABLE
+
     again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
     chunks = len(list(work.rglob("chunk-*.npy"))) if work.is_dir() else 0
+    finished = " and the finished embeddings" if work.is_dir() and any(work.rglob(FINISHED_TABLE)) else ""
     if chunks:
-        return (f"interrupted while embedding; {chunks} chunk{'s' if chunks > 1 else ''} of sentences "
-                f"{'are' if chunks > 1 else 'is'} kept in {work}; {again} to resume from them")
+        return (f"interrupted while embedding; {chunks} chunk{'s' if chunks > 1 else ''} of sentences{finished} "
+                f"{'are' if chunks > 1 or finished else 'is'} kept in {work}; {again} to resume from them")
+    if finished:
+        return f"interrupted while embedding; the finished embeddings are kept in {work}; {again} to resume from them"
     return f"interrupted while embedding; nothing was kept; {again}"
 
 
@@ -305,14 +319,15 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
 
 
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):
-    """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one); Ctrl-C says
-    which chunks are kept and the command that resumes them."""
+    """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one), its finished
+    table kept in `work` until the report is written; Ctrl-C says which chunks are kept and the command that
+    resumes them."""
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none
-    try:
+    try:  # kept: Ctrl-C while the command scores loses no embedding; it removes `work` once its report is written
         return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
-                               progress=not args.no_progress, **truncate)
+                               progress=not args.no_progress, keep=True, **truncate)
     except JobInterrupted as stop:
         again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
         if stop.saved == 0:

@@ -307,7 +307,7 @@ def texts(loaded: list, args: argparse.Namespace) -> list:
     return queries(loaded, args) + [text for data in loaded for text in data.documents]
 
 
-def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
     from minidecoder.evaluation.family import run_limit
 
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,

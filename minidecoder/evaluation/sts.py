@@ -58,6 +58,7 @@ import argparse
 import io
 import math
 import shlex
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, require_rows, resolve_data_folder)
+                                           parse_names, past_the_job, require_rows, resolve_data_folder)
 from minidecoder.running.embedding import check_texts_fit
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -523,14 +524,18 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     # one call of `encode` with every sentence (the job draws its own progress bar)
     with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
                            kept_settings(args)):
-        results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
-    summary = kept.get("summary")
-    if summary is not None and summary["chunks_reused"]:
-        # the time measured is this sitting's only: a rate over all sentences would be wrong
-        results.update(resumed_chunks=summary["chunks_reused"], sentences_per_second=None)
-    table = summary_table(results)
-    json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata, args.overwrite),
-                                         prefix, table)
+        try:
+            results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
+        except KeyboardInterrupt as stop:
+            raise past_the_job(stop, work, args, prefix, embedded="summary" in kept)
+        summary = kept.get("summary")
+        if summary is not None and summary["chunks_reused"]:
+            # the time measured is this sitting's only: a rate over all sentences would be wrong
+            results.update(resumed_chunks=summary["chunks_reused"], sentences_per_second=None)
+        table = summary_table(results)
+        json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata, args.overwrite),
+                                             prefix, table)
+        shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
     print(table)
     print(f"\nwrote {json_path} and {md_path}")
     return 0

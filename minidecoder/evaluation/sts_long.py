@@ -193,7 +193,7 @@ def texts(loaded, args: argparse.Namespace) -> list[str]:
     return [text for pairs in sets for text in pairs.first + pairs.second]
 
 
-def evaluate(encode, loaded, args: argparse.Namespace, kept: Kept) -> dict:  # the job's chunks are its kept work
+def evaluate(encode, loaded, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
 
     return evaluate_sts_long(encode, loaded=loaded, progress=False, chunk_size=1 << 62)
 

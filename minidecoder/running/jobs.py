@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # torch is only named in an annotation here
 
 MANIFEST_VERSION = 3  # 2: the model is bound to its weight files (sizes and sha256); 3: and its fast paths
 FORMATS = (".npy", ".safetensors")
+FINISHED_TABLE = "embeddings.npy"  # `embed_resumably`'s table, in its work folder
 
 
 def run_embedding_job(model, method, input_path: str | Path, output_path: str | Path, chunk_size: int = 1024,
@@ -155,16 +156,24 @@ def job_outputs(output_path: str | Path) -> list[Path]:
 
 def embed_resumably(model, method, texts: list[str], work: str | Path, batch_size: int | None = None,
                     progress: bool | Callable[[int, int], None] = False,
-                    chunk_size: int = 1024, truncate: int | None = None) -> tuple["torch.Tensor", dict[str, Any]]:
+                    chunk_size: int = 1024, truncate: int | None = None,
+                    keep: bool = False) -> tuple["torch.Tensor", dict[str, Any]]:
     """`embed(model, texts, method)` as a job in the folder `work`, so that Ctrl-C or a kill keeps every
-    finished chunk there and the same call resumes from them (`minidecoder eval sts` uses it). Returns
-    the (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back.
-    `truncate=N` keeps the first N tokens of a text past it (the summary counts "truncated_rows").
+    finished chunk there and the same call resumes from them (`minidecoder eval` uses it). Returns the
+    (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back, unless
+    `keep`: then the finished table stays there (`embeddings.npy`, counted as kept work), a later call with
+    the same texts and settings reads it back instead of embedding again, and the caller removes `work`
+    when it is done with them (an eval command, once its report is written: a Ctrl-C while it scores
+    loses no embedding). `truncate=N` keeps the first N tokens of a text past it (the summary counts
+    "truncated_rows").
 
     The texts are written as JSON Lines with ASCII escapes, so no character inside a text (a line
     break, U+2028) can split a row."""
     import torch
 
+    from minidecoder.methods import build_method
+
+    method = build_method(method) if isinstance(method, str) else method
     work = Path(work)
     try:
         work.mkdir(parents=True, exist_ok=True)
@@ -176,17 +185,45 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     except OSError as error:
         raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
-    output = work / "embeddings.npy"
-    with warnings.catch_warnings():  # the job names rows by lines of its own file, which tell a caller nothing
-        warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
-        summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
-                                    progress=progress, overwrite=True, truncate=truncate)
+    output = work / FINISHED_TABLE
+    summary = _finished_job(model, method, source, output, chunk_size, batch_size, truncate) if keep else None
+    if summary is None:
+        with warnings.catch_warnings():  # the job names rows by lines of its own file, which tell a caller nothing
+            warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
+            summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
+                                        progress=progress, overwrite=True, truncate=truncate)
     if summary["truncated_rows"]:
         warnings.warn(f"truncate={truncate}: {summary['truncated_rows']} of {len(texts)} texts were cut to their first "
                       f"{truncate} tokens", stacklevel=2)
     vectors = torch.from_numpy(np.load(output))  # (N, E)
-    shutil.rmtree(work, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
     return vectors, summary
+
+
+def _finished_job(model, method, source: Path, output: Path, chunk_size: int, batch_size: int | None,
+                  truncate: int | None) -> dict[str, Any] | None:
+    """The summary of the job that already wrote `output` from `source` with these settings, all of it
+    reused; None where no job finished there. A table made with other settings is refused, as an
+    interrupted job's chunks are, naming what differs."""
+    if not output.is_file():
+        return None
+    try:
+        metadata = load_metadata(output)
+    except (OSError, ValueError):  # no sidecar: the table was never published whole
+        return None
+    manifest = _jsonable(job_manifest(model, method, batch_size, truncate, chunk_size, scan_input(source)))
+    made = {key: metadata.get(key) for key in manifest}
+    if made != manifest:
+        raise InputError(f"{output.parent} holds finished embeddings made with other settings, so they cannot be "
+                         "used: " + "; ".join(_named_differences(made, manifest)),
+                         f"rerun with the same settings to use them, or delete {output.parent} to start over")
+    with open(output, "rb") as handle:  # the header alone (`_assemble_to` writes format 1.0)
+        np.lib.format.read_magic(handle)
+        rows, dim = np.lib.format.read_array_header_1_0(handle)[0]
+    return {"output": str(output), "rows": rows, "dim": dim, "chunks_computed": 0,
+            "chunks_reused": -(-rows // chunk_size), "rows_computed": 0,
+            "truncated_rows": len(metadata.get("truncated_rows") or {})}
 
 
 def check_output_free(output_path: Path, overwrite: bool) -> None:
@@ -453,9 +490,10 @@ class KeptChunks:
 OWNER_FILE = "owner.json"  # in every kept-work folder: the command that keeps its work there
 
 
-# what a removal would lose: a job's finished chunks, and the finished results a command keeps beside them
-# (named `*.kept.npy` / `*.kept.json`: eval transfer's embeddings and trained probes)
-KEPT_WORK = ("chunk-*.npy", "*.kept.npy", "*.kept.json")
+# what a removal would lose: a job's finished chunks, the finished table an eval command keeps until its report
+# is written, and the finished results a command keeps beside them (named `*.kept.npy` / `*.kept.json`: eval
+# transfer's embeddings and trained probes)
+KEPT_WORK = ("chunk-*.npy", FINISHED_TABLE, "*.kept.npy", "*.kept.json")
 
 
 def holds_kept_work(work: str | Path) -> bool:

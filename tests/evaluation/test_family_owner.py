@@ -102,16 +102,38 @@ def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tm
     assert cli(capsys, *argv)[0] == 0 and not work.exists()
 
 
-def test_ctrl_c_while_scoring_a_family_that_keeps_nothing_says_so(tmp_path: Path) -> None:
-    """Retrieval, classification, C-MTEB and long STS keep no work past the embedding job (it is removed
-    once read back): the line must not promise a resume."""
-    import argparse
+@pytest.mark.parametrize("family, scorer", [("sts", "StsScorer.__call__"), ("sts-long", "score_long_pairs")])
+def test_ctrl_c_while_scoring_keeps_the_embeddings_and_the_same_command_scores_without_embedding(
+        family: str, scorer: str, tiny_llama: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: Ctrl-C while `eval sts` scored said "before any sentence was embedded; nothing new was kept", and
+    while sts-long, retrieval, classification or C-MTEB scored (one runner) "nothing was kept": the job's folder
+    was removed once its table was read back, so the rerun embedded every text again. The table is now kept
+    until the report is written."""
+    import importlib
 
-    from minidecoder.evaluation.family import _scoring_interrupted
+    module = importlib.import_module(f"minidecoder.evaluation.{family.replace('-', '_')}")
+    owner, name = (getattr(module, scorer.split(".")[0]), scorer.split(".")[1]) if "." in scorer else (module, scorer)
+    argv = ["eval", family, "--method", "mean", "--data", str(stsb(tmp_path / "sts", pairs=40)), "--no-progress",
+            "--model", str(tiny_llama), *(["--tasks", "STSBenchmark"] if family == "sts" else ["--lengths", "1,2"])]
+    assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
+    real = getattr(owner, name)
 
-    line = _scoring_interrupted(tmp_path / ".x.json.partial", argparse.Namespace(output=None), tmp_path / "x")
-    assert line == (f"interrupted while scoring; nothing was kept, so run the same command again with --output "
-                    f"{tmp_path / 'x'} (it embeds the texts again)")
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(owner, name, ctrl_c)
+    code, err = cli(capsys, *argv, "--output", str(tmp_path / "x"))
+    work = tmp_path / ".x.json.partial"
+    assert code == 130 and err.strip() == (f"minidecoder: interrupted while scoring; the embeddings are kept in {work}; "
+                                           "run the same command again to resume from them"), err
+    monkeypatch.setattr(owner, name, real)
+    embedded, real_embed = [], embedding.embed_rows
+    monkeypatch.setattr(embedding, "embed_rows", lambda *args, **kwargs: embedded.append(1) or real_embed(*args, **kwargs))
+    assert cli(capsys, *argv, "--output", str(tmp_path / "x"))[0] == 0
+    assert embedded == [] and not work.exists()  # read back, not embedded again; then removed with the report
+    resumed, clean = (json.loads((tmp_path / f"{name}.json").read_text())["results"] for name in ("x", "clean"))
+    scores = "tasks" if family == "sts" else "lengths"
+    assert resumed[scores] == clean[scores]  # the same embeddings, exactly
 
 
 def test_the_order_of_a_runs_texts_is_the_same_in_every_process():

@@ -77,7 +77,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict:
         seen["build"] = (name, options)
         return FakeMethod(name, **options)
 
-    def embed_resumably(model, method, sentences, work, batch_size=32, progress=False):  # eval's resumable job
+    def embed_resumably(model, method, sentences, work, batch_size=32, progress=False, keep=False):  # eval's job
         # the job's folder is the CLI's owned folder (eval sts) or its `job/` (the families, whose slower
         # results are kept beside it): it holds only its owner record with the fake (and goes at the end)
         owned = work.parent if work.name == "job" else work

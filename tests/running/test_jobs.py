@@ -247,6 +247,26 @@ def test_an_eval_jobs_cuts_are_counted_without_its_own_files_lines(model, tmp_pa
     assert [str(w.message) for w in said] == ["truncate=10: 2 of 3 texts were cut to their first 10 tokens"]
 
 
+def test_a_kept_table_is_read_back_with_its_cuts_and_refused_under_other_settings(model, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """keep=True (the eval commands, until their report is written): the finished table stays, counted as kept
+    work; the same call reads it back, cuts said again, without embedding; other settings are refused by name."""
+    import minidecoder.running.embedding as embedding
+    from minidecoder.running.jobs import embed_resumably, holds_kept_work
+
+    texts, work = ["short", "y" * 40, "z" * 30], tmp_path / "work"
+    with pytest.warns(UserWarning, match="2 of 3 texts were cut"):
+        first, made = embed_resumably(model, "mean", texts, work, truncate=10, keep=True)
+    assert holds_kept_work(work) and made["chunks_computed"] == 1
+    monkeypatch.setattr(embedding, "embed_rows", lambda *args, **kwargs: pytest.fail("embedded again"))
+    with pytest.warns(UserWarning, match="2 of 3 texts were cut"):
+        again, reused = embed_resumably(model, "mean", texts, work, truncate=10, keep=True)
+    assert torch.equal(again, first) and reused["chunks_reused"] == 1 and reused["truncated_rows"] == 2
+    with pytest.raises(InputError, match=r"other settings, so they cannot be used: --truncate was 10, now 12"):
+        embed_resumably(model, "mean", texts, work, truncate=12, keep=True)
+    assert holds_kept_work(work)  # refused, never overwritten
+
+
 def test_a_row_with_its_own_context_and_a_context_for_every_row_is_named_at_the_scan(model, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "a b"}\n{"text": "c d", "context": "Q"}\n', encoding="utf-8")
