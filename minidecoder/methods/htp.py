@@ -111,9 +111,12 @@ class HTP(Method):
     literal_bos: bool = option(True, "put the tokenizer's BOS first even where its policy adds none (the reference's "
                                      "literal <s>), so no placeholder takes position 0, the attention sink; False: "
                                      "the tokenizer's policy")
-    append_eos: bool = option(True, "append the tokenizer's EOS after the template (the reference's literal </s>)")
+    append_eos: bool = option(True, "append the tokenizer's EOS after the template (the reference's literal </s>); "
+                                     "no pooled token reads it (causal), but with a template ending at {text} it is "
+                                     "last_block_source=after_text's source")
     sentences_per_block: int = option(1, "K consecutive sentences per block (reference 1; paper Figure 6)")
-    every_n_tokens: int | None = option(None, "instead of sentences, a block every N text tokens (paper Figure 8)")
+    every_n_tokens: int | None = option(None, "instead of sentences, a block every N text tokens (paper Figure 8; "
+                                               "sentences_per_block is then unused)")
     local_only: bool = option(False, "ablation: no global <B-PST> (reference plan tp_sentence)")
     global_only: bool = option(False, "ablation: no local <PST>, only the <B-PST>s (reference tp_sentence_omit_pst)")
     last_block_source: str = option("last_text_token", "source of the last block's copy: last_text_token (docs/spec.md section 5.3) or "

@@ -159,8 +159,9 @@ class ReBA(Method):
     weights: str = option("pooled", "pooled = reference code (rows' weights summed, normalized once); normalized = "
                           "each e_i normalized per row; raw = the paper's unnormalized sum; uniform = no fused "
                           "attention, the plain mean of h over the same rows (the baseline)")
-    first_half_split: bool = option(False, "reference quirk: mean over rows 0..T//2-1 of the whole sequence (BOS "
-                                    "included, the first copy's last token left out) instead of the first copy")
+    first_half_split: bool = option(False, "pooling=mean only; reference quirk: mean over rows 0..T//2-1 of the "
+                                    "whole sequence (BOS included, the first copy's last token left out) instead of "
+                                    "the first copy")
 
     def __post_init__(self) -> None:
         check_int(self.repetitions, "ReBA repetitions", minimum=1, example="2")
