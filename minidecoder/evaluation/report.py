@@ -75,6 +75,8 @@ def build_stamp(metadata: dict, results: dict) -> dict:
     return {
         **metadata,
         "limit": results.get("limit"),
+        # every limit that cut some data is stamped where the claims tools look (retrieval's corpus too)
+        **({"corpus_limit": results["corpus_limit"]} if "corpus_limit" in results else {}),
         "data_dir": str(data_dir) if data_dir else None,
         "data_sha256_combined": combined.hexdigest(),
         "data_sha256": checksums,

@@ -107,6 +107,19 @@ def test_limits_keep_the_judged_documents(tmp_path: Path) -> None:
     assert data.documents[0] == "title 0 document 0 about topic 0 and word 0"  # title + " " + text
 
 
+def test_a_corpus_limit_that_cut_is_stamped_beside_the_limit(tiny_llama: Path, tmp_path: Path) -> None:
+    """Found: `--corpus-limit` was in the results and the command only, never in the stamp, where the claims
+    tools read a run's limits (tools/reproduce_retrieval.family_claims): a corpus-limited table counted as full."""
+    folder = write_beir(tmp_path / "data")
+    argv = ["eval", "retrieval", "--model", str(tiny_llama), "--method", "mean", "--sets", "toy", "--data", str(folder),
+            "--no-progress", "--truncate", "20"]
+    assert run_cli(*argv, "--corpus-limit", "2", "--output", str(tmp_path / "cut")) == 0
+    assert run_cli(*argv, "--corpus-limit", "50", "--output", str(tmp_path / "whole")) == 0  # cuts nothing: full
+    cut, whole = (json.loads((tmp_path / f"{name}.json").read_text())["stamp"] for name in ("cut", "whole"))
+    assert cut["corpus_limit"] == 2 and whole["corpus_limit"] is None and cut["limit"] is None
+    assert "| corpus_limit | `2` |" in (tmp_path / "cut.md").read_text()
+
+
 def test_cli_end_to_end_and_resumed_to_identical_scores(tiny_llama: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     import minidecoder.running.embedding
     import minidecoder.running.jobs
