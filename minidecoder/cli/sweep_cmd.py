@@ -135,7 +135,8 @@ def _from_layers(args: argparse.Namespace, name: str) -> bool:
 
 def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
     """The PREFIX-<axis>.png that --plot will write, known before the model loads (`--layers all` counts as
-    several layers), so that they are claimed with the report."""
+    several layers), so that they are claimed with the report. --plot on a sweep whose every axis has one
+    value is refused: it would draw nothing (a curve needs two or more points)."""
     from minidecoder.evaluation.report import sweep_figure_paths
     from minidecoder.evaluation.report import report_paths
     from minidecoder.evaluation.sweep import parse_values
@@ -148,7 +149,21 @@ def figure_paths(args: argparse.Namespace, prefix: Path) -> list[Path]:
             counts[name] = 2 if text.strip() == "all" else len(set(map(repr, parse_values(text))))
         else:
             counts[name] = len(parse_values(text))
+    refuse_plot_of_points(args, counts)
     return list(sweep_figure_paths(report_paths(prefix)[0].with_suffix(""), counts).values())
+
+
+def refuse_plot_of_points(args: argparse.Namespace, counts: dict[str, int]) -> None:
+    """--plot with no axis of two or more values (option -> number of values) is an InputError: PREFIX-<axis>.png
+    is drawn for each axis with several values (one curve of score against it), so there would be no figure."""
+    if not args.plot or any(count > 1 for count in counts.values()):
+        return
+    texts = axis_texts(args)
+    given = ", ".join(f"--grid {name}={texts[name]}" if _flag(args, name) == "--grid" else f"{_flag(args, name)} "
+                      f"{texts[name]}" for name in counts)
+    raise InputError(f"--plot draws the dev score against each swept option with two or more values, but this sweep "
+                     f"has one value per option ({given}), so there is no curve to draw (a curve needs two or "
+                     "more points)", "drop --plot, or sweep two or more values, e.g. --layers 2,3")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,11 +175,11 @@ def run(args: argparse.Namespace) -> int:
     method = build_cli_method(args.method, args.opt)
     check_axes(args)  # before the model loads
     prefix = Path(args.output) if args.output else default_prefix("sweep", args.model, args.method)
+    figures = figure_paths(args, prefix)  # --plot of a sweep with nothing to draw refused here
     check_report_prefix(prefix, args.overwrite)  # before the model loads and the long run starts
     check_work_owner(work_folder(prefix), OWNER, resume_settings(args, INPUT_FLAGS))  # never taken over; by flag
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.limit)  # read and checked (a gold score "abc")
     refuse_empty_sentences([dev], method)
-    figures = figure_paths(args, prefix)
     if figures:
         from minidecoder.running.figures import check_figure_path
         check_figure_path(figures[0])  # matplotlib installed: found out now, not after the sweep
@@ -185,6 +200,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     model = load_model(args)
     check_texts_fit(model, method, unique_sentences([dev]), lambda row: "an STS sentence", truncate_flag=None)
     axes = build_axes(args, model.num_layers)
+    refuse_plot_of_points(args, {name: len(values) for name, values in axes.items()})  # --layers 2,-1 of 2 layers
     clash = sorted(fixed & set(axes))
     if clash:
         raise InputError(f"option(s) {clash} are both fixed (--opt) and swept", "drop one of the two")

@@ -193,6 +193,34 @@ def test_cli_writes_stamped_report_and_plots(tiny, data: Path, tmp_path: Path) -
         assert (tmp_path / "out" / f"tp-{axis}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("axes, given", [(["--method", "mean", "--layers", "2"], "--layers 2"),
+                                         (["--method", "cp", "--layers", "-1", "--cp-steer", "1", "--cp-alpha", "0.5"],
+                                          "--layers -1, --cp-steer 1, --cp-alpha 0.5"),
+                                         (["--method", "tp", "--grid", "start=1"], "--grid start=1")])
+def test_plot_of_a_sweep_with_one_value_per_axis_is_refused_before_the_model_loads(data: Path, tmp_path: Path, capsys,
+                                                                                   axes: list, given: str) -> None:
+    """`sweep --layers 2 --plot` wrote no figure and said nothing: a figure is drawn per axis of two or more values."""
+    from cli_runner import cli
+
+    code, err = cli(capsys, "sweep", *axes, "--plot", "--data", str(data), "--output", str(tmp_path / "s"),
+                    "--model", "no-such-model-folder", "--no-progress")
+    assert code == 2 and "--plot" in err and f"({given})" in err and "a curve needs two or more points" in err, err
+    assert "no-such-model-folder" not in err and not list(tmp_path.iterdir())
+
+
+def test_plot_of_layers_that_are_one_layer_of_the_model_is_refused_before_the_sweep(tiny, data: Path,
+                                                                                    tmp_path: Path, capsys) -> None:
+    """`--layers 4,-1` on a model of 4 layers is one layer, known only once the model is read: refused before
+    any batch is computed, instead of a sweep that ends without its figure."""
+    pytest.importorskip("matplotlib")  # two layers given: the figure is planned, and matplotlib checked, before
+    from cli_runner import cli
+
+    code, err = cli(capsys, "sweep", "--method", "mean", "--layers", "4,-1", "--plot", "--data", str(data),
+                    "--output", str(tmp_path / "s"), "--model", tiny.source, "--no-progress")
+    assert code == 2 and "a curve needs two or more points" in err, err
+    assert not list(tmp_path.iterdir())
+
+
 ALTERATIONS = [  # (method, options, axes, what to alter, how): each breaks the method's own step or pooling
     ("tp", {"start": 1}, {"layer": [3, 4], "end": [2, 3]}, "minidecoder.methods.tp.CopyRows.before",
      lambda original: lambda self, i, h: original(self, i, h) * 1.5 if i in self.blocks else h),
