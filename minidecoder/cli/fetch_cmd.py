@@ -22,6 +22,11 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.sources import registry
     from minidecoder.errors import InputError
 
+    if args.list and (args.names or args.all):  # it fetched nothing and ignored them, a typo included
+        given = " ".join([*args.names, *(["--all"] if args.all else [])])
+        raise InputError(f"--list only lists the known models; it takes no model names or --all (given: {given})",
+                         "run `minidecoder fetch --list` alone to see the known models, or drop --list to fetch "
+                         + ("every one" if args.all else "the named ones"))
     if args.list:
         _print_table(registry)
         return 0

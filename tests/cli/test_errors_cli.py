@@ -75,3 +75,13 @@ def test_embed_cli_out_of_range_layer(capsys, folder: Path, tmp_path: Path) -> N
     code, err = run_cli(capsys, "embed", "--model", str(folder), "--method", "mean", "--opt", "layer=9",
                         "--input", str(source), "--output", str(tmp_path / "out.npy"))
     assert code == 2 and "output layer 9 is outside" in err
+
+
+# ---- minidecoder fetch ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, given", [(["nosuchmodel"], "given: nosuchmodel"), (["--all"], "given: --all"),
+                                          (["smollm2-135m-instruct", "--all"], "given: smollm2-135m-instruct --all")])
+def test_fetch_list_with_names_or_all_is_refused_naming_both(capsys, extra: list, given: str) -> None:
+    """`fetch --list NAME` printed the registry and ignored NAME (a typo too) and --all; nothing is fetched."""
+    code, err = run_cli(capsys, "fetch", "--list", *extra)
+    assert code == 2 and "--list only lists the known models" in err and given in err, err
+    assert "drop --list" in err
