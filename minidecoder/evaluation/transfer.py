@@ -195,8 +195,9 @@ def load_binary(name: str, root: Path, limit: int | None, blank_lines: str = "re
         kept = [(number, line) for number, line in enumerate(lines, start=1) if blank_lines == "read" or line.split()]
         sizes.append(len(kept))
         kept = kept[:limit] if limit is not None else kept
-        if blanks:  # every blank line of the file, kept or not
-            blank[relative] = blanks
+        reached = kept[-1][0] if kept and len(kept) < sizes[-1] else len(lines)  # the last line a --limit kept
+        if any(number <= reached for number in blanks):  # the blank lines this run read (or skipped)
+            blank[relative] = [number for number in blanks if number <= reached]
         texts += [" ".join(line.split()) for _, line in kept]  # SentEval's ' '.join(line.split()): "" for a blank
         labels += [label] * len(kept)
     return TransferTask(name, "inner_kfold", ("0", "1"), {"all": _sorted(texts, labels)}, root,

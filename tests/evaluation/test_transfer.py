@@ -233,6 +233,18 @@ def write_folder(root: Path, **overrides: str | bytes) -> Path:
     return root
 
 
+@pytest.mark.parametrize("blank_lines, listed", [("read", "read_blank"), ("skip", "skipped_blank")])
+def test_a_limited_run_lists_only_the_blank_lines_it_reached(tmp_path: Path, blank_lines: str, listed: str) -> None:
+    """Found: `--limit 40` on CR listed blank lines 2323 and 2407 as "read here as the empty text" though the run
+    read lines 1-40: every blank line of the file was listed, kept or not."""
+    pos = "a good film\n\nreally good\n" + "".join(f"good {i}\n" for i in range(20)) + "\n" + "late one\n"  # blank 2, 24
+    root = write_folder(tmp_path, **{"MR__rt-polarity.pos": pos})
+    whole = load_transfer_task("MR", root, blank_lines=blank_lines)
+    assert getattr(whole, listed) == {"MR/rt-polarity.pos": [2, 24]}
+    limited = load_transfer_task("MR", root, limit=20, blank_lines=blank_lines)  # lines 1-20 (or 1-21, skipping 2)
+    assert getattr(limited, listed) == {"MR/rt-polarity.pos": [2]}
+
+
 def test_binary_task_reads_as_senteval_sorted_with_its_blank_line_the_empty_text(tmp_path: Path) -> None:
     task = load_transfer_task("MR", write_folder(tmp_path))
     split = task.splits["all"]
