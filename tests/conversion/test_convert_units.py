@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -320,6 +321,25 @@ def test_parse_size() -> None:
     with pytest.raises(InputError):
         parse_size("big")
 
+
+
+@pytest.mark.parametrize(("size", "problem"), [
+    ("0.5B", "shard size '0.5B' (--shard-size) comes to 0.5 bytes, under 1 byte"),
+    ("0.0001KB", "comes to 0.1 bytes, under 1 byte"),
+    ("1.5B", "shard size '1.5B' (--shard-size) comes to 1.5 bytes, not a whole number"),
+    ("1.0005KB", "comes to 1000.5 bytes, not a whole number"),
+    (0, "shard size 0 bytes (--shard-size) is under 1 byte"),
+])
+def test_a_shard_size_under_one_byte_or_of_a_fraction_of_a_byte_is_refused(tmp_path: Path, size, problem: str) -> None:
+    """--shard-size 0.5B passed the `> 0` check and was truncated to 0 bytes: one shard per tensor."""
+    with pytest.raises(InputError, match=re.escape(problem)) as error:
+        parse_size(size)
+    assert "e.g." in error.value.fix
+    if isinstance(size, str):
+        with pytest.raises(InputError, match=re.escape(problem)):
+            _cli(str(tmp_path / "absent.gguf"), str(tmp_path / "out"), "--quiet", "--shard-size", size)
+        assert not (tmp_path / "out").exists()
+    assert parse_size("1.1KB") == 1100 and parse_size("1B") == 1  # exact: not 1100.0000000000002 truncated
 
 def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
     gguf_path = tmp_path / "m.gguf"

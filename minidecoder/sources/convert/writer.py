@@ -16,6 +16,7 @@ import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -43,13 +44,24 @@ class TensorSpec:
 
 
 def parse_size(text: str | int) -> int:
-    """'500MB', '2GiB', '1000000' -> bytes."""
-    if isinstance(text, int):
+    """'500MB', '2GiB', '1.5GB', '1000000' -> bytes: a whole number of bytes, at least 1 (a size that comes to
+    0.5 bytes would be truncated to 0, and every tensor written as a shard of its own)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise InputError(f"shard size {text} bytes (--shard-size) is under 1 byte",
+                             "give a size of at least 1 byte, e.g. 500MB or 2GiB")
         return text
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", text.upper())
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]I?B|B)?\s*", text.upper()) if isinstance(text, str) else None
     if not match or float(match[1]) <= 0:
         raise InputError(f"shard size {text!r} is not a size", "write it like 500MB, 2GB or 1GiB")
-    return int(float(match[1]) * _UNITS[match[2] or ""])
+    size = Fraction(match[1]) * _UNITS[match[2] or ""]  # exact: 1.1KB is 1100 bytes, not 1100.0000000000002
+    if size < 1:
+        raise InputError(f"shard size {text!r} (--shard-size) comes to {float(size):g} bytes, under 1 byte",
+                         "give a size of at least 1 byte, e.g. 500MB or 2GiB")
+    if size.denominator != 1:
+        raise InputError(f"shard size {text!r} (--shard-size) comes to {float(size):g} bytes, not a whole number",
+                         f"give a whole number of bytes, e.g. {math.floor(size)}B, or a size like 500MB")
+    return int(size)
 
 
 def plan_shards(specs: list[TensorSpec], shard_size: int) -> list[list[TensorSpec]]:
