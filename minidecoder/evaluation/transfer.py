@@ -617,6 +617,11 @@ def read(args: argparse.Namespace) -> list:
     if args.probe_workers is not None and args.probe_workers < 1:
         raise InputError(f"--probe-workers {args.probe_workers}: at least one process trains the probes",
                          "pass --probe-workers 1 or more, or leave it out for one per CPU")
+    cpus = default_workers()
+    if args.probe_workers is not None and args.probe_workers > cpus:  # each one a process that imports torch
+        raise InputError(f"--probe-workers {args.probe_workers}: this process may use {cpus} CPU(s), and each worker "
+                         "is a process of its own on one of them", f"pass --probe-workers {cpus} or fewer, or leave it "
+                         "out for one per CPU")
 
     return load_transfer_tasks(parse_names(args.tasks, TRANSFER_TASKS), args.data, args.limit, args.blank_lines)
 

@@ -507,6 +507,11 @@ def test_eval_transfer_refuses_bad_data_before_the_model_loads(fakes: dict, tmp_
         run_cli(["eval", "transfer", "--method", "mean", "--data", str(root), "--tasks", "MR",
                  "--output", str(tmp_path / "r")])
     assert "--blank-lines skip" in error.value.fix
+    # found: --probe-workers had no upper bound; each worker is a process that imports torch
+    more = sc.default_workers() + 1
+    with pytest.raises(InputError, match=f"--probe-workers {more}: this process may use {more - 1} CPU"):
+        run_cli(["eval", "transfer", "--method", "prompteol", "--data", str(root), "--tasks", "SST2",
+                 "--probe-workers", str(more), "--output", str(tmp_path / "r")])
     assert "load" not in fakes
 
 
