@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from minidecoder import generate
-from minidecoder.running.command_line import add_model_options, load_model
+from minidecoder.running.command_line import add_model_options, build_cli_method, load_model
 from minidecoder.running.generation import continuation_text
 from minidecoder.cli.logits_cmd import top_next_tokens
 
@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     import minidecoder
 
+    method = build_cli_method(args.method, [])  # an unknown method is refused before the model loads
     model = load_model(args)
+    method.check(model)  # and its options against this model (layers in range), before anything is printed
     print(f"model: {model.source} ({model.config.model_type}, {model.num_layers} layers, {model.dtype})")
     print(f"\ntop next tokens after {args.prompt!r}:")
     for token, prob in top_next_tokens(model, args.prompt, 5):
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     new = generate(model, prompt, max_new_tokens=12)
     continuation = args.prompt + continuation_text(model.tokenizer, prompt, new)
     print(f"\ngreedy continuation: {continuation!r}")
-    vectors = minidecoder.embed(model, SENTENCES, args.method)
+    vectors = minidecoder.embed(model, SENTENCES, method)
     vectors = torch.nn.functional.normalize(vectors, dim=-1)
     similarity = vectors @ vectors.T
     print(f"\ncosine similarities ({args.method}):")

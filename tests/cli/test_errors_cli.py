@@ -85,3 +85,17 @@ def test_fetch_list_with_names_or_all_is_refused_naming_both(capsys, extra: list
     code, err = run_cli(capsys, "fetch", "--list", *extra)
     assert code == 2 and "--list only lists the known models" in err and given in err, err
     assert "drop --list" in err
+
+
+# ---- minidecoder demo -------------------------------------------------------------------------------------
+def test_demo_with_an_unknown_method_is_refused_before_the_model_loads(capsys) -> None:
+    """`demo --method nosuch` loaded the model and printed next tokens and a continuation before failing."""
+    code = cli.main(["demo", "--method", "nosuch", "--model", "no-such-model-folder"])
+    said = capsys.readouterr()
+    assert code == 2 and "unknown method 'nosuch'" in said.err and "no-such-model-folder" not in said.err, said.err
+    assert said.out == ""  # no next tokens, no continuation
+
+
+def test_demo_runs_with_a_method_by_name(capsys, folder: Path) -> None:
+    assert cli.main(["demo", "--method", "mean", "--model", str(folder)]) == 0
+    assert "cosine similarities (mean):" in capsys.readouterr().out
