@@ -264,10 +264,17 @@ def _limited(task: StsTask, limit: int | None) -> StsTask:
     return task
 
 
+def check_pair_limit(limit: int | None) -> None:
+    """A limit of pairs (the CLI's --limit, the API's `limit=`) keeps at least the two pairs a correlation needs;
+    the message names both spellings, for it is read by users of either."""
+    if limit is not None and limit < 2:
+        raise InputError(f"--limit (limit=) {limit} is too small: a correlation needs at least 2 pairs",
+                         "use --limit 2 or more (limit=2 from Python), or none to score every pair")
+
+
 def load_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> StsTask:
     """Load one task by its SentEval name (`TASKS`); `limit` keeps the first N pairs of each subset."""
-    if limit is not None and limit < 2:
-        raise InputError(f"limit {limit} is too small", "use a limit of at least 2 pairs (a correlation needs two)")
+    check_pair_limit(limit)
     root = resolve_data_dir(data_dir)
     if name in STS_YEARS:
         return load_sts_year(name, root, limit)

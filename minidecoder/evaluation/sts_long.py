@@ -32,7 +32,7 @@ from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
                                            longest_first, markdown_report)
-from minidecoder.evaluation.sts import StsTask, load_sts_benchmark, pair_cosines, resolve_data_dir
+from minidecoder.evaluation.sts import StsTask, check_pair_limit, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
 
@@ -75,8 +75,7 @@ def load_long_sts(data_dir: str | Path | None = None, limit: int | None = None,
     bad = [k for k in lengths if isinstance(k, bool) or not isinstance(k, int) or k < 1]
     if bad or not lengths or len(set(lengths)) != len(lengths):
         raise InputError(f"lengths {list(lengths)} must be distinct positive integers", "e.g. --lengths 1,2,4,8,16")
-    if limit is not None and limit < 2:
-        raise InputError(f"limit {limit} is too small", "use a limit of at least 2 pairs (a correlation needs two)")
+    check_pair_limit(limit)
     task = load_sts_benchmark("test", resolve_data_dir(data_dir), limit)
     return task, build_long_pairs(task, lengths)
 

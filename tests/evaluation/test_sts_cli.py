@@ -213,3 +213,20 @@ def test_output_names_are_taken_as_given(tmp_path: Path, given: str, written: tu
     paths = write_report(tmp_path / given, results, {"model": "m", "method": "mean"})
     assert [p.name for p in paths] == list(written)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written)  # and nothing named r.json.json
+
+
+@pytest.mark.parametrize("command", [["eval", "sts", "--tasks", "STSBenchmark"], ["eval", "sts-long"],
+                                     ["sweep", "--layers", "1,2"]], ids=["eval-sts", "eval-sts-long", "sweep"])
+def test_a_limit_of_one_pair_is_refused_naming_the_flag_and_the_argument(tmp_path: Path, capsys, command) -> None:
+    """`--limit 1` was refused as "limit 1 is too small", naming neither the CLI's flag nor the API's argument."""
+    from cli_runner import cli
+    from minidecoder.evaluation.sts import load_task
+    from minidecoder.evaluation.sts_long import load_long_sts
+
+    code, err = cli(capsys, *command, "--method", "mean", "--limit", "1", "--output", str(tmp_path / "r"),
+                    "--model", "no-such-model-folder", "--no-progress")
+    assert code == 2 and "--limit (limit=) 1 is too small: a correlation needs at least 2 pairs" in err, err
+    assert "no-such-model-folder" not in err and "--limit 2 or more (limit=2 from Python)" in err
+    for load in (lambda: load_task("STSBenchmark", limit=1), lambda: load_long_sts(limit=1)):
+        with pytest.raises(InputError, match=r"^--limit \(limit=\) 1 is too small"):
+            load()
