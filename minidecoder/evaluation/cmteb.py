@@ -251,17 +251,11 @@ def add_parser(benchmarks: argparse._SubParsersAction) -> None:
     parser = family_parser(benchmarks, FAMILY, "C-MTEB pair sets (ATEC ... QBQTC, Ocnli): ReBA Table 3", COMMAND_HELP)
     parser.add_argument("--tasks", default=",".join(SETS), help="comma-separated sets (default: all eight)")
     add_family_options(parser, "cmteb", "C-MTEB data folder (default: $MINIDECODER_CMTEB_DATA or ../shared/data/cmteb)",
-                       "score only the first N pairs of each set", instruction=True)
-    parser.set_defaults(instruction="none")
+                       "score only the first N pairs of each set")
 
 
 def read(args: argparse.Namespace) -> list:
-    from minidecoder.errors import InputError
-
     names = parse_names(args.tasks, list(SETS))
-    if args.instruction not in ("none", "auto"):
-        raise InputError(f"--instruction {args.instruction!r}: the C-MTEB sets take no instruction",
-                         "leave --instruction out (ReBA encodes each sentence as it is)")
     return [load_pair_set(name, args.data, args.limit) for name in names]
 
 

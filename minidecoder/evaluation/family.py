@@ -183,6 +183,12 @@ def run_family(args: argparse.Namespace, family: Family) -> int:
     check_sizes(args)
     if args.truncate is not None and args.truncate < 1:
         raise InputError(f"--truncate {args.truncate} must be a positive number of tokens", "e.g. --truncate 512")
+    if getattr(args, "instruction_placement", None) == "pooled" and instruction_for(args, "an instruction") is None:
+        given = "--instruction none" if args.instruction == "none" else \
+            f"--instruction auto gives method {args.method!r} none"
+        raise InputError(f"--instruction-placement pooled places the task's instruction, and this run gives none "
+                         f"({given}): the flag would change nothing", "leave --instruction-placement out, or give "
+                         "the instruction with --instruction TEXT")
     prefix = Path(args.output) if args.output else default_prefix(family.name, args.model, args.method)
     check_report_prefix(prefix, args.overwrite)
     check_work_owner(work_folder(prefix), family.owner, family.settings(args))  # never taken over, named by flag

@@ -119,12 +119,16 @@ def test_cli_end_to_end_on_a_tiny_model(tiny_llama: Path, tmp_path: Path) -> Non
     saved = json.loads(prefix.with_suffix(".json").read_text())
     sets = saved["results"]["sets"]
     assert sets["ATEC"]["pairs"] == 7 and sets["Ocnli"]["pairs"] == 5 and sets["ATEC"]["kind"] == "sts"
-    assert saved["stamp"]["method"]["method"] == "reba" and saved["stamp"]["instruction"] == "none"
+    assert saved["stamp"]["method"]["method"] == "reba" and "instruction" not in saved["stamp"]
     assert set(saved["stamp"]["data_sha256"]) == {"ATEC/ATEC.test.data", "OCNLI/dev.json"}
     assert f"{sets['ATEC']['score']:.2f}" in prefix.with_suffix(".md").read_text()
 
 
-def test_an_instruction_is_refused(tiny_llama: Path, tmp_path: Path, capsys) -> None:
-    assert run_cli("eval", "cmteb", "--model", str(tiny_llama), "--method", "mean", "--data", str(write_cmteb(tmp_path)),
-                   "--tasks", "ATEC", "--instruction", "Judge these", "--output", str(tmp_path / "r")) == 2
-    assert "take no instruction" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", [["--instruction", "Judge these"], ["--instruction", "auto"],
+                                  ["--instruction-placement", "pooled"]])
+def test_cmteb_has_no_instruction_flags(tmp_path: Path, capsys, flag: list[str]) -> None:
+    """Found: `--instruction auto` and `--instruction-placement pooled` were taken and stamped, and changed nothing
+    (the C-MTEB sets take no instruction): cmteb has neither flag."""
+    assert run_cli("eval", "cmteb", "--model", "no-such-model-folder", "--method", "mean", "--data",
+                   str(write_cmteb(tmp_path)), "--tasks", "ATEC", *flag, "--output", str(tmp_path / "r")) == 2
+    assert f"unrecognized arguments: {flag[0]}" in capsys.readouterr().err

@@ -103,3 +103,16 @@ def test_a_refused_resume_keeps_the_record_of_the_command_that_made_the_work(tin
     code, err = cli(capsys, *argv, "--layers", "1,2", "--model", NO_MODEL)  # refused by flag, before the model loads
     assert code == 2 and "--layers was 'all', now '1,2'" in err, err
     assert json.loads((work / "owner.json").read_text())["command_line"] == made_it
+
+
+@pytest.mark.parametrize("family, method, instruction", [("retrieval", "prompteol", "auto"),
+                                                         ("classification", "mean", "none")])
+def test_a_pooled_placement_with_no_instruction_is_refused_before_the_model_loads(tmp_path, capsys, family, method,
+                                                                                instruction) -> None:
+    """Found: `--instruction-placement pooled` was stamped and changed nothing where the run gives no instruction
+    (a prompt method under --instruction auto, or --instruction none)."""
+    code, err = cli(capsys, "eval", family, "--method", method, "--instruction", instruction,
+                    "--instruction-placement", "pooled", "--model", "no-such-model-folder",
+                    "--output", str(tmp_path / "r"))
+    assert code == 2 and "--instruction-placement pooled places the task's instruction" in err, err
+    assert "no-such-model-folder" not in err  # refused before the model (or the data) is read
