@@ -173,7 +173,15 @@ def parse_names(text: str | None, known: Sequence[str], flag: str = "--tasks",
     if not names or unknown:
         raise InputError(f"{flag} {text!r} names unknown task(s) {', '.join(unknown) or '(none given)'}",
                          "choose from " + ",".join(known))
+    refuse_repeats(names, flag)
     return names
+
+
+def refuse_repeats(names: list[str], flag: str) -> None:
+    """A name given twice would be scored once, in one column, with its data files listed twice."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise InputError(f"{flag} names {', '.join(twice)} twice", "list each name once")
 
 
 def run_family(args: argparse.Namespace, family: Family) -> int:

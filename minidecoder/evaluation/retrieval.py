@@ -45,7 +45,8 @@ from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
 from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
                                            instruction_for, instructions_line, json_line, limit_that_cut, limited_note,
-                                           markdown_report, numbered_lines, require_file, resolve_data_folder)
+                                           markdown_report, numbered_lines, refuse_repeats, require_file,
+                                           resolve_data_folder)
 from minidecoder.running.texts import with_instruction
 
 
@@ -291,6 +292,7 @@ def read(args: argparse.Namespace) -> list:
     names = [name.strip() for name in args.sets.split(",") if name.strip()]
     if not names:
         raise InputError(f"--sets {args.sets!r} names no set", "e.g. --sets scifact,nfcorpus")
+    refuse_repeats(names, "--sets")
     return [load_beir_set(name, args.data, args.split, args.limit, args.corpus_limit) for name in names]
 
 

@@ -116,3 +116,16 @@ def test_a_pooled_placement_with_no_instruction_is_refused_before_the_model_load
                     "--output", str(tmp_path / "r"))
     assert code == 2 and "--instruction-placement pooled places the task's instruction" in err, err
     assert "no-such-model-folder" not in err  # refused before the model (or the data) is read
+
+
+@pytest.mark.parametrize("family, flag, names", [("retrieval", "--sets", "scifact,scifact"),
+                                                 ("cmteb", "--tasks", "ATEC,BQ,ATEC"),
+                                                 ("classification", "--tasks", "Emotion,Emotion"),
+                                                 ("sts", "--tasks", "STS12,STS12"), ("transfer", "--tasks", "MR,MR")])
+def test_a_name_given_twice_is_refused_before_the_model_loads(tmp_path, capsys, family, flag, names) -> None:
+    """Found: `--sets scifact,scifact` and `--tasks ATEC,ATEC` were scored once, in one column, with the data
+    files listed twice in the stamp (sts and transfer refused it, in their loaders)."""
+    twice = names.split(",")[0]
+    code, err = cli(capsys, "eval", family, "--method", "mean", flag, names, "--model", NO_MODEL,
+                    "--output", str(tmp_path / "r"))
+    assert code == 2 and f"{flag} names {twice} twice" in err and NO_MODEL not in err, err
