@@ -70,8 +70,8 @@ AXIS_FLAGS = (("layers", "layer"), ("tp_end", "end"), ("cp_steer", "steer_layer"
 
 def check_axes(args: argparse.Namespace) -> None:
     """Every swept option (--layers, --tp-end, --cp-steer, --cp-alpha, --grid KEY) is an option of the method
-    (else the sweep would answer with unrelated rules, after the model loaded), and its integer values fit
-    in 64 bits."""
+    (else the sweep would answer with unrelated rules, after the model loaded), its integer values fit in 64
+    bits, and it gives no value twice."""
     import dataclasses
 
     import minidecoder.methods
@@ -79,8 +79,15 @@ def check_axes(args: argparse.Namespace) -> None:
 
     texts = axis_texts(args)
     for key, raw in texts.items():
-        for value in parse_values(raw):
+        values = parse_values(raw)
+        for value in values:
             check_integers(_flag(args, key), key, value)
+        twice = [value for i, value in enumerate(values) if value in values[:i]]
+        if twice and not _from_layers(args, key):  # --layers is read as a set of layers
+            flag = _flag(args, key)
+            given = f"--grid {key}={raw}" if flag == "--grid" else f"{flag} {raw}"
+            raise InputError(f"{given} gives {key}={twice[0]!r} twice: the point would be computed "
+                             "twice and counted twice in the saving", "give each value once")
     cls = minidecoder.methods.METHODS.get(args.method)
     if cls is None or not dataclasses.is_dataclass(cls):
         return

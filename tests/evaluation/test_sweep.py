@@ -208,6 +208,20 @@ def test_plot_of_a_sweep_with_one_value_per_axis_is_refused_before_the_model_loa
     assert "no-such-model-folder" not in err and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("axes, said", [(["--method", "tp", "--tp-end", "2,2,3"], "--tp-end 2,2,3 gives end=2 twice"),
+                                        (["--method", "tp", "--grid", "num_pst=1,2,1"], "--grid num_pst=1,2,1 gives "
+                                                                                        "num_pst=1 twice")])
+def test_a_value_given_twice_on_an_axis_is_refused_before_the_model_loads(data: Path, tmp_path: Path, capsys,
+                                                                          axes: list, said: str) -> None:
+    """Found: `--tp-end 2,2,3` computed end=2 twice and counted it twice in the saving ("separate runs: 117",
+    78 for 2,3); only --layers dropped repeats."""
+    from cli_runner import cli
+
+    code, err = cli(capsys, "sweep", *axes, "--data", str(data), "--output", str(tmp_path / "s"),
+                    "--model", "no-such-model-folder", "--no-progress")
+    assert code == 2 and said in err and "no-such-model-folder" not in err, err
+
+
 def test_plot_of_layers_that_are_one_layer_of_the_model_is_refused_before_the_sweep(tiny, data: Path,
                                                                                     tmp_path: Path, capsys) -> None:
     """`--layers 4,-1` on a model of 4 layers is one layer, known only once the model is read: refused before
