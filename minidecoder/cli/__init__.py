@@ -25,6 +25,7 @@ import sys
 import threading
 import traceback
 import warnings
+from pathlib import Path
 
 from minidecoder.errors import MinidecoderError
 
@@ -119,15 +120,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    """A warning of minidecoder's own (a UserWarning: rows cut by --truncate, a fast path turned off) as one
-    line that names the command, not as a source line; any other category as Python writes it. (The format,
-    not the display: whoever records warnings, a test or a caller, still receives them.)"""
-    if category is UserWarning:
+    """A warning of minidecoder's own (a UserWarning raised in its package: rows cut by --truncate, a fast path
+    turned off) as one line that names the command, not as a source line; any other, a library's included, as
+    Python writes it. (The format, not the display: whoever records warnings, a test or a caller, still
+    receives them.)"""
+    if category is UserWarning and Path(filename).resolve().is_relative_to(PACKAGE):  # not scikit-learn's
         return f"minidecoder: warning: {message}\n"
     return _python_format_warning(message, category, filename, lineno, line)
 
 
 _python_format_warning = warnings.formatwarning
+PACKAGE = Path(__file__).resolve().parent.parent  # minidecoder/: where its own warnings are raised
 
 
 @contextlib.contextmanager

@@ -147,3 +147,17 @@ def test_a_warning_is_one_line_naming_the_command(tiny: Path, tmp_path: Path) ->
     err = run.stderr
     assert f"minidecoder: warning: truncate=10: 1 of 2 texts were cut to their first 10 tokens ({source} line 2)" in err
     assert "UserWarning" not in err
+
+
+def test_another_librarys_warning_keeps_its_own_format() -> None:
+    """Found: scikit-learn's "The least populated class in y has only 2 members" printed as `minidecoder:
+    warning: ...` under eval transfer: every UserWarning took minidecoder's label, whoever raised it."""
+    import warnings
+
+    import minidecoder.cli as cli_module
+
+    ours = Path(cli_module.__file__).parent.parent / "running" / "embedding.py"
+    assert cli_module._format_warning("cut", UserWarning, str(ours), 1) == "minidecoder: warning: cut\n"
+    theirs = "/site-packages/sklearn/model_selection/_split.py"
+    said = cli_module._format_warning("least populated", UserWarning, theirs, 776)
+    assert said == warnings.formatwarning("least populated", UserWarning, theirs, 776) and said.startswith(theirs)
