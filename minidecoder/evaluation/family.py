@@ -191,6 +191,9 @@ def run_family(args: argparse.Namespace, family: Family) -> int:
     check_sizes(args)
     if args.truncate is not None and args.truncate < 1:
         raise InputError(f"--truncate {args.truncate} must be a positive number of tokens", "e.g. --truncate 512")
+    if getattr(args, "instruction", None) is not None and not args.instruction.strip():  # not named by a text row
+        raise InputError(f"--instruction {args.instruction!r} is empty or whitespace-only",
+                         "give the instruction's text, or --instruction none for no instruction")
     if getattr(args, "instruction_placement", None) == "pooled" and instruction_for(args, "an instruction") is None:
         given = "--instruction none" if args.instruction == "none" else \
             f"--instruction auto gives method {args.method!r} none"

@@ -129,3 +129,11 @@ def test_a_name_given_twice_is_refused_before_the_model_loads(tmp_path, capsys, 
     code, err = cli(capsys, "eval", family, "--method", "mean", flag, names, "--model", NO_MODEL,
                     "--output", str(tmp_path / "r"))
     assert code == 2 and f"{flag} names {twice} twice" in err and NO_MODEL not in err, err
+
+
+@pytest.mark.parametrize("instruction", ["   ", ""])
+def test_a_blank_instruction_is_named_by_its_flag_before_the_model_loads(tmp_path, capsys, instruction) -> None:
+    """Found: `--instruction "   "` failed after the model loaded, as "the context of text 5 is whitespace-only"."""
+    code, err = cli(capsys, "eval", "retrieval", "--method", "mean", "--instruction", instruction, "--model", NO_MODEL,
+                    "--output", str(tmp_path / "r"))
+    assert code == 2 and f"--instruction {instruction!r} is empty or whitespace-only" in err and NO_MODEL not in err, err
