@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--truncate", type=int, default=None, metavar="N",
                         help="keep the first N tokens of the text (default: a text past the model's context is an error)")
     add_output_options(parser, "the --plot file")
-    add_model_options(parser)
+    add_model_options(parser, ("compile", "pack_weights"))  # its recorded passes take no graphs
     parser.set_defaults(run=run)
 
 

@@ -21,7 +21,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--chat", metavar="MESSAGE", help="a user message, sent through the model's chat template")
     parser.add_argument("--system", metavar="TEXT", help="a system message before --chat's message")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="at most this many new tokens (0 or more)")
-    add_model_options(parser)
+    add_model_options(parser, ("pack_weights",))  # logits and generation run plain: no --compile or --graphs
     parser.set_defaults(run=run)
 
 

@@ -14,7 +14,7 @@ def add_parser(subparsers) -> None:
                                    description=__doc__.splitlines()[0])
     parser.add_argument("prompt")
     parser.add_argument("--top-k", type=int, default=10, help="how many tokens to list (1 to the vocabulary size)")
-    add_model_options(parser)
+    add_model_options(parser, ("pack_weights",))  # logits and generation run plain: no --compile or --graphs
     parser.set_defaults(run=run)
 
 

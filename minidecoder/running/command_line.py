@@ -17,27 +17,35 @@ from minidecoder.errors import InputError, Interrupted
 # --opt integers must fit in 64 bits (torch's seeds and int64 tensors): a larger one failed deep in the
 # method after the model had loaded.
 INT_RANGE = (-2**63, 2**64 - 1)
+# The model's switches (`add_model_options`): each changes how the vectors are computed, so a rerun needs it
+MODEL_SWITCHES = ("compile", "pack_weights", "graphs")
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, switches: tuple[str, ...] = MODEL_SWITCHES) -> None:
+    """--model, --dtype, --device, --ignore-config-key, and the fast-path `switches` that act on this command's
+    runs: `--compile` and `--graphs` speed the method loop alone, so a command that runs only logits or
+    generation (or only explain's recorded passes, which take no graphs) does not offer them."""
     parser.add_argument("--model", default=None,
                         help="a known model name (see `minidecoder fetch --list`), a checkpoint folder, or a "
                              "Hub id; default: smollm2-135m-instruct, fetched and converted on first use")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
-    parser.add_argument("--compile", action="store_true",
-                        help="fuse each block's elementwise work with torch.compile: the first batch compiles "
-                             "(tens of seconds with an empty inductor cache, a few with a warm one: docs/benchmarks.md "
-                             "gives the times it measured and the gain); calls through the prompt methods' prefix "
-                             "cache run plain; needs a C++ compiler on CPU")
-    parser.add_argument("--pack-weights", action="store_true",
-                        help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster on an EPYC, no gain on an "
-                             "AMX Xeon: docs/benchmarks.md; "
-                             "a second copy of them in memory); combines with --compile")
-    parser.add_argument("--graphs", action="store_true",
-                        help="replay small block calls (a few hundred tokens) from captured CUDA graphs, "
-                             "batches padded to a bounded set of shapes; off by default: at token-budget batch "
-                             "sizes the padding costs more than graphs save (docs/reliability.md)")
+    if "compile" in switches:
+        parser.add_argument("--compile", action="store_true",
+                            help="fuse each block's elementwise work with torch.compile: the first batch "
+                                 "compiles (tens of seconds with an empty inductor cache, a few with a warm one: "
+                                 "docs/benchmarks.md gives the times it measured and the gain); calls through the "
+                                 "prompt methods' prefix cache run plain; needs a C++ compiler on CPU")
+    if "pack_weights" in switches:
+        parser.add_argument("--pack-weights", action="store_true",
+                            help="CPU only: reorder the block weights once into oneDNN's layout (8-13%% faster "
+                                 "on an EPYC, no gain on an AMX Xeon: docs/benchmarks.md; a second copy of them in "
+                                 "memory)" + ("; combines with --compile" if "compile" in switches else ""))
+    if "graphs" in switches:
+        parser.add_argument("--graphs", action="store_true",
+                            help="replay small block calls (a few hundred tokens) from captured CUDA graphs, "
+                                 "batches padded to a bounded set of shapes; off by default: at token-budget batch "
+                                 "sizes the padding costs more than graphs save (docs/reliability.md)")
     parser.add_argument("--ignore-config-key", action="append", default=[], metavar="KEY",
                         help="a config.json key you know does not change numerics (unknown keys are errors); "
                              "repeat for more")
@@ -87,8 +95,8 @@ def check_integers(flag: str, key: str, value: Any) -> None:
 def load_model(args: argparse.Namespace):
     from minidecoder.running import load_model as loading  # looked up at the call: tests patch loading.load
     extra = {"ignore_config_keys": tuple(args.ignore_config_key)} if getattr(args, "ignore_config_key", None) else {}
-    return loading.load(args.model, dtype=args.dtype, device=args.device, compile=args.compile,
-                            pack_weights=args.pack_weights, graphs=getattr(args, "graphs", False), **extra)
+    switches = {name: getattr(args, name, False) for name in MODEL_SWITCHES}  # those the command offers
+    return loading.load(args.model, dtype=args.dtype, device=args.device, **switches, **extra)
 
 
 def build_cli_method(name: str, pairs: list[str]):
@@ -189,8 +197,6 @@ def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
 
 EVAL_FLAGS = ("model", "method", "tasks", "sets", "split", "data", "limit", "corpus_limit", "lengths", "instruction",
               "instruction_placement", "blank_lines", "truncate", "dtype", "device", "batch_size")  # eval's, in order
-# The model's switches (`add_model_options`): each changes how the vectors are computed, so a rerun needs it
-MODEL_SWITCHES = ("compile", "pack_weights", "graphs")
 REPEATED_FLAGS = ("opt", "query_opt", "grid", "ignore_config_key")  # given once per value
 
 

@@ -99,3 +99,18 @@ def test_demo_with_an_unknown_method_is_refused_before_the_model_loads(capsys) -
 def test_demo_runs_with_a_method_by_name(capsys, folder: Path) -> None:
     assert cli.main(["demo", "--method", "mean", "--model", str(folder)]) == 0
     assert "cosine similarities (mean):" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, switch", [(["logits", "hello"], "--compile"), (["logits", "hello"], "--graphs"),
+                                          (["generate", "hello"], "--compile"), (["generate", "hello"], "--graphs"),
+                                          (["explain", "hello", "--method", "tp"], "--graphs")])
+def test_a_fast_path_switch_a_command_never_takes_is_not_offered(capsys, argv: list, switch: str) -> None:
+    """Found: `logits --compile` and `generate --compile` compiled nothing (logits and generation run plain),
+    `logits --graphs` warned about bucket shapes it never padded to, and `explain --graphs` recorded the same
+    passes as without it (its watcher turns graphs off): each flag was taken and did nothing."""
+    with pytest.raises(SystemExit) as ended:  # argparse's own refusal, as for any unknown flag
+        cli.main([*argv, switch, "--model", "no-such-model-folder"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and f"unrecognized arguments: {switch}" in err, err
+    subcommands = next(action for action in cli.build_parser()._actions if action.dest == "command").choices
+    assert switch not in subcommands[argv[0]]._option_string_actions  # nor listed by --help
