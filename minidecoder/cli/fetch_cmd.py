@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         given = " ".join([*args.names, *(["--all"] if args.all else [])])
         raise InputError(f"--list only lists the known models; it takes no model names or --all (given: {given})",
                          "run `minidecoder fetch --list` alone to see the known models, or drop --list to fetch "
-                         + ("every one" if args.all else "the named ones"))
+                         + ("the named ones, or every one with --all (not both)" if args.names and args.all else
+                            "every one" if args.all else "the named ones"))
     if args.list:
         _print_table(registry)
         return 0
