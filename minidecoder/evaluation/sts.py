@@ -267,6 +267,8 @@ def _limited(task: StsTask, limit: int | None) -> StsTask:
 def check_pair_limit(limit: int | None) -> None:
     """A limit of pairs (the CLI's --limit, the API's `limit=`) keeps at least the two pairs a correlation needs;
     the message names both spellings, for it is read by users of either."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InputError(f"limit={limit!r} is not a whole number of pairs", "e.g. limit=100 (--limit 100)")
     if limit is not None and limit < 2:
         raise InputError(f"--limit (limit=) {limit} is too small: a correlation needs at least 2 pairs",
                          "use --limit 2 or more (limit=2 from Python), or none to score every pair")

@@ -341,6 +341,18 @@ def test_a_shard_size_under_one_byte_or_of_a_fraction_of_a_byte_is_refused(tmp_p
         assert not (tmp_path / "out").exists()
     assert parse_size("1.1KB") == 1100 and parse_size("1B") == 1  # exact: not 1100.0000000000002 truncated
 
+
+@pytest.mark.parametrize("size", [0, 0.5, True, "2GB"])
+def test_convert_gguf_refuses_a_shard_size_that_is_not_whole_bytes(tmp_path: Path, size) -> None:
+    """From Python, `convert_gguf(shard_size=0)` wrote one shard per tensor, silently (only the CLI's
+    parse_size checked the size)."""
+    gguf_path = tmp_path / "m.gguf"
+    write_tiny_gguf(gguf_path, "llama")
+    with pytest.raises(InputError, match=re.escape(f"shard_size={size!r} is not a whole number of bytes")):
+        convert_gguf(gguf_path, tmp_path / "out", shard_size=size, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
     gguf_path = tmp_path / "m.gguf"
     write_tiny_gguf(gguf_path, "llama")

@@ -230,3 +230,6 @@ def test_a_limit_of_one_pair_is_refused_naming_the_flag_and_the_argument(tmp_pat
     for load in (lambda: load_task("STSBenchmark", limit=1), lambda: load_long_sts(limit=1)):
         with pytest.raises(InputError, match=r"^--limit \(limit=\) 1 is too small"):
             load()
+    for limit in (True, 2.5):  # from Python: True was a limit of 1 pair, 2.5 failed inside a slice
+        with pytest.raises(InputError, match=f"limit={limit!r} is not a whole number of pairs"):
+            load_task("STSBenchmark", limit=limit)

@@ -73,6 +73,9 @@ def convert_gguf(
     gguf_path, output_dir = Path(gguf_path), Path(output_dir)
     if dtype not in DTYPES:
         raise InputError(f"dtype {dtype!r} is not supported", f"use one of {', '.join(DTYPES)}")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:  # 0: a shard per tensor
+        raise InputError(f"shard_size={shard_size!r} is not a whole number of bytes of at least 1",
+                         "e.g. shard_size=2_000_000_000 (--shard-size 2GB)")
     if not gguf_path.is_file():
         raise InputError(f"GGUF file {gguf_path} {describe_unusable_file(gguf_path)}", "give the path of a .gguf file")
     if os.path.lexists(output_dir):
