@@ -215,9 +215,10 @@ def flag_value(argv: list[str], flag: str, default: str | None = None) -> str | 
 
 def reads_instruction(argv: list[str]) -> bool:
     """Whether an eval command gives its method the task's instruction: the command parsed by minidecoder's own
-    parser, so each family's default holds (C-MTEB's is none), then the eval commands' own rule."""
+    parser, so each family's default holds (C-MTEB takes none: it has no --instruction), then the eval
+    commands' own rule."""
     asked = eval_parser().parse_args(argv)
-    return instruction_for(asked, "the task's instruction") is not None
+    return hasattr(asked, "instruction") and instruction_for(asked, "the task's instruction") is not None
 
 
 @functools.cache
