@@ -247,7 +247,9 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     def encode(batch: list[str]) -> torch.Tensor:  # (len(batch), E), from the jobs' table
         if not job:  # the first call embeds every text of the run, each side with its method
             start = time.perf_counter()
-            parts = [embed_kept(model, method, side, work / name, args, prefix) for name, method, side in jobs if side]
+            parts = []
+            for name, method, side in (job for job in jobs if job[2]):  # a later side's line names the earlier's
+                parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts)))
             job["vectors"] = torch.cat([vectors for vectors, _ in parts])
             job["summary"] = {key: sum(summary.get(key, 0) or 0 for _, summary in parts)
                               for key in ("chunks_reused", "truncated_rows")}
@@ -258,25 +260,30 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     with owned_work_folder(work, family.owner, f"{command} --output {shlex.quote(str(prefix))}",
                            family.settings(args)):
         identity = json.dumps({**stamp, "truncate": args.truncate}, sort_keys=True, default=str)
-        try:
+        try:  # scoring and the report's write: a Ctrl-C in either keeps the embeddings
             results = family.evaluate(encode, loaded, args, Kept(work, identity))
+            results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
+            metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
+                        **({"instruction": args.instruction, "instruction_placement": args.instruction_placement}
+                           if hasattr(args, "instruction") else {}),
+                        **family.stamp(loaded, args), "command": command}
+            table = family.table(results)
+            json_path, md_path = write_or_rescue(
+                lambda where: write_report(where, results, metadata, args.overwrite, markdown=family.markdown),
+                prefix, table)
         except KeyboardInterrupt as stop:
             raise past_the_job(stop, work, args, prefix, embedded=bool(job))
-        results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
-        metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
-                    **({"instruction": args.instruction, "instruction_placement": args.instruction_placement}
-                       if hasattr(args, "instruction") else {}),
-                    **family.stamp(loaded, args), "command": command}
-        table = family.table(results)
-        json_path, md_path = write_or_rescue(
-            lambda where: write_report(where, results, metadata, args.overwrite, markdown=family.markdown),
-            prefix, table)
         shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
         if family.draw is not None and figures:
             family.draw(results, figures, args)
     print(table)
     print(f"\nwrote {json_path} and {md_path}" + "".join(f" and {path}" for path in figures))
     return 0
+
+
+def run_again(args: argparse.Namespace, prefix: Path) -> str:
+    """How to resume: the same command, with the --output it wrote to when it chose the prefix itself."""
+    return "run the same command again" + ("" if args.output else f" with --output {prefix}")
 
 
 def past_the_job(stop: KeyboardInterrupt, work: Path, args: argparse.Namespace, prefix: Path,
@@ -295,7 +302,7 @@ def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> 
     task's probe) or, where the folder was removed meanwhile, that nothing is, and how to go on."""
     from minidecoder.running.jobs import holds_kept_work
 
-    again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    again = run_again(args, prefix)
     if work.is_dir() and holds_kept_work(work):
         tasks = sorted(path.name.split(".")[0].removeprefix("task-") for path in work.glob("task-*.kept.json"))
         finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
@@ -309,7 +316,7 @@ def _embedding_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -
     --query-opt, a run has two), counted on disk."""
     from minidecoder.running.jobs import FINISHED_TABLE
 
-    again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+    again = run_again(args, prefix)
     chunks = len(list(work.rglob("chunk-*.npy"))) if work.is_dir() else 0
     finished = " and the finished embeddings" if work.is_dir() and any(work.rglob(FINISHED_TABLE)) else ""
     if chunks:
@@ -335,9 +342,11 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
                            else f"the first {truncate} tokens of a longer text are kept"}}
 
 
-def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path):
+def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path,
+               others_kept: bool = False):
     """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one), its finished
-    table kept in `work` until the report is written; Ctrl-C says which chunks are kept and the command that
+    table kept in `work` until the report is written; Ctrl-C says which chunks are kept (and, `others_kept`,
+    that an earlier job's finished table is kept beside them: --query-opt's queries) and the command that
     resumes them."""
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
@@ -346,12 +355,15 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
         return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
                                progress=not args.no_progress, keep=True, **truncate)
     except JobInterrupted as stop:
-        again = "run the same command again" + ("" if args.output else f" with --output {prefix}")
+        again = run_again(args, prefix)
+        beside = f"the other texts' finished embeddings are kept in {work.parent}" if others_kept else ""
         if stop.saved == 0:
-            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; nothing was kept; "
-                              f"{again}") from None
+            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; "
+                              + (f"{beside}; {again} to resume from them" if beside else f"nothing was kept; {again}")
+                              ) from None
         raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
-                          f"kept in {work}; {again} to resume from them") from None
+                          f"kept in {work}" + (f", and {beside}" if beside else "") + f"; {again} to resume from them"
+                          ) from None
 
 
 def markdown_report(family: str, about: str, table: str, stamp: dict, more: str = "") -> str:

@@ -533,17 +533,17 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
     # one call of `encode` with every sentence (the job draws its own progress bar)
     with owned_work_folder(work, OWNER, f"{metadata['command']} --output {shlex.quote(str(prefix))}",
                            kept_settings(args)):
-        try:
+        try:  # scoring and the report's write: a Ctrl-C in either keeps the embeddings
             results = evaluate_sts(encode, tasks=loaded, progress=False, chunk_size=1 << 62)  # the tasks read above
+            summary = kept.get("summary")
+            if summary is not None and summary["chunks_reused"]:
+                # the time measured is this sitting's only: a rate over all sentences would be wrong
+                results.update(resumed_chunks=summary["chunks_reused"], sentences_per_second=None)
+            table = summary_table(results)
+            json_path, md_path = write_or_rescue(
+                lambda where: write_report(where, results, metadata, args.overwrite), prefix, table)
         except KeyboardInterrupt as stop:
             raise past_the_job(stop, work, args, prefix, embedded="summary" in kept)
-        summary = kept.get("summary")
-        if summary is not None and summary["chunks_reused"]:
-            # the time measured is this sitting's only: a rate over all sentences would be wrong
-            results.update(resumed_chunks=summary["chunks_reused"], sentences_per_second=None)
-        table = summary_table(results)
-        json_path, md_path = write_or_rescue(lambda where: write_report(where, results, metadata, args.overwrite),
-                                             prefix, table)
         shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
     print(table)
     print(f"\nwrote {json_path} and {md_path}")

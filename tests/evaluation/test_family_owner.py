@@ -102,17 +102,20 @@ def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tm
     assert cli(capsys, *argv)[0] == 0 and not work.exists()
 
 
-@pytest.mark.parametrize("family, scorer", [("sts", "StsScorer.__call__"), ("sts-long", "score_long_pairs")])
+@pytest.mark.parametrize("family, where", [("sts", "sts:StsScorer.__call__"), ("sts-long", "sts_long:score_long_pairs"),
+                                           ("sts", "report:write_report"), ("sts-long", "report:write_report")])
 def test_ctrl_c_while_scoring_keeps_the_embeddings_and_the_same_command_scores_without_embedding(
-        family: str, scorer: str, tiny_llama: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+        family: str, where: str, tiny_llama: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found: Ctrl-C while `eval sts` scored said "before any sentence was embedded; nothing new was kept", and
     while sts-long, retrieval, classification or C-MTEB scored (one runner) "nothing was kept": the job's folder
     was removed once its table was read back, so the rerun embedded every text again. The table is now kept
-    until the report is written."""
+    until the report is written (a Ctrl-C while it is written says the same)."""
     import importlib
 
-    module = importlib.import_module(f"minidecoder.evaluation.{family.replace('-', '_')}")
-    owner, name = (getattr(module, scorer.split(".")[0]), scorer.split(".")[1]) if "." in scorer else (module, scorer)
+    module_name, attribute = where.split(":")
+    module = importlib.import_module(f"minidecoder.evaluation.{module_name}")
+    owner, name = (getattr(module, attribute.split(".")[0]), attribute.split(".")[1]) if "." in attribute \
+        else (module, attribute)
     argv = ["eval", family, "--method", "mean", "--data", str(stsb(tmp_path / "sts", pairs=40)), "--no-progress",
             "--model", str(tiny_llama), *(["--tasks", "STSBenchmark"] if family == "sts" else ["--lengths", "1,2"])]
     assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
@@ -134,6 +137,36 @@ def test_ctrl_c_while_scoring_keeps_the_embeddings_and_the_same_command_scores_w
     resumed, clean = (json.loads((tmp_path / f"{name}.json").read_text())["results"] for name in ("x", "clean"))
     scores = "tasks" if family == "sts" else "lengths"
     assert resumed[scores] == clean[scores]  # the same embeddings, exactly
+
+
+def test_ctrl_c_in_the_queries_job_says_the_documents_are_kept(tiny_llama: Path, tmp_path: Path, capsys,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --query-opt a run embeds in two jobs, documents then queries. Found: a Ctrl-C before the queries'
+    first chunk said "nothing was kept", though the documents' table was kept, and the rerun reused it."""
+    from test_retrieval import write_beir
+
+    argv = ["eval", "retrieval", "--method", "mean", "--sets", "toy", "--data", str(write_beir(tmp_path / "beir")),
+            "--query-opt", "template=Query: {text}", "--no-progress", "--truncate", "20", "--model", str(tiny_llama)]
+    assert cli(capsys, *argv, "--output", str(tmp_path / "clean"))[0] == 0
+    real, calls = embedding.embed_rows, []
+
+    def ctrl_c_in_the_second_job(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # one chunk a job: the documents' job is done, the queries' has begun
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "embed_rows", ctrl_c_in_the_second_job)
+    code, err = cli(capsys, *argv, "--output", str(tmp_path / "x"))
+    work = tmp_path / ".x.json.partial"
+    assert code == 130 and err.strip().endswith(f"the other texts' finished embeddings are kept in {work}; run the "
+                                                "same command again to resume from them"), err
+    calls.clear()
+    monkeypatch.setattr(embedding, "embed_rows", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    assert cli(capsys, *argv, "--output", str(tmp_path / "x"))[0] == 0
+    assert len(calls) == 1  # the queries alone: the documents were read back
+    resumed, clean = (json.loads((tmp_path / f"{name}.json").read_text())["results"] for name in ("x", "clean"))
+    assert resumed["sets"]["toy"]["metrics"] == clean["sets"]["toy"]["metrics"]
 
 
 def test_the_order_of_a_runs_texts_is_the_same_in_every_process():
