@@ -144,8 +144,8 @@ def _ctrl_c_ignored():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    finally:  # None: a handler installed outside Python, which Python cannot put back
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def _free_the_stopped_command(interrupt: BaseException) -> None:

@@ -103,11 +103,13 @@ def load_classification_set(name: str, data_dir: str | Path | None = None, limit
     if limit is not None:
         texts, ids = splits["test"]
         splits["test"] = (texts[:limit], ids[:limit])
-    if len(splits["test"][0]) < 2:  # mteb scores one item, but its interval over test items is that one point
-        raise InputError(f"{paths['test']}: " + (f"--limit {limit} keeps" if limit is not None else "it holds")
-                         + " one test item; an accuracy and its 95% interval (a bootstrap over test items) need at "
-                         "least two", "use a --limit of 2 or more (e.g. --limit 100), or none" if limit is not None
-                         else "restore the file")
+    kept = len(splits["test"][0])
+    if kept < 2:  # mteb scores one item, but its interval over test items is that one point
+        raise InputError(f"{paths['test']}: " + (f"--limit (limit=) {limit} keeps" if limit is not None else
+                                                 "it holds") + f" {kept} test item(s); an accuracy and its 95% "
+                         "interval (a bootstrap over test items) need at least two",
+                         "use a --limit of 2 or more (e.g. --limit 100, limit=100 from Python), or none"
+                         if limit is not None else "restore the file")
     files = [str(p.relative_to(root)) for p in paths.values()] + (["Banking77/categories.json"] if name == "Banking77" else [])
     return ClassificationSet(name, MTEB_NAMES[name], root, splits, labels, files, limit)
 

@@ -56,18 +56,21 @@ def test_a_classification_limit_of_one_test_item_is_refused_before_the_model_loa
     """`eval classification --limit 1` was scored from one test item, its 95% interval [x, x] that one point; a
     test file of one item likewise."""
     folder = write_emotion(tmp_path / "mteb")
-    with pytest.raises(InputError, match=r"test\.txt: --limit 1 keeps one test item; an accuracy and its 95% "
+    with pytest.raises(InputError, match=r"test\.txt: --limit \(limit=\) 1 keeps 1 test item\(s\); an accuracy and its 95% "
                                          r"interval \(a bootstrap over test items\) need at least two") as error:
         load_classification_set("Emotion", folder, limit=1)
     assert "--limit of 2 or more" in error.value.fix
     assert len(load_classification_set("Emotion", folder, limit=2).splits["test"][0]) == 2
     code, err = cli(capsys, "eval", "classification", "--method", "mean", "--tasks", "Emotion", "--limit", "1",
                     "--data", str(folder), "--output", str(tmp_path / "out"), "--model", NO_MODEL)
-    assert code == 2 and "--limit 1 keeps one test item" in err and NO_MODEL not in err, err
+    assert code == 2 and "--limit (limit=) 1 keeps 1 test item(s)" in err and NO_MODEL not in err, err
+    with pytest.raises(InputError, match=r"--limit \(limit=\) 0 keeps 0 test item\(s\)"):  # from Python too
+        load_classification_set("Emotion", folder, limit=0)
     write_banking(folder)  # a test.csv of one item
-    with pytest.raises(InputError, match=r"test\.csv: it holds one test item") as error:
+    with pytest.raises(InputError, match=r"test\.csv: it holds 1 test item\(s\)") as error:
         load_classification_set("Banking77", folder)
     assert error.value.fix == "restore the file"
+
 
 def test_a_beir_split_that_does_not_exist_names_split_and_the_ones_there(tmp_path) -> None:
     folder = write_beir(tmp_path / "beir")
