@@ -514,7 +514,7 @@ def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | 
     """Refuse a work folder that holds another command's kept work (an interrupted `eval sts` and a `sweep`
     on one --output share the name `.PREFIX.json.partial`): each would take the folder as its own and
     remove it when it ends; and the same command's with other `settings` ({flag: value}), named by their
-    flags. A folder that holds no finished chunk has nothing to lose."""
+    flags. A folder that holds no kept work (`KEPT_WORK`: a finished chunk or table) has nothing to lose."""
     work = Path(work)
     if not work.is_dir() or not holds_kept_work(work):
         return
@@ -524,7 +524,8 @@ def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | 
         changed = [f"{flag} was {kept.get(flag)!r}, now {value!r}" for flag, value in (settings or {}).items()
                    if flag in kept and kept[flag] != value]
         if changed:
-            raise InputError(f"{work} holds an interrupted `{command}` with other settings, so it cannot be resumed: "
+            raise InputError(f"{work} holds the kept work of an unfinished `{command}` with other settings, so it "
+                             "cannot be resumed: "
                              + "; ".join(changed),
                              f"rerun `{owner.get('command_line') or command}` to resume it, or delete {work} to "
                              "start over")
@@ -544,12 +545,12 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
                       settings: dict[str, Any] | None = None) -> Iterator[Path]:
     """The kept-work folder `work`, owned by `command` with `settings` ({flag: value}) for the block (see
     `check_work_owner`): created with its owner recorded, and removed when the block ends (done, failed or
-    interrupted) with no finished chunk in it, so that "nothing was kept" leaves nothing behind."""
+    interrupted) with no kept work in it, so that "nothing was kept" leaves nothing behind."""
     work = Path(work)
     settings = _jsonable(settings or {})
     check_work_owner(work, command, settings)
     if work.is_dir() and (work_owner(work) or {}).get("command") != command:
-        shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no finished chunk
+        shutil.rmtree(work, ignore_errors=True)  # another's, or an unrecorded one, with no kept work
     try:
         work.mkdir(parents=True, exist_ok=True)
         if not holds_kept_work(work):  # kept work keeps the record of the command that made it, which resumes it
@@ -560,7 +561,7 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
                           "free space or fix permissions there, then run the same command again") from None
     try:
         yield work
-    finally:  # however the block ends, a folder with no finished chunk is nothing to keep
+    finally:  # however the block ends, a folder with no kept work is nothing to keep
         if not holds_kept_work(work):
             shutil.rmtree(work, ignore_errors=True)
 
