@@ -94,6 +94,9 @@ class Family:
     # how to run a method that pools over the text on data that holds the empty text (SentEval's blank lines);
     # None: this family's data never holds one
     empty_text_fix: str | None = None
+    # the family keeps the embeddings itself, in `Kept` (transfer's KeptWork, with their seconds): the job's
+    # table then goes once read back, rather than a second copy of them kept until the report is written
+    keeps_embeddings: bool = False
 
     @property
     def owner(self) -> str:
@@ -249,7 +252,8 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
             start = time.perf_counter()
             parts = []
             for name, method, side in (job for job in jobs if job[2]):  # a later side's line names the earlier's
-                parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts)))
+                parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts),
+                                        keep=not family.keeps_embeddings))
             job["vectors"] = torch.cat([vectors for vectors, _ in parts])
             job["summary"] = {key: sum(summary.get(key, 0) or 0 for _, summary in parts)
                               for key in ("chunks_reused", "truncated_rows")}
@@ -343,9 +347,10 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
 
 
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path,
-               others_kept: bool = False):
+               others_kept: bool = False, keep: bool = True):
     """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one), its finished
-    table kept in `work` until the report is written; Ctrl-C says which chunks are kept (and, `others_kept`,
+    table kept in `work` until the report is written (unless not `keep`: the caller keeps the embeddings
+    itself); Ctrl-C says which chunks are kept (and, `others_kept`,
     that an earlier job's finished table is kept beside them: --query-opt's queries) and the command that
     resumes them."""
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
@@ -353,7 +358,7 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
     truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none
     try:  # kept: Ctrl-C while the command scores loses no embedding; it removes `work` once its report is written
         return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
-                               progress=not args.no_progress, keep=True, **truncate)
+                               progress=not args.no_progress, keep=keep, **truncate)
     except JobInterrupted as stop:
         again = run_again(args, prefix)
         beside = f"the other texts' finished embeddings are kept in {work.parent}" if others_kept else ""

@@ -644,4 +644,5 @@ def stamp(loaded: list, args: argparse.Namespace) -> dict:
 FAMILY = Family("transfer", read, texts, evaluate, transfer_table, transfer_markdown,
                 ("--tasks", "--limit", "--blank-lines"), stamp,
                 empty_text_fix="pass --blank-lines skip to leave SentEval's blank lines out (the folds then differ "
-                               "from SentEval's), or use a prompt method read at its last token (e.g. prompteol)")
+                               "from SentEval's), or use a prompt method read at its last token (e.g. prompteol)",
+                keeps_embeddings=True)

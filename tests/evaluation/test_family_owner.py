@@ -95,6 +95,7 @@ def test_transfer_keeps_its_probes_owned_and_eval_sts_leaves_them(tiny_llama, tm
     monkeypatch.setattr(transfer, "probe_task", real)
     kept = sorted(path.name for path in work.iterdir())
     assert "task-SST2.kept.json" in kept and "embeddings.kept.npy" in kept  # no chunk, yet kept: not removed
+    assert "job" not in kept  # transfer keeps its embeddings itself: no second copy as the job's table
     code, err = cli(capsys, "eval", "sts", "--method", "mean", "--data", str(stsb(tmp_path / "sts", 20)), "--tasks",
                     "STSBenchmark", "--output", str(out), "--model", NO_MODEL)
     assert code == 2 and "`minidecoder eval transfer`" in err and NO_MODEL not in err, err
