@@ -75,13 +75,9 @@ def _terminate(signum, frame) -> None:
 def _started_by_sigterm(interrupt: BaseException) -> bool:
     """Whether a Terminated is in `interrupt`'s chain: a job re-raises the stop as its own Interrupted (the
     line saying what it kept), with the Terminated as its context."""
-    seen: set[int] = set()
-    while interrupt is not None and id(interrupt) not in seen:
-        if isinstance(interrupt, Terminated):
-            return True
-        seen.add(id(interrupt))
-        interrupt = interrupt.__context__
-    return False
+    from minidecoder.running.command_line import exception_chain
+
+    return any(isinstance(error, Terminated) for error in exception_chain(interrupt))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,11 +148,10 @@ def _free_the_stopped_command(interrupt: BaseException) -> None:
     """Free what the stopped command's frames hold, now, while Ctrl-C is ignored: else their finalizers (a
     progress bar's `__del__`) run as the handler ends, where a second Ctrl-C prints "Exception ignored ...
     Traceback" over the line just printed."""
-    seen: set[int] = set()
-    while interrupt is not None and id(interrupt) not in seen:  # the chain: a job re-raises the stop as its line
-        seen.add(id(interrupt))
-        traceback.clear_frames(interrupt.__traceback__)  # skips the frames still running (this one)
-        interrupt = interrupt.__context__
+    from minidecoder.running.command_line import exception_chain
+
+    for error in exception_chain(interrupt):  # the chain: a job re-raises the stop as its line
+        traceback.clear_frames(error.__traceback__)  # skips the frames still running (this one)
     gc.collect()  # what those frames held in reference cycles
 
 

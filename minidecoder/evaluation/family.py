@@ -350,9 +350,8 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
                others_kept: bool = False, keep: bool = True):
     """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one), its finished
     table kept in `work` until the report is written (unless not `keep`: the caller keeps the embeddings
-    itself); Ctrl-C says which chunks are kept (and, `others_kept`,
-    that an earlier job's finished table is kept beside them: --query-opt's queries) and the command that
-    resumes them."""
+    itself); Ctrl-C says which chunks are kept (and, `others_kept`, that an earlier job's finished table is
+    kept beside them: --query-opt's queries) and the command that resumes them."""
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none

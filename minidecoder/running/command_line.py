@@ -182,17 +182,21 @@ def model_stamp(args: argparse.Namespace, model, method) -> dict:
     }
 
 
+def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then each exception it was raised while handling (`__context__`), once each."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__context__
+
+
 def first_interrupted(interrupt: BaseException | None) -> Interrupted | None:
     """The `Interrupted` (the line saying what was kept) in `interrupt`'s chain: a second Ctrl-C that lands
     while the first one's line is on its way up (in an `except` or a `finally` it passes) is a plain
     KeyboardInterrupt whose context holds that line, and the line must still be the one printed."""
-    seen: set[int] = set()
-    while interrupt is not None and id(interrupt) not in seen:
-        if isinstance(interrupt, Interrupted) and str(interrupt):
-            return interrupt
-        seen.add(id(interrupt))
-        interrupt = interrupt.__context__
-    return None
+    return next((error for error in exception_chain(interrupt) if isinstance(error, Interrupted) and str(error)),
+                None)
 
 
 EVAL_FLAGS = ("model", "method", "tasks", "sets", "split", "data", "limit", "corpus_limit", "lengths", "instruction",
