@@ -53,6 +53,10 @@ class OutputError(MinidecoderError):
     """An output location that cannot be written, is taken, or failed while being written."""
 
 
+class TruncationWarning(UserWarning):
+    """`truncate=N` cut some texts to their first N tokens: said once per call, naming the rows it cut."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, carrying one line that says what was kept and how to resume (the CLI prints it once).
 

@@ -120,7 +120,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     turned off) as one line that names the command, not as a source line; any other, a library's included, as
     Python writes it. (The format, not the display: whoever records warnings, a test or a caller, still
     receives them.)"""
-    if category is UserWarning and Path(filename).resolve().is_relative_to(PACKAGE):  # not scikit-learn's
+    if issubclass(category, UserWarning) and Path(filename).resolve().is_relative_to(PACKAGE):  # not scikit-learn's
         return f"minidecoder: warning: {message}\n"
     return _python_format_warning(message, category, filename, lineno, line)
 

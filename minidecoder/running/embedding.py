@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError
+from minidecoder.errors import (ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError,
+                                TruncationWarning)
 from minidecoder.fast.device import to_host_later
 from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
@@ -374,7 +375,8 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
 def warn_truncated(max_tokens: int, rows: list[str], total: int) -> None:
     """The one warning that says which rows `truncate` cut (never silent)."""
     warnings.warn(f"truncate={max_tokens}: {len(rows)} of {total} texts were cut to their first {max_tokens} "
-                  f"tokens ({', '.join(rows[:10])}{', ...' if len(rows) > 10 else ''})", stacklevel=4)
+                  f"tokens ({', '.join(rows[:10])}{', ...' if len(rows) > 10 else ''})", TruncationWarning,
+                  stacklevel=4)
 
 
 def truncate_that_fits(model, text: str, method: Method) -> int:

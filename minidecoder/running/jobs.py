@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from minidecoder.errors import InputError, Interrupted, MinidecoderError, OutputError, describe_unusable_file
+from minidecoder.errors import (InputError, Interrupted, MinidecoderError, OutputError, TruncationWarning,
+                                describe_unusable_file)
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, write_chunk, write_kept,
                                       write_streamed, write_whole)
@@ -189,12 +190,12 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     summary = _finished_job(model, method, source, output, chunk_size, batch_size, truncate) if keep else None
     if summary is None:
         with warnings.catch_warnings():  # the job names rows by lines of its own file, which tell a caller nothing
-            warnings.filterwarnings("ignore", message=r"truncate=\d+: ")
+            warnings.simplefilter("ignore", TruncationWarning)
             summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
                                         progress=progress, overwrite=True, truncate=truncate)
     if summary["truncated_rows"]:
         warnings.warn(f"truncate={truncate}: {summary['truncated_rows']} of {len(texts)} texts were cut to their first "
-                      f"{truncate} tokens", stacklevel=2)
+                      f"{truncate} tokens", TruncationWarning, stacklevel=2)
     vectors = torch.from_numpy(np.load(output))  # (N, E)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)

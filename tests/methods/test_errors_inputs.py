@@ -117,7 +117,9 @@ def test_truncate_cuts_the_text_not_the_template_and_says_so(short_context) -> N
     model = short_context
     texts = ["short.", "a sentence that is far too long for this context"]
     report: dict = {}
-    with pytest.warns(UserWarning, match=r"truncate=34: 1 of 2 texts were cut to their first 34 tokens \(text 1\)"):
+    from minidecoder.errors import TruncationWarning  # its own category: a caller can silence it alone
+
+    with pytest.warns(TruncationWarning, match=r"truncate=34: 1 of 2 texts were cut to their first 34 tokens \(text 1\)"):
         got = minidecoder.embed(model, texts, "prompt", template="Say: {text}", senteval_text=False, truncate=34,
                                 report=report)
     assert report == {"truncate": 34, "truncated_rows": {1: len(texts[1])}}
