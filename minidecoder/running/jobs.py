@@ -216,9 +216,8 @@ def _finished_job(model, method, source: Path, output: Path, chunk_size: int, ba
     manifest = _jsonable(job_manifest(model, method, batch_size, truncate, chunk_size, scan_input(source)))
     made = {key: metadata.get(key) for key in manifest}
     if made != manifest:
-        raise InputError(f"{output.parent} holds finished embeddings made with other settings, so they cannot be "
-                         "used: " + "; ".join(_named_differences(made, manifest)),
-                         f"rerun with the same settings to use them, or delete {output.parent} to start over")
+        raise _other_settings(output.parent, "finished embeddings made with other settings, so they cannot be used",
+                              "use them", made, manifest)
     with open(output, "rb") as handle:  # the header alone (`_assemble_to` writes format 1.0)
         np.lib.format.read_magic(handle)
         rows, dim = np.lib.format.read_array_header_1_0(handle)[0]
@@ -587,13 +586,8 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
         if previous != manifest:
-            differences = _named_differences(previous, manifest) if isinstance(previous, dict) \
-                else ["the manifest is unreadable"]
-            raise InputError(
-                f"{work} holds an interrupted job with other settings, so it cannot be resumed: "
-                + "; ".join(differences),
-                f"rerun with the same settings to resume it, or delete {work} to start over",
-            )
+            raise _other_settings(work, "an interrupted job with other settings, so it cannot be resumed",
+                                  "resume it", previous, manifest)
         return False
     try:
         work.mkdir(exist_ok=True)
@@ -603,6 +597,14 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         raise OutputError(f"could not start the job's work folder {work}: {error}",
                           "free space or fix permissions there, then run the same command again") from None
     return True
+
+
+def _other_settings(work: Path, held: str, use: str, previous: Any, manifest: dict[str, Any]) -> InputError:
+    """The refusal of work kept under another manifest (`held`: what it is, and why it cannot serve), naming
+    every setting that differs, with the two ways out: the same settings, or a fresh start."""
+    differences = _named_differences(previous, manifest) if isinstance(previous, dict) else ["the manifest is unreadable"]
+    return InputError(f"{work} holds {held}: " + "; ".join(differences),
+                      f"rerun with the same settings to {use}, or delete {work} to start over")
 
 
 def _clear_work(work: Path) -> None:
