@@ -84,9 +84,7 @@ def check_axes(args: argparse.Namespace) -> None:
             check_integers(_flag(args, key), key, value)
         twice = [value for i, value in enumerate(values) if value in values[:i]]
         if twice and not _from_layers(args, key):  # --layers is read as a set of layers
-            flag = _flag(args, key)
-            given = f"--grid {key}={raw}" if flag == "--grid" else f"{flag} {raw}"
-            raise InputError(f"{given} gives {key}={twice[0]!r} twice: the point would be computed "
+            raise InputError(f"{_as_given(args, key, raw)} gives {key}={twice[0]!r} twice: the point would be computed "
                              "twice and counted twice in the saving", "give each value once")
     cls = minidecoder.methods.METHODS.get(args.method)
     if cls is None or not dataclasses.is_dataclass(cls):
@@ -94,10 +92,8 @@ def check_axes(args: argparse.Namespace) -> None:
     known = [field.name for field in dataclasses.fields(cls)]
     for key, raw in texts.items():
         if key not in known:
-            flag = _flag(args, key)
-            given = f"--grid '{key}={raw}'" if flag == "--grid" else f"{flag} {raw}"
-            swept = "" if flag == "--grid" else f" sweeps the option {key!r}, and"
-            raise InputError(f"{given}{swept}: method {args.method} has no option {key!r}",
+            swept = "" if _flag(args, key) == "--grid" else f" sweeps the option {key!r}, and"
+            raise InputError(f"{_as_given(args, key, raw)}{swept}: method {args.method} has no option {key!r}",
                              f"its options are {', '.join(known)} (`minidecoder embed --help` describes them)")
 
 
@@ -107,6 +103,12 @@ def _flag(args: argparse.Namespace, key: str) -> str:
         if name == key and getattr(args, flag) is not None:
             return "--" + flag.replace("_", "-")
     return "--grid"
+
+
+def _as_given(args: argparse.Namespace, key: str, raw: str) -> str:
+    """The flag and values that sweep option `key`, as typed: `--grid KEY=V1,V2` or `--tp-end V1,V2`."""
+    flag = _flag(args, key)
+    return f"--grid {key}={raw}" if flag == "--grid" else f"{flag} {raw}"
 
 
 def axis_texts(args: argparse.Namespace) -> dict[str, str]:
@@ -166,8 +168,7 @@ def refuse_plot_of_points(args: argparse.Namespace, counts: dict[str, int]) -> N
     if not args.plot or any(count > 1 for count in counts.values()):
         return
     texts = axis_texts(args)
-    given = ", ".join(f"--grid {name}={texts[name]}" if _flag(args, name) == "--grid" else f"{_flag(args, name)} "
-                      f"{texts[name]}" for name in counts)
+    given = ", ".join(_as_given(args, name, texts[name]) for name in counts)
     raise InputError(f"--plot draws the dev score against each swept option with two or more values, but this sweep "
                      f"has one value per option ({given}), so there is no curve to draw (a curve needs two or "
                      "more points)", "drop --plot, or sweep two or more values, e.g. --layers 2,3")
