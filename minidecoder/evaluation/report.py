@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from minidecoder.errors import InputError, OutputError
 from minidecoder.output_files import write_whole
 from minidecoder.running.figures import pyplot, save_figure
 from minidecoder.sources.checksums import file_sha256
@@ -189,7 +190,6 @@ def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: b
 def check_report_prefix(prefix: str | Path, overwrite: bool) -> None:
     """Before a run: PREFIX is not a folder, PREFIX.json / .md do not exist (unless `overwrite`), and their
     folder is writable. Raises InputError / OutputError naming the problem."""
-    from minidecoder.errors import InputError
     from minidecoder.output_files import check_writable_folder
 
     prefix = Path(prefix)
@@ -225,7 +225,6 @@ def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
     nothing computed is lost."""
     import sys
 
-    from minidecoder.errors import OutputError
 
     prefix = Path(prefix)
     try:
@@ -320,9 +319,15 @@ def sweep_figure_paths(prefix: str | Path, axes: dict[str, int]) -> dict[str, Pa
 
 
 def plot_sweep(sweep: dict, prefix: str | Path, model: str = "?", overwrite: bool = False) -> list[Path]:
-    """PREFIX-<axis>.png for every axis with more than one value; returns the paths written."""
+    """PREFIX-<axis>.png for every axis with more than one value; returns the paths written. A sweep with one
+    value per axis is refused: it has no curve to draw (the CLI refuses `--plot` on it before the model loads)."""
     method = sweep["method"].get("method", "?")
     paths = sweep_figure_paths(prefix, {axis: len(values) for axis, values in sweep["axes"].items()})
+    if not paths:
+        given = ", ".join(f"{axis}={values!r}" for axis, values in sweep["axes"].items())
+        raise InputError(f"plot_sweep draws the dev score against each swept option with two or more values, but "
+                         f"this sweep has one value per option ({given}), so there is no curve to draw",
+                         "sweep two or more values of an option, e.g. layer=[2, 3]")
     return [plot_curves(sweep_curves(sweep, axis), path, AXIS_LABELS.get(axis, axis),
                         f"{method} on {model}: STS-B dev against {axis}", overwrite=overwrite)
             for axis, path in paths.items()]

@@ -276,3 +276,14 @@ def test_sweep_runs_the_methods_own_step(tiny, data: Path, monkeypatch, name, op
         assert not torch.allclose(alone[k], alone_altered[k]), point  # the alteration changes the embedding ...
         assert not torch.allclose(swept[k], swept_altered[k]), point  # ... and the sweep's,
         torch.testing.assert_close(swept_altered[k], alone_altered[k], atol=1e-5, rtol=1e-5)  # to the same vector
+
+
+def test_plot_sweep_from_python_refuses_a_sweep_with_one_value_per_axis(tmp_path: Path) -> None:
+    """Found: `plot_sweep` of a one-value sweep returned [] and wrote nothing, silently (only the CLI refused)."""
+    from minidecoder.evaluation.report import plot_sweep
+
+    sweep = {"method": {"method": "mean"}, "axes": {"layer": [2]}, "points": [{"options": {"layer": 2}, "score": 0.5}],
+             "best": {"options": {"layer": 2}, "score": 0.5}}
+    with pytest.raises(InputError, match=r"one value per option \(layer=\[2\]\), so there is no curve to draw"):
+        plot_sweep(sweep, tmp_path / "s")
+    assert not list(tmp_path.iterdir())
