@@ -72,7 +72,8 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, past_the_job, require_rows, resolve_data_folder)
+                                           parse_names, past_the_job, refuse_repeats, require_rows,
+                                           resolve_data_folder)
 from minidecoder.running.embedding import check_texts_fit
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -294,8 +295,7 @@ def load_tasks(names: list[str] | tuple[str, ...], data_dir: str | Path | None =
     unknown = [name for name in names if name not in TASKS]
     if unknown:
         raise InputError(f"unknown STS task(s) {', '.join(map(repr, unknown))}", "choose from " + ", ".join(TASKS))
-    if len(set(names)) != len(names):
-        raise InputError(f"STS task list {list(names)} names a task twice", "list each task once")
+    refuse_repeats(list(names), "the STS task list")
     return [load_task(name, data_dir, limit) for name in names]
 
 

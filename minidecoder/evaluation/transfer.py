@@ -81,7 +81,7 @@ from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
                                            limit_that_cut, longest_first, markdown_report, parse_names,
-                                           require_rows, resolve_data_folder, run_limit)
+                                           refuse_repeats, require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import write_streamed
@@ -304,8 +304,7 @@ def load_transfer_tasks(names: list[str] | tuple[str, ...] = TRANSFER_TASKS, dat
     if unknown or not names:
         raise InputError(f"unknown transfer task(s) {', '.join(map(repr, unknown)) or '(none given)'}",
                          "choose from " + ",".join(TRANSFER_TASKS))
-    if len(set(names)) != len(names):
-        raise InputError(f"transfer task list {list(names)} names a task twice", "list each task once")
+    refuse_repeats(list(names), "the transfer task list")
     return [load_transfer_task(name, data_dir, limit, blank_lines) for name in names]
 
 

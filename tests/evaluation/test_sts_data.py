@@ -132,8 +132,8 @@ def test_sentences_are_distinct_in_first_appearance_order() -> None:
 def test_unknown_task_and_duplicates_are_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="STS17"):
         load_tasks(["STS12", "STS17"], tmp_path)
-    with pytest.raises(InputError, match="twice"):
-        load_tasks(["STS12", "STS12"], tmp_path)
+    with pytest.raises(InputError, match="the STS task list names STS12 twice"):  # by name, before any file
+        load_tasks(["STS12", "STS13", "STS12"], tmp_path)
     with pytest.raises(InputError, match="limit"):
         load_task("STS12", tmp_path, limit=1)
 

@@ -294,6 +294,8 @@ def test_missing_file_and_folder_and_unknown_task(tmp_path: Path) -> None:
     assert "MINIDECODER_SENTEVAL_DATA" in error.value.fix
     with pytest.raises(InputError, match="'STS'"):
         load_transfer_tasks(["MR", "STS"], root)
+    with pytest.raises(InputError, match="the transfer task list names MR twice"):
+        load_transfer_tasks(["MR", "CR", "MR"], root)
     with pytest.raises(InputError, match="MR has 24 rows to cross-validate, at most 12 of one class"):
         load_transfer_task("MR", root, limit=12)
 
