@@ -55,7 +55,7 @@ class Tokenizer:
         # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
         check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?"},
                     str(folder / "tokenizer_config.json"), TokenizerError)
-        processor_adds_bos = self._post_processor_adds_bos()
+        processor_adds_bos = self._post_processor_adds_bos(template_bos)
         add_bos, add_eos = config.get("add_bos_token"), config.get("add_eos_token")  # null: not set
         self.add_bos: bool = (processor_adds_bos if add_bos is None else add_bos) and self.bos_id is not None
         processor_adds_eos = template_eos is not None and template_eos == self.eos_token
@@ -218,25 +218,27 @@ class Tokenizer:
         return found
 
     def _template_specials(self) -> tuple[str | None, str | None]:
-        """The special tokens tokenizer.json's post-processor template puts before and after a single text (a
-        TemplateProcessing, alone or in a Sequence); None where it puts none, or there is no template."""
+        """The special tokens tokenizer.json's post-processor puts before and after a single text, found by running
+        it on one text, as transformers 5 does, not by reading its JSON (a pair's template may name a BOS that one
+        text never gets); None where it puts none."""
         if self._fast is None:
             return None, None
-        processor = json.loads(self._fast.to_str()).get("post_processor") or {}
-        steps = processor.get("processors") or [] if processor.get("type") == "Sequence" else [processor]
-        for step in steps:
-            if isinstance(step, dict) and step.get("type") == "TemplateProcessing":
-                single = step.get("single") or []
-                special = [item.get("SpecialToken", {}).get("id") if isinstance(item, dict) else None for item in single]
-                return (special[0] if special else None), (special[-1] if len(special) > 1 else None)
-        return None, None
+        probe = next((text for text in ("a", "Hello", "0") if self._fast.encode(text, add_special_tokens=False).ids), None)
+        if probe is None:  # no text of its own to find the added tokens around
+            return None, None
+        bare = self._fast.encode(probe, add_special_tokens=False).ids
+        full = self._fast.encode(probe, add_special_tokens=True).ids
+        start = next((k for k in range(len(full) - len(bare) + 1) if full[k:k + len(bare)] == bare), None)
+        if start is None:  # a processor that edits the text's own ids: no tokens around it to name
+            return None, None
+        before, after = full[:start], full[start + len(bare):]
+        return (self._fast.id_to_token(before[0]) if before else None,
+                self._fast.id_to_token(after[-1]) if after else None)
 
-    def _post_processor_adds_bos(self) -> bool:
+    def _post_processor_adds_bos(self, template_bos: str | None) -> bool:
         if self._fast is None:
             return self._sp.bos_id() >= 0 and self.bos_id is not None
-        processor = json.loads(self._fast.to_str()).get("post_processor") or {}
-        text = json.dumps(processor)
-        return self.bos_token is not None and json.dumps(self.bos_token) in text
+        return template_bos is not None and template_bos == self.bos_token
 
 
 class MissingTokenizer:

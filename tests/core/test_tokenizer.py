@@ -108,6 +108,12 @@ EOS_TEMPLATE = {"type": "TemplateProcessing",
                                    "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}
 
 
+EOS_ONLY_TEMPLATE = {**EOS_TEMPLATE,  # one text gets no <s>; only a pair's template names it
+                     "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                     "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                              {"Sequence": {"id": "B", "type_id": 1}}]}
+
+
 def _variant(char_folder: Path, folder: Path, config: dict | None, post_processor: dict | None = None) -> Path:
     """`char_folder` with another tokenizer_config.json (None: none at all) and, if given, post-processor."""
     folder.mkdir()
@@ -121,7 +127,8 @@ def _variant(char_folder: Path, folder: Path, config: dict | None, post_processo
 
 
 @pytest.mark.parametrize("case", ["no tokenizer_config.json", "an empty one", "no bos_token", "no bos_token nor flag",
-                                  "an EOS template, no config", "an EOS template, no flags"])
+                                  "an EOS template, no config", "an EOS template, no flags",
+                                  "a pair-only BOS, no flags"])
 def test_where_the_config_is_silent_the_post_processor_decides_as_in_transformers(case: str, char_folder: Path,
                                                                                  tmp_path: Path) -> None:
     """Without `bos_token` in tokenizer_config.json the BOS the template adds was dropped: other ids, other logits."""
@@ -133,10 +140,13 @@ def test_where_the_config_is_silent_the_post_processor_decides_as_in_transformer
                         "no bos_token": ({k: v for k, v in config.items() if k != "bos_token"}, None),
                         "no bos_token nor flag": ({k: v for k, v in no_flags.items() if k != "bos_token"}, None),
                         "an EOS template, no config": (None, EOS_TEMPLATE),
-                        "an EOS template, no flags": (no_flags, EOS_TEMPLATE)}[case]
+                        "an EOS template, no flags": (no_flags, EOS_TEMPLATE),
+                        "a pair-only BOS, no flags": (no_flags, EOS_ONLY_TEMPLATE)}[case]
     folder = _variant(char_folder, tmp_path / "variant", config, template)
     ours, theirs = Tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder)
-    assert ours.encode("ab")[0] == 1  # the template's <s>
+    for text in SAMPLES:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+    assert (ours.encode("ab")[0] == 1) == (template is not EOS_ONLY_TEMPLATE)  # the template's <s>, where it has one
     for text in SAMPLES:
         assert ours.encode(text) == theirs(text)["input_ids"], text
 
