@@ -30,9 +30,10 @@ The lock is an advisory `fcntl.flock` on `.NAME.lock` beside the output, holding
 owner's process id: the kernel drops it when the process ends, however it ends (kill -9 included), so a
 crashed run never leaves a stale lock behind. The file itself is removed when the block ends (the CLI
 turns SIGTERM into an exception, so that happens then too); the files a SIGKILL left are removed by the
-next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one process the
+next claim in that folder (`remove_stale_locks`: marked ones nobody holds). Within one thread the
 lock is re-entrant: the CLI takes it before the model loads, and the library function it calls
-(`run_embedding_job`, `write_report`) takes the same lock again without waiting on itself.
+(`run_embedding_job`, `write_report`) takes the same lock again without waiting on itself. Another thread
+of the same process waits for it, or is refused, as another process is.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -110,7 +112,15 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 # ---- locks ---------------------------------------------------------------------------------------------
-_HELD: dict[Path, list] = {}  # lock file -> [open handle, depth]: this process's locks (re-entrant)
+# (lock file, thread) -> [open handle, depth]: the locks this process's threads hold, each re-entrant for its
+# own thread only. Another thread takes the lock as another process would (waits, or is refused): re-entered,
+# two threads would write one output at once through the same temporary file.
+_HELD: dict[tuple[Path, int], list] = {}
+
+
+def held_here(lock: Path) -> bool:
+    """Whether a thread of this process holds the lock file `lock`."""
+    return any(path == _key(lock) for path, _ in list(_HELD))  # a copy: other threads add and remove
 
 
 def lock_path(output: str | Path) -> Path:
@@ -135,7 +145,7 @@ def remove_stale_locks(folder: str | Path) -> None:
     import fcntl
 
     for path in Path(folder).glob(".*.lock"):
-        if _key(path) in _HELD:
+        if held_here(path):
             continue
         try:
             handle = path.open("rb")
@@ -157,9 +167,9 @@ def _key(path: Path) -> Path:
 
 @contextlib.contextmanager
 def output_lock(output: str | Path, wait: bool = False, poll_s: float = 0.2) -> Iterator[None]:
-    """Hold the lock on `output` for the block; another process's lock raises OutputError, or is waited
-    for. Re-entrant within this process."""
-    key = _key(lock_path(output))
+    """Hold the lock on `output` for the block; another process's (or thread's) lock raises OutputError, or is
+    waited for. Re-entrant within this thread."""
+    key = (_key(lock_path(output)), threading.get_ident())
     if key in _HELD:
         _HELD[key][1] += 1
         try:
@@ -217,6 +227,8 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
 
 
 def _held_message(output, pid: int) -> str:
+    if pid == os.getpid():
+        return f"another thread of this process is writing {output} right now"
     who = f"process {pid}" if pid > 0 else "another process"
     return f"another run ({who}) is writing {output} right now"
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minidecoder.output_files import _HELD, _holder_pid, _key, lock_path
+from minidecoder.output_files import _holder_pid, held_here, lock_path
 from repo_paths import REPO
 
 def lock_holder(output: str | Path) -> int | None:
@@ -17,7 +17,7 @@ def lock_holder(output: str | Path) -> int | None:
     import fcntl
 
     path = lock_path(output)
-    if _key(path) in _HELD:
+    if held_here(path):
         return os.getpid()
     try:
         handle = path.open("rb")

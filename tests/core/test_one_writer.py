@@ -124,3 +124,50 @@ def test_what_is_published_is_on_the_disk_before_it_is_named(tmp_path, unsynced_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunk-000000.json", "chunk-000000.npy", "converted",
                                                           "figure.png", "run.json"]
     assert not unsynced_names, unsynced_names
+
+
+def test_two_threads_writing_one_path_take_turns(tmp_path) -> None:
+    """The lock was re-entrant per process, so a second thread writing the same output walked in while the first
+    wrote, into the same temporary file: the published file mixed both threads' bytes. A thread now takes the
+    lock as another process would: it waits (`wait=True`) or is refused."""
+    import threading
+    import time
+
+    from minidecoder.errors import OutputError
+    from minidecoder.output_files import write_streamed
+
+    path = tmp_path / "out.bin"
+    started = threading.Event()
+
+    def writer(byte: bytes) -> None:
+        def fill(handle) -> None:
+            for _ in range(20):
+                handle.write(byte * 4096)
+                started.set()
+                time.sleep(0.005)  # the other thread runs meanwhile
+        write_streamed(path, fill, overwrite=True, wait=True)
+
+    first = threading.Thread(target=writer, args=(b"a",))
+    first.start()
+    started.wait()
+    writer(b"b")  # while the first thread writes
+    first.join()
+    assert path.read_bytes() in (b"a" * 4096 * 20, b"b" * 4096 * 20)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+    def hold_and_write(byte: bytes, holding: threading.Event, done: threading.Event) -> None:
+        from minidecoder.output_files import output_lock
+        with output_lock(path):
+            holding.set()
+            done.wait(10)
+
+    holding, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=hold_and_write, args=(b"a", holding, done))
+    holder.start()
+    holding.wait()
+    try:
+        with pytest.raises(OutputError, match="another thread of this process is writing"):  # no wait: refused
+            write_streamed(path, lambda handle: handle.write(b"c"), overwrite=True)
+    finally:
+        done.set()
+        holder.join()
