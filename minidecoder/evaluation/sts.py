@@ -458,7 +458,7 @@ def evaluate_sts(
 # what `minidecoder eval sts --help` prints
 COMMAND_HELP = """`minidecoder eval sts`: score one method on the STS tasks and write PREFIX.json and PREFIX.md.
 
-    minidecoder eval sts --model smollm2-135m --method prompteol --opt layer=-1 \\
+    minidecoder eval sts --model smollm2-135m-instruct --method prompteol --opt layer=-1 \\
         --tasks STS12,STSBenchmark --limit 50 --output results/tmp/smoke
 
 Scores are Spearman x100 of cosine vs gold (STS12-16 "all", STS-B and SICK-R test, Avg. of the

@@ -151,3 +151,30 @@ def test_commands_and_links_name_their_paths():
     text = "Run `python tools/bench.py --limit 8` or `torchrun --nproc_per_node 2 tools/embed_distributed.py x`; " \
            "see [the spec](docs/spec.md#section) and `methods/tp.py`, not `pip install x`.\n```\n`tools/none.py`\n```\n"
     assert named_paths(text) == ["methods/tp.py", "tools/bench.py", "tools/embed_distributed.py", "docs/spec.md"]
+
+
+def command_helps() -> list[str]:
+    """Every `--help` text the CLI prints: each command's, and each eval family's."""
+    import argparse
+
+    from minidecoder.cli import build_parser
+
+    helps, parsers = [], [build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        helps.append(parser.format_help())
+        parsers += [choice for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                    for choice in action.choices.values()]
+    return helps
+
+
+def test_every_model_the_docs_and_helps_name_is_known():
+    """Found: `eval sts --help` showed `--model smollm2-135m`, which no command resolves. A name in an example
+    is a registry name; a placeholder (MODEL, <model>) or a Hub id (owner/name) is left alone."""
+    from minidecoder.sources.registry import is_known
+
+    texts = [doc.read_text(encoding="utf-8") for doc in DOCS] + command_helps()
+    named = {name.rstrip("`.,;:)") for text in texts for name in re.findall(r"--model[ =](\S+)", text)}
+    unknown = sorted(name for name in named
+                     if not is_known(name) and not re.search(r"[A-Z<>{}$/]", name) and not name.startswith("."))
+    assert len(named) > 3 and not unknown, unknown
