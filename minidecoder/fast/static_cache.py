@@ -20,8 +20,8 @@ by concatenation every step. So:
                dtype or parameter tensors change (a graph would read the old ones' memory), or when a call
                needs more positions than it holds, or fewer than half of them (sizes are rounded up to a
                multiple of SIZE_STEP, so calls of similar length share one step; a short call never attends
-               over a long call's positions). The buffers are the model's: two threads must not decode on
-               one model at once.
+               over a long call's positions). The buffers are the model's: a thread decodes on them alone
+               (`one_decoder`), and another waits for them.
 
 The prompt itself runs through the ordinary forward with the dynamic cache, which is then copied into the
 static one. Dynamic-NTK RoPE (its frequencies depend on the sequence length) takes the plain path.
@@ -29,6 +29,7 @@ Tested against the plain greedy loop (tests/core/test_generation.py).
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -175,6 +176,17 @@ def decode_step(model, cache: KVCache, length: int) -> DecodeStep:
         size = max(min(size, model.max_context), length)
     step = _STEPS[model] = DecodeStep(model, StaticKVCache.from_prefill(cache, size))
     return step
+
+
+_DECODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the lock of its step's buffers
+_DECODERS_LOCK = threading.Lock()  # two threads' first calls on one model make one lock, not one each
+
+
+def one_decoder(model) -> threading.Lock:
+    """The lock a thread holds from loading its prompt's cache into the model's step to its last token: two
+    threads decoding at once would load their caches into the same buffers and read each other's keys."""
+    with _DECODERS_LOCK:
+        return _DECODERS.setdefault(model, threading.Lock())
 
 
 def kept_step(model) -> DecodeStep | None:

@@ -18,7 +18,7 @@ import torch
 
 from minidecoder.core.model import KVCache
 from minidecoder.fast.options import fast_paths_of
-from minidecoder.fast.static_cache import decode_step, static_decoding_applies
+from minidecoder.fast.static_cache import decode_step, one_decoder, static_decoding_applies
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
 
 
@@ -47,19 +47,26 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
         static = model.device.type == "cuda" or bool(fast_paths_of(model).for_device(model.device).graphs)
     if static and static_decoding_applies(model) and max_new_tokens > 1:
-        step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once
-        advance = lambda token, position: step(token, position)  # noqa: E731
-    else:
+        with one_decoder(model):  # the step's buffers are the model's: another thread waits for them
+            step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once
+            return _continue(logits, step, ids.shape[1], max_new_tokens, eos if stop_at_eos else set())
+
+    def advance(token: int, position: int) -> torch.Tensor:  # the dynamic cache is this call's own
         # torch.full fills on the device: no copy from the host's pageable memory each token
-        advance = lambda token, position: model(torch.full((1, 1), token, device=model.device),  # noqa: E731
-                                                cache=cache).logits[:, -1]
+        return model(torch.full((1, 1), token, device=model.device), cache=cache).logits[:, -1]
+    return _continue(logits, advance, ids.shape[1], max_new_tokens, eos if stop_at_eos else set())
+
+
+def _continue(logits: torch.Tensor, advance, length: int, max_new_tokens: int, eos: set[int]) -> list[int]:
+    """The greedy loop: the argmax of `logits`, then `advance(token, position)` for the next logits, until an
+    EOS id in `eos` or `max_new_tokens` tokens."""
     new: list[int] = []
     for k in range(max_new_tokens):
         next_id = int(logits.argmax(-1))
         new.append(next_id)
-        if stop_at_eos and next_id in eos or k + 1 == max_new_tokens:
+        if next_id in eos or k + 1 == max_new_tokens:
             break
-        logits = advance(next_id, ids.shape[1] + k)  # the new token sits at position T + k
+        logits = advance(next_id, length + k)  # the new token sits at position T + k
     return new
 
 

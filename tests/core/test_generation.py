@@ -201,3 +201,26 @@ def test_the_continuation_keeps_the_space_a_sentencepiece_decoder_strips(tmp_pat
     prompt = tokenizer.encode("the")
     assert tokenizer.decode([3, 4], skip_special_tokens=True) == "the cat"  # alone: the first space stripped
     assert "the" + continuation_text(tokenizer, prompt, [3, 4]) == "the the cat"
+
+
+def test_two_threads_decoding_on_one_model_each_get_their_own_continuation() -> None:
+    """The static decode step's buffers are the model's: two threads generating at once (a server's requests;
+    the default on a GPU) loaded their prompts' caches into the same buffers and got each other's tokens. A
+    thread now decodes on them alone; the other waits for the step, not for the prompt's forward."""
+    import threading
+
+    model = minidecoder.load(checkpoint("llama")[1])
+    prompts = [random_ids(1, 6 + k, seed=k)[0].tolist() for k in range(4)]
+    want = [minidecoder.generate(model, p, max_new_tokens=24, stop_at_eos=False, static=False) for p in prompts]
+    got: dict[int, list[list[int]]] = {k: [] for k in range(len(prompts))}
+
+    def run(k: int) -> None:
+        for _ in range(6):
+            got[k].append(minidecoder.generate(model, prompts[k], max_new_tokens=24, stop_at_eos=False, static=True))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(tokens == want[k] for k in got for tokens in got[k])
