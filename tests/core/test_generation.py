@@ -171,6 +171,31 @@ def test_generate_refuses_ids_that_are_not_integers(given) -> None:
         minidecoder.generate(model, given, max_new_tokens=3)
 
 
+def test_the_forward_names_ids_embeddings_masks_and_caches_it_cannot_run_as_given() -> None:
+    """`model(...)` is public: what a caller gets wrong is named, never run silently (ids that disagree with
+    the embeddings replacing them, an additive mask read as 1/0) nor left to torch's IndexError."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    ids = random_ids(1, 6, seed=5)
+    cache = minidecoder.KVCache.empty(model.num_layers)
+    model(torch.cat([ids, ids]), cache=cache)  # a cache of 2 rows
+    wrong = [
+        (dict(input_ids=ids, inputs_embeds=model.embed(ids[:, :3])), InputError, "describe different tokens"),
+        (dict(input_ids=ids, attention_mask=torch.zeros(1, 6).index_fill(1, torch.tensor([0]), float("-inf"))),
+         InputError, "values other than 0 and 1"),
+        (dict(input_ids=torch.tensor([[5, 500]])), InputError, "token id 500 is outside the model's vocabulary"),
+        (dict(input_ids=torch.tensor([[5, -1]])), InputError, "token id -1 is outside"),
+        (dict(input_ids=ids[0]), InputError, r"input_ids has shape \(6,\); the model takes \(B, T\)"),
+        (dict(input_ids=ids.float()), ArgumentTypeError, "token ids are integers"),
+        (dict(input_ids=ids.tolist()), ArgumentTypeError, "input_ids is a list"),
+        (dict(input_ids=ids, attention_mask=torch.ones(6)), InputError, r"attention_mask \(6,\) does not fit"),
+        (dict(input_ids=ids, cache=minidecoder.KVCache.empty(2)), InputError, "the cache has 2 layers"),
+        (dict(input_ids=ids, cache=cache), InputError, "the cache holds 2 rows; this call has 1"),
+    ]
+    for given, error, said in wrong:
+        with pytest.raises(error, match=said):
+            model(**given)
+
+
 def test_one_prompt_in_any_of_its_shapes_gives_the_same_tokens() -> None:
     import numpy as np
 
