@@ -128,7 +128,7 @@ class SentenceEncoder:
         batch up to the device's token budget, `minidecoder.embed`'s default."""
         inputs = _inputs_argument(inputs, kwargs)
         _refuse_unsupported(output_value, pool, chunk_size, device, precision, kwargs)
-        if device is not None and torch.device(device) != self.model.device:
+        if device is not None and not _same_device(device, self.model.device):
             # sentence-transformers moves the model here; a minidecoder model keeps RoPE tables beside its
             # parameters, so it is loaded on its device instead of moved.
             raise InputError(f"encode(device={str(device)!r}) but the model is on {self.model.device}",
@@ -252,6 +252,22 @@ def _refuse_unsupported(output_value: Any, pool: Any, chunk_size: Any, device: A
         raise ArgumentTypeError(f"encode() got keyword argument(s) {sorted(kwargs)} that a SentenceEncoder does not "
                                 "take (sentence-transformers passes such keywords to its modules)",
                                 "drop them; the method's options go to SentenceEncoder(model, method, **options)")
+
+
+def _same_device(given: Any, model_device: torch.device) -> bool:
+    """Whether `encode(device=given)` names the model's device as torch places tensors: 'cuda' is the current GPU
+    (the model's 'cuda:0' when that is current) and 'cpu:0' the one CPU, though torch.device compares them unequal."""
+    try:
+        given = torch.device(given)
+    except (RuntimeError, TypeError):
+        raise InputError(f"encode(device={given!r}) is not a device", "e.g. device='cpu' or device='cuda'") from None
+    if given.type != model_device.type:
+        return False
+    if given.type != "cuda":  # one CPU, one Apple GPU
+        return True
+    current = torch.cuda.current_device()
+    return (current if given.index is None else given.index) == (current if model_device.index is None
+                                                                  else model_device.index)
 
 
 def _quantized(vectors: torch.Tensor, precision: str) -> np.ndarray:

@@ -105,6 +105,15 @@ def test_encoder_options_and_errors(tiny_llama: Path, encoder):
         encoder.encode(TEXTS, device="meta")
 
 
+def test_encode_takes_the_models_device_by_any_of_its_names(encoder):
+    """'cpu:0' is the model's 'cpu' (as 'cuda' is its 'cuda:0'), though torch.device compares them unequal."""
+    want = encoder.encode(TEXTS[:2])
+    for name in ("cpu", "cpu:0", torch.device("cpu", 0)):
+        np.testing.assert_array_equal(encoder.encode(TEXTS[:2], device=name), want)
+    with pytest.raises(InputError, match="is not a device"):
+        encoder.encode(TEXTS, device="gpu0")
+
+
 def test_sentence_transformer_saves_and_reloads_the_module(sentence_transformer, tmp_path: Path):
     from sentence_transformers import SentenceTransformer
 
