@@ -79,7 +79,9 @@ def model_meta(encoder: SentenceEncoder) -> ModelMeta:
     n_parameters = sum(p.numel() for p in model.parameters())
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     options = encoder.method.option_values()
-    context = model.tokenizer.model_max_length or model.config.max_position_embeddings
+    # the context minidecoder enforces (the smaller of config.json's and the tokenizer's); a dynamic-NTK model has
+    # no limit there, and reports what its files declare
+    context = model.max_context or model.tokenizer.model_max_length or model.config.max_position_embeddings
     return ModelMeta(
         loader=None,  # an instance is passed to mteb.evaluate; there is nothing for MTEB to load by name
         name=f"minidecoder/{encoder.name.replace('/', '-')}",  # MTEB wants "organization/model_name"

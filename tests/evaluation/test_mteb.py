@@ -100,3 +100,16 @@ def test_settings_beside_an_encoder_are_refused(tiny_llama: Path):
     with pytest.raises(InputError, match=r"MinidecoderModule\(encoder, ...\) was given dtype, truncate beside"):
         MinidecoderModule(encoder, dtype="bfloat16", truncate=5)
     assert MtebEncoder(encoder).encoder is encoder and MinidecoderModule(encoder, options={}).encoder is encoder
+
+
+def test_max_tokens_is_the_context_the_model_enforces(tiny_llama_copy: Path):
+    """A tokenizer that declares more than config.json allows: MTEB is told the smaller, the one enforced."""
+    import json
+
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    path = tiny_llama_copy / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_max_length": 100_000}))
+    model = minidecoder.load(tiny_llama_copy)
+    assert model.max_context == 4096
+    assert MtebEncoder(model, "mean").mteb_model_meta.max_tokens == 4096
