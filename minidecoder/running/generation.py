@@ -29,9 +29,10 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     a list of ids or a list holding one list of ids).
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
+    max_new_tokens = int(max_new_tokens)  # a NumPy integer is one too (as in input_ids)
     ids = prompt_ids(model, input_ids)  # (1, T)
     limit = getattr(model, "max_context", None)
     if limit is not None and ids.shape[1] + max_new_tokens > limit:  # refused up front, not after a long run

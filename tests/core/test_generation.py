@@ -196,6 +196,17 @@ def test_the_forward_names_ids_embeddings_masks_and_caches_it_cannot_run_as_give
             model(**given)
 
 
+def test_a_numpy_integer_is_a_number_of_new_tokens() -> None:
+    import numpy as np
+
+    model = minidecoder.load(checkpoint("llama")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    want = minidecoder.generate(model, prompt, max_new_tokens=3, stop_at_eos=False)
+    assert minidecoder.generate(model, prompt, max_new_tokens=np.int64(3), stop_at_eos=False) == want
+    with pytest.raises(ArgumentTypeError, match="max_new_tokens=3.0 must be an integer"):
+        minidecoder.generate(model, prompt, max_new_tokens=3.0)
+
+
 def test_one_prompt_in_any_of_its_shapes_gives_the_same_tokens() -> None:
     import numpy as np
 
