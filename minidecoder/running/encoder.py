@@ -25,6 +25,7 @@ device, not moved), and any other keyword (sentence-transformers passes those to
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -133,10 +134,11 @@ class SentenceEncoder:
             # parameters, so it is loaded on its device instead of moved.
             raise InputError(f"encode(device={str(device)!r}) but the model is on {self.model.device}",
                              f"load it there: SentenceEncoder(name, method, device={str(device)!r})")
-        if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
-                                         or truncate_dim < 1):
+        if truncate_dim is not None and (isinstance(truncate_dim, bool)
+                                         or not isinstance(truncate_dim, numbers.Integral) or truncate_dim < 1):
             raise InputError(f"encode(truncate_dim={truncate_dim!r}) must be a positive number of dimensions",
                              f"e.g. truncate_dim=256 keeps the first 256 of {self.embedding_dim}")
+        truncate_dim = None if truncate_dim is None else int(truncate_dim)  # a NumPy integer is one too
         # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
         batch = isinstance(inputs, (list, tuple)) or (isinstance(inputs, np.ndarray) and inputs.ndim >= 1
                                                       and inputs.dtype.kind in ("U", "O"))

@@ -114,6 +114,11 @@ def test_encode_takes_the_models_device_by_any_of_its_names(encoder):
         encoder.encode(TEXTS, device="gpu0")
 
 
+def test_encode_takes_a_numpy_integer_as_truncate_dim(encoder):
+    np.testing.assert_array_equal(encoder.encode(TEXTS[:2], truncate_dim=np.int64(8)),
+                                  encoder.encode(TEXTS[:2], truncate_dim=8))
+
+
 def test_sentence_transformer_saves_and_reloads_the_module(sentence_transformer, tmp_path: Path):
     from sentence_transformers import SentenceTransformer
 
