@@ -195,6 +195,9 @@ class SentenceEncoder:
         """Cosine similarity of every row of `a` with every row of `b`: (N, M) torch float32, as
         sentence-transformers' `similarity` (numpy, tensors, lists of vectors, or single vectors)."""
         a, b = _as_matrix(a), _as_matrix(b)
+        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+            raise InputError(f"similarity needs two sets of vectors of one width, got {tuple(a.shape)} and "
+                             f"{tuple(b.shape)}", "pass encode()'s outputs of one encoder, (N, E) and (M, E)")
         return torch.nn.functional.normalize(a, dim=1) @ torch.nn.functional.normalize(b, dim=1).T  # (N, M)
 
     def similarity_pairwise(self, a: Any, b: Any) -> torch.Tensor:

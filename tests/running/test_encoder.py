@@ -119,6 +119,12 @@ def test_encode_takes_a_numpy_integer_as_truncate_dim(encoder):
                                   encoder.encode(TEXTS[:2], truncate_dim=8))
 
 
+def test_similarity_of_vectors_of_two_widths_is_named(encoder):
+    for a, b in ((np.zeros((2, 3)), np.zeros((2, 4))), (np.zeros((2, 3, 3)), np.zeros((2, 3, 3)))):
+        with pytest.raises(InputError, match="similarity needs two sets of vectors of one width"):
+            encoder.similarity(a, b)
+
+
 def test_sentence_transformer_saves_and_reloads_the_module(sentence_transformer, tmp_path: Path):
     from sentence_transformers import SentenceTransformer
 
