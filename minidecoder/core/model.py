@@ -50,6 +50,10 @@ class Sites:
     store: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.record, str):  # set("pattern") would be its letters, and record="z" a lucky accident
+            from minidecoder.errors import ArgumentTypeError
+            raise ArgumentTypeError(f"Sites(record={self.record!r}) is one string, not a set of site names",
+                                    f"pass a set: Sites(record={{{self.record!r}}})")
         unknown = (set(self.record) | set(self.edit)) - set(SITES)
         if unknown:
             raise ValueError(f"unknown site(s) {sorted(unknown)}; sites are {SITES}")

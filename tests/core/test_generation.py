@@ -196,6 +196,14 @@ def test_the_forward_names_ids_embeddings_masks_and_caches_it_cannot_run_as_give
             model(**given)
 
 
+def test_sites_given_one_name_as_a_string_say_pass_a_set() -> None:
+    with pytest.raises(ArgumentTypeError, match=r"Sites\(record='pattern'\) is one string"):
+        minidecoder.Sites(record="pattern")  # was "unknown site(s) ['a', 'e', 'n', 'p', 'r', 't']"
+    with pytest.raises(ArgumentTypeError, match="pass a set"):
+        minidecoder.Sites(record="z")  # was taken, as the set of its one letter
+    assert minidecoder.Sites(record={"pattern", "z"}).record == {"pattern", "z"}
+
+
 def test_a_numpy_integer_is_a_number_of_new_tokens() -> None:
     import numpy as np
 
