@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 import torch
 
 from minidecoder.core.model import KVCache
@@ -81,8 +82,14 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
     def outside(token: int) -> InputError:
         return InputError(f"token id {token} is outside the model's vocabulary of {vocab} ids (0..{vocab - 1})",
                           "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
+    if isinstance(input_ids, np.ndarray):  # an integer array as a long tensor; any other is refused below, by type
+        input_ids = (torch.from_numpy(input_ids.astype(np.int64)) if input_ids.dtype.kind in "iu"
+                     else torch.from_numpy(input_ids) if input_ids.dtype.kind == "b" else input_ids.tolist())
     if isinstance(input_ids, torch.Tensor):
-        if input_ids.dim() > 2 or (input_ids.dim() == 2 and input_ids.shape[0] != 1):
+        if input_ids.dim() > 2:
+            raise InputError(f"input_ids has shape {tuple(input_ids.shape)}; one prompt is (T,) or (1, T)",
+                             "pass one row of token ids, e.g. torch.tensor(model.tokenizer.encode(text))")
+        if input_ids.dim() == 2 and input_ids.shape[0] != 1:
             raise InputError(f"input_ids has shape {tuple(input_ids.shape)}: a batch of "
                              f"{input_ids.shape[0]} prompts, not one", one_call)
         if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:

@@ -1,6 +1,7 @@
 """Greedy decoding with the KV cache equals transformers' greedy generate and a cache-free loop."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -155,6 +156,7 @@ def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where
     ([5, 6, 10_000], "token id 10000 is outside the model's vocabulary"),  # a raw IndexError
     (torch.tensor([[5, -1]]), "token id -1 is outside"),
     ([], "the prompt has no tokens"),
+    (torch.tensor([[[5, 6, 7]]]), r"shape \(1, 1, 3\); one prompt is \(T,\) or \(1, T\)"),  # was "a batch of 1 prompts"
 ])
 def test_generate_refuses_a_batch_a_ragged_list_and_ids_outside_the_vocabulary(given, problem: str) -> None:
     model = minidecoder.load(checkpoint("llama")[1])
@@ -164,11 +166,21 @@ def test_generate_refuses_a_batch_a_ragged_list_and_ids_outside_the_vocabulary(g
         assert "once per prompt" in raised.value.fix
 
 
-@pytest.mark.parametrize("given", [torch.tensor([5.0, 6.0]), [5, 6.5], [5, "6"], "a text", [5, [6, 7]]])
+@pytest.mark.parametrize("given", [torch.tensor([5.0, 6.0]), [5, 6.5], [5, "6"], "a text", [5, [6, 7]],
+                                   np.array([5.0, 6.0]), np.array([True, False])])
 def test_generate_refuses_ids_that_are_not_integers(given) -> None:
     model = minidecoder.load(checkpoint("llama")[1])
     with pytest.raises(ArgumentTypeError, match="input_ids"):
         minidecoder.generate(model, given, max_new_tokens=3)
+
+
+def test_a_numpy_array_of_ids_is_one_prompt_as_a_list_is() -> None:
+    """Found: `generate(model, np.array([5, 6]))` said "input_ids is a ndarray; generate takes token ids"."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    want = minidecoder.generate(model, prompt, max_new_tokens=4, stop_at_eos=False)
+    for given in (np.array(prompt), np.array([prompt], dtype=np.int32), np.array(prompt, dtype=np.uint16)):
+        assert minidecoder.generate(model, given, max_new_tokens=4, stop_at_eos=False) == want
 
 
 def test_the_forward_names_ids_embeddings_masks_and_caches_it_cannot_run_as_given() -> None:
