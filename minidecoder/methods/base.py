@@ -23,6 +23,7 @@ method table are generated from it, so the options a user sees are exactly the f
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -152,6 +153,16 @@ def mistyped_options(cls: type[Method], options: dict[str, Any]) -> list[tuple[s
     return wrong
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy number (a grid from np.arange) as the Python number it holds: the options' checks take it, and
+    the method's JSON record holds it."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, int):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
+        return float(value)
+    return value
+
+
 def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, Any]) -> Method:
     """A method by its registry name with options by their field names; unknown names are errors."""
     if not isinstance(name, str) or name not in methods:
@@ -168,6 +179,7 @@ def build_from(methods: dict[str, type[Method]], name: str, options: dict[str, A
             if set(options) <= own | theirs:  # an option of neither is named below, as this method's
                 build_from(methods, other, options)
             options = {key: value for key, value in options.items() if key in own or key not in theirs}
+    options = {key: _plain(value) for key, value in options.items()}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -13,6 +13,7 @@ device never waits for the host between batches.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import time
 import warnings
@@ -73,9 +74,14 @@ def embed_rows(model, texts, method: str | Method, batch_size: int | None, progr
         raise InputError(f"method {method.name!r} takes no context: it cannot read a text's context unpooled",
                          "embed the texts without one, or join the context to each text yourself")
     require_text(texts, method.reads_empty_text())  # checked here, before sorting, so the row number is the caller's
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                   or batch_size < 1):
         raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer or None",
                                 "e.g. batch_size=32, or leave it out to fill batches by tokens")
+    batch_size = None if batch_size is None else int(batch_size)  # a NumPy integer is one too
+    if report is not None and not isinstance(report, dict):
+        raise ArgumentTypeError(f"report is a {type(report).__name__}; it is a dict that receives the rows cut",
+                                "pass report={} (or leave it out)")
     if model.tokenizer is None:
         raise InputError("the model has no tokenizer", "load it with minidecoder.load(), which attaches one")
     method.check(model)
@@ -349,9 +355,10 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
                    name_row: Callable[[int], str] | None = text_row) -> list[str]:
     """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets), at most that many
     as the cut text tokenizes. A warning names the rows cut (`name_row`; None: no warning, the caller says it)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
         raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
                          "e.g. truncate=512 keeps the first 512 tokens of each text")
+    max_tokens = int(max_tokens)  # a NumPy integer is one too; the report holds a plain int
     out, cut = [], {}
     for row, text in enumerate(texts):
         ids, offsets = tokenizer.encode_with_offsets(text)

@@ -44,6 +44,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import numbers
 import re
 import shutil
 import warnings
@@ -99,11 +100,14 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
         if name == "batch_size" and value is None:
             continue  # batches filled by tokens (minidecoder.embed's default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
-    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, int) or truncate < 1):
+    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, numbers.Integral)
+                                 or truncate < 1):
         raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
                          "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
+    # a NumPy integer is one too; the manifest, a JSON record, holds plain ints
+    chunk_size, batch_size, truncate = (None if v is None else int(v) for v in (chunk_size, batch_size, truncate))
     check_not_inputs(job_outputs(output_path), [input_path])
     check_output_free(output_path, overwrite)
     method.check(model)

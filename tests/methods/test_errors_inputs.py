@@ -4,6 +4,7 @@ way out), empty texts, bad templates, and NaN/inf traced to the block where it f
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 import minidecoder
 from minidecoder.running.diagnostics import first_nonfinite_layer
 from minidecoder.errors import InputError, MinidecoderError, NumericsError
+from minidecoder.methods import build_method
 from minidecoder.methods.inputs import encode_prompts
 
 
@@ -136,6 +138,34 @@ def test_an_explicit_max_length_is_a_limit_too(model) -> None:
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
 def test_truncate_must_be_a_positive_token_count(model, bad) -> None:
     assert "must be a positive number of tokens" in embed_error(model, "mean", truncate=bad).problem
+
+
+def test_numpy_integers_are_counts_and_a_report_must_be_a_dict(model, tmp_path: Path) -> None:
+    """Found: `batch_size=np.int64(4)` and `truncate=np.int64(3)` (from np.arange, a sweep's grid) were refused as
+    not integers; `report=[]` failed as a bare TypeError inside the truncation."""
+    import numpy as np
+
+    from minidecoder.errors import ArgumentTypeError
+    from minidecoder.running.jobs import run_embedding_job
+
+    texts = ["a b c d e f", "g h"]
+    report: dict = {}
+    with pytest.warns(UserWarning):
+        got = minidecoder.embed(model, texts, "mean", batch_size=np.int64(1), truncate=np.int64(3), report=report)
+    with pytest.warns(UserWarning):
+        want = minidecoder.embed(model, texts, "mean", batch_size=1, truncate=3)
+    torch.testing.assert_close(got, want)
+    assert report["truncate"] == 3 and type(report["truncate"]) is int
+    with pytest.raises(ArgumentTypeError, match="report is a list; it is a dict"):
+        minidecoder.embed(model, texts, "mean", truncate=1, report=[])
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run_embedding_job(model, "mean", source, tmp_path / "o.npy", chunk_size=np.int64(1), batch_size=np.int32(2))
+    assert json.loads((tmp_path / "o.npy.json").read_text())["chunk_size"] == 1  # a JSON record: plain ints
+    torch.testing.assert_close(minidecoder.embed(model, texts, "tp", start=np.int32(1), end=np.int64(3)),
+                               minidecoder.embed(model, texts, "tp", start=1, end=3))  # was "end 3 is not an integer"
+    described = build_method("cp", alpha=np.float32(0.5), steer_layer=np.int64(2)).describe()
+    assert json.dumps(described) and type(described["steer_layer"]) is int and described["alpha"] == 0.5
 
 
 def test_declared_context_is_read_from_tokenizer_config(folder: Path, tmp_path: Path) -> None:
