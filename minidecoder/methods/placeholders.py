@@ -60,6 +60,11 @@ def _table_row(model, weight: torch.Tensor, init: str) -> torch.Tensor:
     if len(ids) != 1:
         raise InputError(f"pst_init {init!r}: {text!r} is {len(ids)} tokens ({ids}), not one",
                          "name a text that is a single token, e.g. 'token: ' (a space, the paper's choice)")
+    unknown = model.tokenizer.unk_token
+    if unknown is not None and text != unknown and ids[0] == model.tokenizer.token_to_id(unknown):
+        raise InputError(f"pst_init {init!r}: {text!r} is not in the vocabulary; the tokenizer reads it as "
+                         f"{unknown}, whose row would be copied instead",
+                         "name a text that is a single token of this vocabulary, e.g. 'token: ' (a space)")
     return weight[ids[0]].detach().float().cpu()
 
 

@@ -298,6 +298,8 @@ def test_bad_options_and_texts_are_input_errors() -> None:
         build_method("tp", prompt='no placeholder "{text}"')
     with pytest.raises(InputError, match="not one"):
         md_embed(folder, SENTENCES, layer=-2, start=1, end=2, pst_init="token:ab")
+    with pytest.raises(InputError, match=r"'\u2603' is not in the vocabulary; the tokenizer reads it as <unk>"):
+        md_embed(folder, SENTENCES, layer=-2, start=1, end=2, pst_init="token:\u2603")  # was <unk>'s row, unsaid
     with pytest.raises(InputError, match="must not contain"):
         md_embed(folder, ["a <PST> inside."], layer=-2, start=1, end=2)
 
