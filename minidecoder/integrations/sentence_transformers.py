@@ -48,7 +48,7 @@ class MinidecoderModule(InputModule):
                                               default_prompt_name=default_prompt_name, **method_options)
             encoder = model
         else:
-            encoder = SentenceEncoder(model, "prompteol" if method is None else method, dtype=dtype or "float32",
+            encoder = SentenceEncoder(model, "prompteol" if method is None else method, dtype=dtype,
                                       truncate=truncate, prompts=prompts, default_prompt_name=default_prompt_name,
                                       **{**(options or {}), **method_options})
         self.encoder = encoder

@@ -43,7 +43,8 @@ class SentenceEncoder:
     """A model and an embedding method, with sentence-transformers' `encode` and `similarity`.
 
     model: a loaded `Decoder`, or anything `minidecoder.load` takes (None = the default model, a known
-        name, a folder, a Hub id); `dtype`/`device` are passed to `load` in that case.
+        name, a folder, a Hub id); `dtype`/`device` (default float32 on the CPU) are passed to `load` in that
+        case. A loaded model keeps its own: one loaded in another dtype or on another device is refused.
     method: a method name (`minidecoder embed --help` lists them) or a method object; `method_options`
         are its options by name, as in `minidecoder.embed`.
     truncate: keep the first N tokens of each text instead of refusing a text longer than the context.
@@ -51,8 +52,8 @@ class SentenceEncoder:
         `encode(prompt_name=...)`.
     """
 
-    def __init__(self, model: Any = None, method: str | Method = "prompteol", *, dtype: str = "float32",
-                 device: str = "cpu", truncate: int | None = None, prompts: dict[str, str] | None = None,
+    def __init__(self, model: Any = None, method: str | Method = "prompteol", *, dtype: str | None = None,
+                 device: str | None = None, truncate: int | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, **method_options: Any) -> None:
         from minidecoder.core.model import Decoder
         from minidecoder.running.load_model import load
@@ -65,10 +66,12 @@ class SentenceEncoder:
             raise InputError(f"method {method!r} is neither a method name nor a method object",
                              "pass e.g. method='prompteol' or method='tp'")
         if model is None or isinstance(model, (str, Path)):
-            model = load(model, dtype=dtype, device=device)
+            model = load(model, dtype=dtype or "float32", device=device or "cpu")
         elif not isinstance(model, Decoder):
             raise InputError(f"model {type(model).__name__} is not a minidecoder model",
                              "pass a name or folder, or a model from minidecoder.load()")
+        else:
+            _refuse_another_placement(model, dtype, device)
         method.check(model)  # a bad layer fails here, not at the first encode
         prompts = dict(prompts or {})
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in prompts.items()):
@@ -259,13 +262,31 @@ def _refuse_unsupported(output_value: Any, pool: Any, chunk_size: Any, device: A
                                 "drop them; the method's options go to SentenceEncoder(model, method, **options)")
 
 
-def _same_device(given: Any, model_device: torch.device) -> bool:
+def _refuse_another_placement(model, dtype: Any, device: Any) -> None:
+    """`dtype` and `device` say how to load a model: given with one already loaded otherwise, they would be
+    ignored."""
+    from minidecoder.core.loading import resolve_dtype
+
+    if dtype is not None and resolve_dtype(dtype) != model.dtype:
+        raise InputError(f"SentenceEncoder(model, dtype={str(dtype)!r}) but the model is loaded in "
+                         f"{str(model.dtype).replace('torch.', '')}; a loaded model is not cast",
+                         f"load it so: minidecoder.load(..., dtype={str(dtype).replace('torch.', '')!r}), or pass its "
+                         "name or folder instead of the model")
+    if device is not None and not _same_device(device, model.device, "SentenceEncoder(model, device=...)"):
+        raise InputError(f"SentenceEncoder(model, device={str(device)!r}) but the model is on {model.device}; a "
+                         "loaded model is not moved",
+                         f"load it there: minidecoder.load(..., device={str(device)!r}), or pass its name or folder "
+                         "instead of the model")
+
+
+def _same_device(given: Any, model_device: torch.device, call: str = "encode(device=...)") -> bool:
     """Whether `encode(device=given)` names the model's device as torch places tensors: 'cuda' is the current GPU
     (the model's 'cuda:0' when that is current) and 'cpu:0' the one CPU, though torch.device compares them unequal."""
     try:
         given = torch.device(given)
     except (RuntimeError, TypeError):
-        raise InputError(f"encode(device={given!r}) is not a device", "e.g. device='cpu' or device='cuda'") from None
+        raise InputError(f"{call.replace('...', repr(given))} is not a device",
+                         "e.g. device='cpu' or device='cuda'") from None
     if given.type != model_device.type:
         return False
     if given.type != "cuda":  # one CPU, one Apple GPU

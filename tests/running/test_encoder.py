@@ -114,6 +114,26 @@ def test_encode_takes_the_models_device_by_any_of_its_names(encoder):
         encoder.encode(TEXTS, device="gpu0")
 
 
+def test_a_loaded_model_in_another_dtype_or_on_another_device_is_refused(encoder):
+    """Found: `SentenceEncoder(model, dtype="bfloat16")` kept the float32 model, silently: dtype and device say
+    how to load a model, and a loaded one is neither cast nor moved. Its own dtype and device are taken."""
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    model = encoder.model
+    for given in (dict(dtype="bfloat16"), dict(dtype=torch.float16)):
+        with pytest.raises(InputError, match="but the model is loaded in float32; a loaded model is not cast"):
+            minidecoder.SentenceEncoder(model, "mean", **given)
+    with pytest.raises(InputError, match="but the model is loaded in float32"):
+        MinidecoderModule(model, "mean", dtype="bfloat16")
+    with pytest.raises(InputError, match="but the model is on cpu; a loaded model is not moved"):
+        minidecoder.SentenceEncoder(model, "mean", device="meta")
+    with pytest.raises(InputError, match=r"SentenceEncoder\(model, device='gpu0'\) is not a device"):
+        minidecoder.SentenceEncoder(model, "mean", device="gpu0")
+    same = minidecoder.SentenceEncoder(model, "mean", dtype=torch.float32, device="cpu:0")
+    np.testing.assert_array_equal(same.encode(TEXTS[:2]), encoder.encode(TEXTS[:2]))
+    MinidecoderModule(model, "mean")  # no dtype given: the model's own
+
+
 def test_encode_takes_a_numpy_integer_as_truncate_dim(encoder):
     np.testing.assert_array_equal(encoder.encode(TEXTS[:2], truncate_dim=np.int64(8)),
                                   encoder.encode(TEXTS[:2], truncate_dim=8))
