@@ -1,4 +1,4 @@
-"""Hardening, round one: the ten classes of hostile input and faults, each met where a user meets it (the CLI, in
+"""The ten first classes of hostile input and faults, each met where a user meets it (the CLI, in
 process or in a subprocess, or the public API). docs/reliability.md lists them against these tests."""
 from __future__ import annotations
 

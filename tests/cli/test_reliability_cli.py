@@ -1,7 +1,7 @@
-"""Hardening, round three: the classes met at the CLI and the text entry points: outputs
+"""The classes met at the CLI and the text entry points: outputs
 claimed and locked (3), Ctrl-C (7), closed pipes (8), inputs validated before any work (9), messages
 (10), sentence-transformers' `encode` arguments (11), CR-only line endings (12). docs/reliability.md
-lists them against these tests; the numbers in the test names are the round's own (docs/reliability.md rows 17-24 give both)."""
+lists them against these tests; the numbers in the test names are their classes (docs/reliability.md rows 17-24 give both)."""
 from __future__ import annotations
 
 import io

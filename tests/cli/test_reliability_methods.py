@@ -1,6 +1,6 @@
-"""Round three, the methods' side (docs/reliability.md rows 25-26): every method's sentence-transformers
+"""The methods' side (docs/reliability.md rows 25-26): every method's sentence-transformers
 module saves and loads back, and the placeholders TP and HTP add never leak into the model's tokenizer.
-Each test fails on the code before round three."""
+Each test fails on the code without its fix."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Hardening, round three: the sourcing classes: what a model is (caches keyed by its weights),
+"""The sourcing classes: what a model is (caches keyed by its weights),
 whose folders may be replaced, what a config value's type must be, what a failed load is blamed on,
 what a killed conversion leaves behind, and weights that are not finite. docs/reliability.md lists
 them against these tests (rows 11-16)."""

@@ -20,7 +20,7 @@ from minidecoder.evaluation.retrieval import load_beir_set
 from cli_runner import cli
 from test_classification import write_emotion
 from test_cmteb import write_cmteb
-from test_reliability_round5_data import NO_MODEL, write_banking
+from test_eval_data_faults import NO_MODEL, write_banking
 from test_retrieval import write_beir
 
 

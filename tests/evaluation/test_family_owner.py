@@ -1,4 +1,4 @@
-"""Every eval family's kept work is owned (issue 35 class 1, for the families of issue 32): an interrupted
+"""Every eval family's kept work is owned (docs/reliability.md row 30, for every family): an interrupted
 `eval sts` and an `eval sts-long` / `eval transfer` on one --output refuse each other's kept work before the
 model loads, never remove it, and each resumes its own; the same family with another input flag is refused
 by that flag."""

@@ -1,4 +1,4 @@
-"""The graph bank's memory, safety and defaults (issue 33), checked on the CPU.
+"""The graph bank's memory, safety and defaults, checked on the CPU.
 
 On a CPU `GraphBank(capture=False)` allocates the buffers a GPU bank allocates and calls `Block.forward` on
 them where a GPU replays, so what the bank holds, when it falls back and when it is dropped are all visible

@@ -1,6 +1,6 @@
-"""Hardening, round four (issue 35): no job destroys another's kept work, nothing saved or cached under
-the wrong settings. docs/reliability.md rows 29-39 list these tests by the issue's class numbers
-(the number in each test's name); each fails on the code before round four."""
+"""No job destroys another's kept work, nothing is saved or cached under the wrong settings.
+docs/reliability.md rows 30-40 list these tests by their class numbers (the number in each test's
+name); each fails on the code without its fix."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
-"""Hardening, round five, where the eval data is read: a file with no rows (1), a limit that cuts nothing (2),
-the tables' one path rule (3), a C-MTEB set no correlation can score (5), and the red team's malformed SentEval
-files. docs/reliability.md rows 43-53 list these tests by the round's class numbers (the number in each test's
-name); each fails on the code before round five."""
+"""Faults where the eval data is read: a file with no rows (1), a limit that cuts nothing (2), the tables' one
+path rule (3), a C-MTEB set no correlation can score (5), and a red team's malformed SentEval files.
+docs/reliability.md rows 43-53 list these tests by their class numbers (the number in each test's name); each
+fails on the code without its fix."""
 from __future__ import annotations
 
 import importlib.util

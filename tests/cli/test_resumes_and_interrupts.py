@@ -1,7 +1,7 @@
-"""Hardening, round five, at the entry points: graphs asked for on a CPU (4), a resume refusal that names every
-difference by its flag (6), a token id past 64 bits (7); and the red team's areas not tried before: Ctrl-C and
-SIGKILL at points of `eval transfer` and `eval sts-long`, resumed to identical scores, and two sittings writing
-one table at once. docs/reliability.md rows 43-53 list these tests by the round's class numbers."""
+"""Resumes and interrupts at the entry points: graphs asked for on a CPU (4), a resume refusal that names every
+difference by its flag (6), a token id past 64 bits (7); Ctrl-C and SIGKILL at points of `eval transfer` and
+`eval sts-long`, resumed to identical scores, and two sittings writing one table at once (a red team's areas).
+docs/reliability.md rows 43-53 list these tests by their class numbers."""
 from __future__ import annotations
 
 import json
