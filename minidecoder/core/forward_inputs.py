@@ -35,7 +35,7 @@ def check_forward_inputs(model, input_ids, attention_mask, inputs_embeds, cache)
             raise InputError(f"input_ids has shape {tuple(input_ids.shape)}; the model takes (B, T): a batch of "
                              "rows of token ids", "one row of ids is ids[None]; " + one)
         if input_ids.numel():
-            low, high = (int(x) for x in torch.aminmax(input_ids))
+            low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one read back from the device
             if low < 0 or high >= model.config.vocab_size:
                 vocab = model.config.vocab_size
                 raise InputError(f"token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} "
