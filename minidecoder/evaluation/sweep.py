@@ -39,6 +39,7 @@ import itertools
 import json
 import math
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -139,15 +140,18 @@ def sweep_points(method: Method, model, texts: list[str], points: list[Point]) -
 
 # ---- the driver ------------------------------------------------------------------------------------
 class BlockCounter:
-    """Counts rows x blocks run while active (a forward pre-hook on every block, removed on exit)."""
+    """Counts rows x blocks run while active (a forward pre-hook on every block, removed on exit), by the thread
+    that entered it: another thread's work on the same model is not this sweep's."""
 
     def __init__(self, model) -> None:
-        self.model, self.count, self._handles = model, 0, []
+        self.model, self.count, self._handles, self._thread = model, 0, [], threading.get_ident()
 
     def _hook(self, module, args) -> None:
-        self.count += int(args[0].shape[0])
+        if threading.get_ident() == self._thread:
+            self.count += int(args[0].shape[0])
 
     def __enter__(self) -> "BlockCounter":
+        self._thread = threading.get_ident()
         self._handles = [block.register_forward_pre_hook(self._hook) for block in self.model.layers]
         return self
 

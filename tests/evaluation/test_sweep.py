@@ -287,3 +287,19 @@ def test_plot_sweep_from_python_refuses_a_sweep_with_one_value_per_axis(tmp_path
     with pytest.raises(InputError, match=r"one value per option \(layer=\[2\]\), so there is no curve to draw"):
         plot_sweep(sweep, tmp_path / "s")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_block_counter_counts_its_own_threads_work_only(tiny) -> None:
+    """Found: a sweep's counter is a hook on the model's blocks, so another thread embedding on the same model
+    meanwhile was counted as the sweep's work, and the report understated what sharing saved."""
+    import threading
+
+    texts = ["a man plays a guitar.", "a chef cooks."]
+    with BlockCounter(tiny) as alone:
+        minidecoder.embed(tiny, texts, "prompteol", batch_size=BATCH)
+    with BlockCounter(tiny) as counter:
+        other = threading.Thread(target=minidecoder.embed, args=(tiny, texts * 3, "mean"))
+        other.start()
+        other.join()
+        minidecoder.embed(tiny, texts, "prompteol", batch_size=BATCH)
+    assert alone.count > 0 and counter.count == alone.count
