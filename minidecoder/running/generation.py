@@ -27,7 +27,7 @@ from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
 def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
-    a list of ids or a list holding one list of ids).
+    a list of ids, a list holding one list of ids, or a NumPy integer array).
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
