@@ -40,7 +40,8 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser,
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
+                                           family_parser,
                                            instruction_for, instructions_line, limit_that_cut, limited_note,
                                            markdown_report, numbered_lines, parse_names, require_file, require_rows,
                                            resolve_data_folder)
@@ -78,6 +79,7 @@ def load_classification_set(name: str, data_dir: str | Path | None = None, limit
     samples from all of it; a limit that keeps every item is no limit, `limit_that_cut`)."""
     if name not in MTEB_NAMES:
         raise InputError(f"unknown classification task {name!r}", "choose from " + ", ".join(TASKS))
+    limit = checked_limit(limit)
     root = resolve_mteb_dir(data_dir)
     if name == "Banking77":
         labels_path = require_file(root / name / "categories.json", "Banking77 label list")

@@ -42,7 +42,8 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, item_interval
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
+                                           family_parser, field,
                                            json_line, limit_that_cut, limited_note, markdown_report, numbered_lines,
                                            parse_names, require_file, require_rows, resolve_data_folder, run_limit)
 
@@ -83,6 +84,7 @@ def load_pair_set(name: str, data_dir: str | Path | None = None, limit: int | No
     """Read and check one set; `limit` keeps its first N pairs (a limit that keeps them all is none)."""
     if name not in SETS:
         raise InputError(f"unknown C-MTEB set {name!r}", "choose from " + ",".join(SETS))
+    limit = checked_limit(limit)
     root = resolve_cmteb_dir(data_dir)
     relative, kind, split, bounds = SETS[name]
     path = require_file(root / relative, f"C-MTEB {name} file")

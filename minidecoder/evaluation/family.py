@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import numbers
 import shlex
 import shutil
 import sys
@@ -455,6 +456,21 @@ def require_rows(path: Path, rows: int, what: str = "rows", why: str = "it is em
                          "restore the file, or point --data at a complete copy of the data (the folder's README "
                          "lists its files)")
     return rows
+
+
+def checked_limit(limit: Any, name: str = "limit", minimum: int = 1) -> int | None:
+    """A limit given from Python, checked as the CLI checks its flag: None, or a whole number of at least
+    `minimum` (a NumPy integer is one, and is stamped as a Python int). A float, a text or a negative number
+    would slice the data silently wrong (`rows[:-1]` drops the last row)."""
+    flag = "--" + name.replace("_", "-")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral):
+        raise InputError(f"{name}={limit!r} is not a whole number", f"e.g. {name}=100 ({flag} 100), or None for all")
+    if limit < minimum:
+        raise InputError(f"{name}={limit} ({flag} {limit}) must be at least {minimum}",
+                         f"e.g. {name}=100 ({flag} 100), or None for all")
+    return int(limit)
 
 
 def limit_that_cut(limit: int | None, sizes: Iterable[int]) -> int | None:

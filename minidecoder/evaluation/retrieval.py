@@ -43,7 +43,8 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, encode_sentences, family_parser, field,
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
+                                           family_parser, field,
                                            instruction_for, instructions_line, json_line, limit_that_cut, limited_note,
                                            markdown_report, numbered_lines, refuse_repeats, require_file,
                                            resolve_data_folder)
@@ -81,6 +82,7 @@ def resolve_beir_dir(data_dir: str | Path | None) -> Path:
 def load_beir_set(name: str, data_dir: str | Path | None = None, split: str = "test", limit: int | None = None,
                   corpus_limit: int | None = None) -> BeirSet:
     """Read and check one BEIR set (`data_dir/name/`)."""
+    limit, corpus_limit = checked_limit(limit), checked_limit(corpus_limit, "corpus_limit", minimum=0)
     root = resolve_beir_dir(data_dir)
     folder = root / name
     if not folder.is_dir():

@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import numbers
 import shlex
 import shutil
 import time
@@ -265,19 +266,20 @@ def _limited(task: StsTask, limit: int | None) -> StsTask:
     return task
 
 
-def check_pair_limit(limit: int | None) -> None:
-    """A limit of pairs (the CLI's --limit, the API's `limit=`) keeps at least the two pairs a correlation needs;
-    the message names both spellings, for it is read by users of either."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+def check_pair_limit(limit: int | None) -> int | None:
+    """A limit of pairs (the CLI's --limit, the API's `limit=`; a NumPy integer is one) keeps at least the two
+    pairs a correlation needs; the message names both spellings, for it is read by users of either."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)):
         raise InputError(f"limit={limit!r} is not a whole number of pairs", "e.g. limit=100 (--limit 100)")
     if limit is not None and limit < 2:
         raise InputError(f"--limit (limit=) {limit} is too small: a correlation needs at least 2 pairs",
                          "use --limit 2 or more (limit=2 from Python), or none to score every pair")
+    return None if limit is None else int(limit)
 
 
 def load_task(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> StsTask:
     """Load one task by its SentEval name (`TASKS`); `limit` keeps the first N pairs of each subset."""
-    check_pair_limit(limit)
+    limit = check_pair_limit(limit)
     root = resolve_data_dir(data_dir)
     if name in STS_YEARS:
         return load_sts_year(name, root, limit)

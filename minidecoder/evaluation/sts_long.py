@@ -75,7 +75,7 @@ def load_long_sts(data_dir: str | Path | None = None, limit: int | None = None,
     bad = [k for k in lengths if isinstance(k, bool) or not isinstance(k, int) or k < 1]
     if bad or not lengths or len(set(lengths)) != len(lengths):
         raise InputError(f"lengths {list(lengths)} must be distinct positive integers", "e.g. --lengths 1,2,4,8,16")
-    check_pair_limit(limit)
+    limit = check_pair_limit(limit)
     task = load_sts_benchmark("test", resolve_data_dir(data_dir), limit)
     return task, build_long_pairs(task, lengths)
 

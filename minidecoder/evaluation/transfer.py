@@ -79,8 +79,8 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
-from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
-                                           limit_that_cut, longest_first, markdown_report, parse_names,
+from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, checked_limit,
+                                           encode_sentences, family_parser, limit_that_cut, longest_first, markdown_report, parse_names,
                                            refuse_repeats, require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
@@ -275,6 +275,7 @@ def load_transfer_task(name: str, data_dir: str | Path | None = None, limit: int
     if blank_lines not in BLANK_LINES:
         raise InputError(f"blank_lines={blank_lines!r} is not one of {', '.join(BLANK_LINES)}",
                          "pass 'read' (SentEval's reading: the empty text) or 'skip' (left out)")
+    limit = checked_limit(limit)
     root = resolve_data_dir(data_dir)
     if name in BINARY_FILES:
         return _check_foldable(load_binary(name, root, limit, blank_lines))

@@ -17,6 +17,9 @@ from minidecoder.errors import InputError
 from minidecoder.evaluation.classification import load_classification_set
 from minidecoder.evaluation.cmteb import load_pair_set
 from minidecoder.evaluation.retrieval import load_beir_set
+from minidecoder.evaluation.sts import load_task
+from minidecoder.evaluation.sts_long import load_long_sts
+from minidecoder.evaluation.transfer import load_transfer_task
 from cli_runner import cli
 from test_classification import write_emotion
 from test_cmteb import write_cmteb
@@ -64,7 +67,7 @@ def test_a_classification_limit_of_one_test_item_is_refused_before_the_model_loa
     code, err = cli(capsys, "eval", "classification", "--method", "mean", "--tasks", "Emotion", "--limit", "1",
                     "--data", str(folder), "--output", str(tmp_path / "out"), "--model", NO_MODEL)
     assert code == 2 and "--limit (limit=) 1 keeps 1 test item(s)" in err and NO_MODEL not in err, err
-    with pytest.raises(InputError, match=r"--limit \(limit=\) 0 keeps 0 test item\(s\)"):  # from Python too
+    with pytest.raises(InputError, match=r"limit=0 \(--limit 0\) must be at least 1"):  # from Python too
         load_classification_set("Emotion", folder, limit=0)
     write_banking(folder)  # a test.csv of one item
     with pytest.raises(InputError, match=r"test\.csv: it holds 1 test item\(s\)") as error:
@@ -140,3 +143,36 @@ def test_a_blank_instruction_is_named_by_its_flag_before_the_model_loads(tmp_pat
     code, err = cli(capsys, "eval", "retrieval", "--method", "mean", "--instruction", instruction, "--model", NO_MODEL,
                     "--output", str(tmp_path / "r"))
     assert code == 2 and f"--instruction {instruction!r} is empty or whitespace-only" in err and NO_MODEL not in err, err
+
+
+LOADERS = {  # each family's reader, called from Python as a notebook would
+    "sts": lambda folder, **limits: load_task("STS12", folder, **limits),
+    "sts-long": lambda folder, **limits: load_long_sts(folder, **limits),
+    "transfer": lambda folder, **limits: load_transfer_task("MR", folder, **limits),
+    "retrieval": lambda folder, **limits: load_beir_set("scifact", folder, **limits),
+    "classification": lambda folder, **limits: load_classification_set("Emotion", folder, **limits),
+    "cmteb": lambda folder, **limits: load_pair_set("ATEC", folder, **limits),
+}
+
+
+@pytest.mark.parametrize("family", list(LOADERS))
+@pytest.mark.parametrize("limit, said", [(-1, r"must be at least|is too small"), (2.5, "is not a whole number"),
+                                         ("10", "is not a whole number"), (True, "is not a whole number")])
+def test_a_limit_from_python_is_checked_before_the_data_is_read(tmp_path, family, limit, said) -> None:
+    """Found: from Python, `load_transfer_task("MR", limit=-1)` and `load_beir_set(..., limit=-1)` kept all but the
+    last row or query (`rows[:-1]`), silently; 2.5 or "10" failed inside a slice. Every reader now checks its
+    limit as the CLI checks --limit, before it looks for its files (the folder here does not exist)."""
+    with pytest.raises(InputError, match=said):
+        LOADERS[family](tmp_path / "nowhere", limit=limit)
+    if family == "retrieval":
+        with pytest.raises(InputError, match=r"corpus_limit=-1 \(--corpus-limit -1\) must be at least 0"):
+            LOADERS[family](tmp_path / "nowhere", corpus_limit=-1)
+
+
+def test_a_numpy_limit_is_a_limit_stamped_as_a_python_int(tmp_path) -> None:
+    import numpy as np
+
+    folder = write_emotion(tmp_path / "mteb")
+    data = load_classification_set("Emotion", folder, limit=np.int64(2))
+    assert len(data.splits["test"][0]) == 2 and type(data.limit) is int
+
