@@ -41,10 +41,9 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
 from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
-                                           family_parser,
-                                           instruction_for, instructions_line, limit_that_cut, limited_note,
-                                           markdown_report, numbered_lines, parse_names, require_file, require_rows,
-                                           resolve_data_folder)
+                                           family_parser, instruction_for, instructions_line, limit_that_cut,
+                                           limited_note, markdown_report, numbered_lines, parse_names, require_file,
+                                           require_rows, resolve_data_folder)
 from minidecoder.running.texts import with_instruction
 
 

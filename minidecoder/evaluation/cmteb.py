@@ -43,9 +43,9 @@ import torch
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, item_interval
 from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
-                                           family_parser, field,
-                                           json_line, limit_that_cut, limited_note, markdown_report, numbered_lines,
-                                           parse_names, require_file, require_rows, resolve_data_folder, run_limit)
+                                           family_parser, field, json_line, limit_that_cut, limited_note,
+                                           markdown_report, numbered_lines, parse_names, require_file, require_rows,
+                                           resolve_data_folder, run_limit)
 
 
 # name: (file under the folder, format, split C-MTEB evaluates, label range or None for Ocnli)

@@ -56,7 +56,7 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
                                              check_sizes, claim_cli_outputs, default_prefix, first_interrupted,
                                              load_model, model_stamp, parse_options, resume_settings)
 from minidecoder.running.embedding import check_texts_fit
-from minidecoder.errors import InputError, Interrupted, NumericsError, describe_unusable_file
+from minidecoder.errors import ArgumentTypeError, InputError, Interrupted, NumericsError, describe_unusable_file
 
 
 # Methods that take a task's instruction (docs/spec.md section 11, HTP Appendix B: Vanilla Mean, Vanilla Last, Echo
@@ -458,6 +458,15 @@ def require_rows(path: Path, rows: int, what: str = "rows", why: str = "it is em
     return rows
 
 
+def checked_count(value: Any, name: str, unit: str, example: int) -> int:
+    """A positive whole number given from Python (a NumPy integer is one): `range(0, N, 0)` or a float would
+    otherwise fail deep inside, and a negative step would encode nothing."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ArgumentTypeError(f"{name}={value!r} must be a positive whole number of {unit}",
+                                f"e.g. {name}={example} (the default)")
+    return int(value)
+
+
 def checked_limit(limit: Any, name: str = "limit", minimum: int = 1) -> int | None:
     """A limit given from Python, checked as the CLI checks its flag: None, or a whole number of at least
     `minimum` (a NumPy integer is one, and is stamped as a Python int). A float, a text or a negative number
@@ -507,6 +516,7 @@ def encode_sentences(
     Each chunk must come back as a finite (len(chunk), D) tensor. The progress bar (stderr) counts
     sentences, so its rate is sentences per second.
     """
+    chunk_size = checked_count(chunk_size, "chunk_size", "sentences", 256)
     parts: list[torch.Tensor] = []
     with tqdm(total=len(sentences), unit="sent", desc=desc, file=sys.stderr, disable=not progress,
               dynamic_ncols=True) as bar:

@@ -43,11 +43,10 @@ import torch
 
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import mean_interval
-from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_limit, encode_sentences,
-                                           family_parser, field,
-                                           instruction_for, instructions_line, json_line, limit_that_cut, limited_note,
-                                           markdown_report, numbered_lines, refuse_repeats, require_file,
-                                           resolve_data_folder)
+from minidecoder.evaluation.family import (Family, Kept, add_family_options, checked_count, checked_limit,
+                                           encode_sentences, family_parser, field, instruction_for, instructions_line,
+                                           json_line, limit_that_cut, limited_note, markdown_report, numbered_lines,
+                                           refuse_repeats, require_file, resolve_data_folder)
 from minidecoder.running.texts import with_instruction
 
 
@@ -231,6 +230,7 @@ def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None =
     Returns {"set", "metrics": {"nDCG@10": {"score", "ci95"}, ...}, "per_query": {qid: {measure: value}},
     "queries", "documents", "instruction", "instruction_placement", "encode_seconds", "search_seconds", plus
     the stamp's data facts}."""
+    top_k = checked_count(top_k, "top_k", "documents a query keeps", TOP_K)  # 0 would score every query 0
     texts = query_texts(data, instruction, placement, own_method) + data.documents
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (Q + M, E)

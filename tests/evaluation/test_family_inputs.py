@@ -176,3 +176,25 @@ def test_a_numpy_limit_is_a_limit_stamped_as_a_python_int(tmp_path) -> None:
     data = load_classification_set("Emotion", folder, limit=np.int64(2))
     assert len(data.splits["test"][0]) == 2 and type(data.limit) is int
 
+
+
+def test_a_chunk_size_or_top_k_from_python_is_checked(tmp_path) -> None:
+    """Found: `evaluate_sts(..., chunk_size=0)` failed inside `range`, -1 encoded nothing and then failed on a
+    (0, 0) table, 2.5 was a TypeError; `evaluate_retrieval(..., top_k=0)` scored every query 0, silently, and
+    -5 failed inside torch.topk."""
+    import numpy as np
+    import torch
+
+    from minidecoder.errors import ArgumentTypeError
+    from minidecoder.evaluation.family import encode_sentences
+    from minidecoder.evaluation.retrieval import evaluate_retrieval
+
+    encode = lambda texts: torch.ones(len(texts), 4)  # noqa: E731
+    for bad in (0, -1, 2.5, "8", True):
+        with pytest.raises(ArgumentTypeError, match=r"chunk_size=.* must be a positive whole number of sentences"):
+            encode_sentences(encode, ["a", "b", "c"], chunk_size=bad, progress=False)
+    assert encode_sentences(encode, ["a", "b", "c"], chunk_size=np.int64(2), progress=False).shape == (3, 4)
+    data = load_beir_set("toy", write_beir(tmp_path / "beir"))
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ArgumentTypeError, match=r"top_k=.* must be a positive whole number of documents"):
+            evaluate_retrieval(encode, data, progress=False, top_k=bad)
