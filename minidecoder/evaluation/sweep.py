@@ -51,6 +51,7 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.fast.forking import embed_points
+from minidecoder.evaluation.family import checked_count
 from minidecoder.evaluation.report import _fmt
 from minidecoder.evaluation.sts import StsScorer, StsTask, load_tasks, unique_sentences
 from minidecoder.fast.options import fast_paths_of
@@ -260,6 +261,7 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
     work: a folder that keeps every finished batch (see `embed_grid`), bound to everything the vectors
     depend on (`kept_manifest`): Ctrl-C raises running.jobs.JobInterrupted and the same call resumes;
     other settings are refused, naming what differs. The caller removes it once the result is safe."""
+    batch_size = checked_count(batch_size, "batch_size", "sentences", BATCH_SIZE)  # -2: no batch, no score
     if dev is None:
         (dev,) = load_tasks([DEV_TASK], data_dir, limit)
     if dev.name != DEV_TASK:

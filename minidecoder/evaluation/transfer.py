@@ -79,9 +79,10 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
-from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, checked_limit,
-                                           encode_sentences, family_parser, limit_that_cut, longest_first, markdown_report, parse_names,
-                                           refuse_repeats, require_rows, resolve_data_folder, run_limit)
+from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, checked_count, checked_limit,
+                                           encode_sentences, family_parser, limit_that_cut, longest_first,
+                                           markdown_report, parse_names, refuse_repeats, require_rows,
+                                           resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import write_streamed
@@ -474,7 +475,9 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     the tasks whose time is not in the sum (embedded by an earlier call that kept no time); a task whose
     embedding job was itself interrupted counts the sitting that finished it."""
     if grain not in ("run", "task"):
-        raise ValueError(f"grain={grain!r}: 'run' (embed every text at once) or 'task' (task by task)")
+        raise InputError(f"grain={grain!r} is not a grain", "pass 'run' (embed every text at once) or 'task' (task "
+                         "by task)")
+    probe_workers = checked_count(probe_workers, "probe_workers", "processes", 1)  # 0 or -1: as one, unsaid
     loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
         load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None

@@ -303,3 +303,14 @@ def test_the_block_counter_counts_its_own_threads_work_only(tiny) -> None:
         other.join()
         minidecoder.embed(tiny, texts, "prompteol", batch_size=BATCH)
     assert alone.count > 0 and counter.count == alone.count
+
+
+@pytest.mark.parametrize("batch_size", [0, -2, 2.5])
+def test_a_sweeps_batch_size_from_python_is_checked(tiny, batch_size) -> None:
+    """Found: `sweep_sts(..., batch_size=-2)` made no batch and returned, silently; 0 and 2.5 failed inside
+    `range`."""
+    from minidecoder.errors import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError, match=r"batch_size=.* must be a positive whole number of sentences"):
+        sweep_sts(tiny, build_method("mean"), {"layer": [1, 2]}, limit=20, batch_size=batch_size, progress=False)
+

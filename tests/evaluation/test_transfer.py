@@ -412,8 +412,11 @@ def test_kept_embeddings_serve_any_texts_they_cover_and_only_under_their_identit
     assert torch.equal(vectors, 3 * bag_of_words(["new", "a b"])) and computed  # a text not kept: computed, kept instead
     other = transfer.KeptWork(tmp_path, "model B")
     assert torch.equal(other.embeddings(["a b"], lambda: 2 * bag_of_words(["a b"]))[0], 2 * bag_of_words(["a b"]))
-    with pytest.raises(ValueError, match="grain"):
+    with pytest.raises(InputError, match="grain='chunk' is not a grain"):  # the library's error, as every argument's
         transfer.evaluate_transfer(bag_of_words, [], grain="chunk")
+    for workers in (0, -1, 2.5):  # 0 and -1 ran as one process, unsaid
+        with pytest.raises(InputError, match=r"probe_workers=.* must be a positive whole number of processes"):
+            transfer.evaluate_transfer(bag_of_words, [], probe_workers=workers)
 
 
 def test_a_kept_task_waits_for_another_sittings_lock_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
