@@ -58,10 +58,18 @@ class Sites:
         unknown = (set(self.record) | set(self.edit)) - set(SITES)
         if unknown:
             raise ValueError(f"unknown site(s) {sorted(unknown)}; sites are {SITES}")
+        not_functions = sorted(name for name, edit in self.edit.items() if not callable(edit))
+        if not_functions:
+            raise TypeError(f"Sites(edit=...) of {not_functions} is not a function; an edit maps the site's "
+                            "tensor to its replacement")
 
     def visit(self, name: str, value: torch.Tensor) -> torch.Tensor:
         if name in self.edit:
-            value = self.edit[name](value)
+            edited = self.edit[name](value)
+            if not isinstance(edited, torch.Tensor) or edited.shape != value.shape:  # named here, not by a reshape
+                raise ValueError(f"the edit of site {name!r} returned {getattr(edited, 'shape', type(edited))}; "
+                                 f"it must return a tensor of the site's shape {tuple(value.shape)}")
+            value = edited
         if name in self.record:
             self.store[name] = value
         return value

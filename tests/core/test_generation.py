@@ -216,6 +216,21 @@ def test_sites_given_one_name_as_a_string_say_pass_a_set() -> None:
     assert minidecoder.Sites(record={"pattern", "z"}).record == {"pattern", "z"}
 
 
+def test_an_edit_that_is_not_a_function_or_changes_its_sites_shape_is_named() -> None:
+    """Found: `Sites(edit={"z": 3})` failed as "'int' object is not callable" inside the block, and an edit
+    returning another shape (or None) as a reshape error further on."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    ids = random_ids(1, 5, seed=3)
+    h, ctx = model.embed(ids), model.context(None, 5, 1)
+    with pytest.raises(TypeError, match=r"Sites\(edit=...\) of \['z'\] is not a function"):
+        minidecoder.Sites(edit={"z": 3})
+    for wrong, said in ((lambda z: z[:, :1], r"returned torch.Size\(\[1, 1, 4, 8\]\)"), (lambda z: None, "NoneType")):
+        with pytest.raises(ValueError, match=said + r".*must return a tensor of the site's shape \(1, 5, 4, 8\)"):
+            model.layers[0](h, ctx, minidecoder.Sites(edit={"z": wrong}))
+    doubled = model.layers[0](h, ctx, minidecoder.Sites(edit={"z": lambda z: 2 * z}))  # a same-shape edit runs
+    assert not torch.equal(doubled, model.layers[0](h, ctx))
+
+
 def test_a_numpy_integer_is_a_number_of_new_tokens() -> None:
     import numpy as np
 
