@@ -458,6 +458,16 @@ def require_rows(path: Path, rows: int, what: str = "rows", why: str = "it is em
     return rows
 
 
+def refuse_reading_options(function: str, reader: str, **given: Any) -> None:
+    """Options that say how to read the data, given beside data the caller has read already, would be ignored:
+    refused, naming them (None: not given)."""
+    named = sorted(key for key, value in given.items() if value is not None)
+    if named:
+        raise InputError(f"{function} was given data read already and {', '.join(named)}, which only say how "
+                         "to read it: they would be ignored",
+                         f"pass them to {reader}, or pass the names and let {function} read the data")
+
+
 def checked_count(value: Any, name: str, unit: str, example: int) -> int:
     """A positive whole number given from Python (a NumPy integer is one): `range(0, N, 0)` or a float would
     otherwise fail deep inside, and a negative step would encode nothing."""

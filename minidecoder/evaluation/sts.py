@@ -73,8 +73,8 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
 from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, past_the_job, refuse_repeats, require_rows,
-                                           resolve_data_folder)
+                                           parse_names, past_the_job, refuse_reading_options, refuse_repeats,
+                                           require_rows, resolve_data_folder)
 from minidecoder.running.embedding import check_texts_fit
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -436,11 +436,15 @@ def evaluate_sts(
     `encode(sentences) -> (N, D)` gets the SentEval sentences (joined word lists; the method adds
     its own prompt handling). Every distinct sentence across the requested tasks is encoded once.
     `limit=N` scores only the first N pairs of each subset (a quick look, stamped as such). `tasks`: names,
-    or tasks a caller already read (`load_tasks`; `data_dir` and `limit` are then theirs).
+    or tasks a caller already read (`load_tasks`; `data_dir` and `limit` are then theirs, and refused here).
     Added keys: "sentences" (number encoded), "encode_seconds", "sentences_per_second",
     "data_dir", "data_files" (paths relative to data_dir, for checksums).
     """
-    loaded = list(tasks) if tasks and all(isinstance(t, StsTask) for t in tasks) else load_tasks(list(tasks), data_dir, limit)
+    if tasks and all(isinstance(t, StsTask) for t in tasks):
+        refuse_reading_options("evaluate_sts", "load_tasks(names, data_dir, limit)", data_dir=data_dir, limit=limit)
+        loaded = list(tasks)
+    else:
+        loaded = load_tasks(list(tasks), data_dir, limit)
     sentences = unique_sentences(loaded)
     start = time.perf_counter()
     vectors = encode_sentences(encode, sentences, chunk_size=chunk_size, progress=progress)

@@ -31,7 +31,7 @@ import numpy as np
 from minidecoder.errors import InputError
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
-                                           longest_first, markdown_report)
+                                           longest_first, markdown_report, refuse_reading_options)
 from minidecoder.evaluation.sts import StsTask, check_pair_limit, load_sts_benchmark, pair_cosines, resolve_data_dir
 
 LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -103,7 +103,11 @@ def evaluate_sts_long(encode: Encoder, data_dir: str | Path | None = None, limit
                       progress: bool = True, chunk_size: int = 256) -> dict:
     """Score `encode` on long-context STS; every distinct text of every length is encoded once (longest
     first). Returns {"lengths": score_long_pairs' dict, "construction", "limit", "texts", "encode_seconds",
-    "data_dir", "data_files"}. `loaded`: `load_long_sts`'s result, read already."""
+    "data_dir", "data_files"}. `loaded`: `load_long_sts`'s result, read already (`data_dir`, `limit` and
+    `lengths` are then refused)."""
+    if loaded is not None:
+        refuse_reading_options("evaluate_sts_long", "load_long_sts(data_dir, limit, lengths)", data_dir=data_dir,
+                               limit=limit, lengths=None if tuple(lengths) == tuple(LENGTHS) else lengths)
     task, sets = loaded if loaded is not None else load_long_sts(data_dir, limit, lengths)
     texts = longest_first(t for p in sets for t in p.first + p.second)
     start = time.perf_counter()

@@ -81,8 +81,8 @@ from minidecoder.errors import InputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, checked_count, checked_limit,
                                            encode_sentences, family_parser, limit_that_cut, longest_first,
-                                           markdown_report, parse_names, refuse_repeats, require_rows,
-                                           resolve_data_folder, run_limit)
+                                           markdown_report, parse_names, refuse_reading_options, refuse_repeats,
+                                           require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import write_streamed
@@ -478,8 +478,12 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         raise InputError(f"grain={grain!r} is not a grain", "pass 'run' (embed every text at once) or 'task' (task "
                          "by task)")
     probe_workers = checked_count(probe_workers, "probe_workers", "processes", 1)  # 0 or -1: as one, unsaid
-    loaded = list(tasks) if tasks and all(isinstance(t, TransferTask) for t in tasks) else \
-        load_transfer_tasks(list(tasks), data_dir, limit)
+    if tasks and all(isinstance(t, TransferTask) for t in tasks):
+        refuse_reading_options("evaluate_transfer", "load_transfer_tasks(names, data_dir, limit)", data_dir=data_dir,
+                               limit=limit)
+        loaded = list(tasks)
+    else:
+        loaded = load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None
     keys = {task.name: task_key(task, config) for task in loaded}
     done = {task.name: store.task_result(task.name, keys[task.name]) for task in loaded} if store else {}

@@ -198,3 +198,24 @@ def test_a_chunk_size_or_top_k_from_python_is_checked(tmp_path) -> None:
     for bad in (0, -5, 2.5):
         with pytest.raises(ArgumentTypeError, match=r"top_k=.* must be a positive whole number of documents"):
             evaluate_retrieval(encode, data, progress=False, top_k=bad)
+
+
+def test_reading_options_beside_data_read_already_are_refused(tmp_path) -> None:
+    """Found: `evaluate_sts(encode, load_tasks([...]), limit=50)` scored every pair: a limit (or data folder, or
+    sts-long's lengths) given beside tasks read already was ignored without a word."""
+    import torch
+
+    from minidecoder.evaluation.sts import StsSubset, StsTask, evaluate_sts
+    from minidecoder.evaluation.sts_long import evaluate_sts_long
+    from minidecoder.evaluation.transfer import TransferTask, evaluate_transfer
+
+    encode = lambda texts: torch.ones(len(texts), 4)  # noqa: E731
+    sts = StsTask("STSBenchmark", "test", {"test": StsSubset("test", ["a b", "c"], ["d", "e f"], [1.0, 2.0])}, tmp_path)
+    with pytest.raises(InputError, match=r"evaluate_sts was given data read already and limit, which only say how"):
+        evaluate_sts(encode, [sts], limit=50, progress=False)
+    with pytest.raises(InputError, match=r"and data_dir, limit, which only") as error:
+        evaluate_transfer(encode, [TransferTask("MR", "kfold", ("0", "1"), {}, tmp_path, [], None)],
+                          data_dir=tmp_path, limit=5)
+    assert "load_transfer_tasks(names, data_dir, limit)" in error.value.fix
+    with pytest.raises(InputError, match=r"evaluate_sts_long was given data read already and lengths"):
+        evaluate_sts_long(encode, lengths=(1, 2), loaded=(sts, []), progress=False)
