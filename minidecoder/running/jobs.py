@@ -97,17 +97,7 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
                          "e.g. run_embedding_job(model, 'prompteol', ...) or run_embedding_job(model, build_method(...), ...)")
     if output_path.suffix not in FORMATS:
         raise InputError(f"output {output_path} must end in .npy or .safetensors", "e.g. --output vectors.npy")
-    for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
-        if name == "batch_size" and value is None:
-            continue  # batches filled by tokens (minidecoder.embed's default)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
-    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, numbers.Integral)
-                                 or truncate < 1):
-        raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
-                         "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
-    # a NumPy integer is one too; the manifest, a JSON record, holds plain ints
-    chunk_size, batch_size, truncate = (None if v is None else int(v) for v in (chunk_size, batch_size, truncate))
+    chunk_size, batch_size, truncate = _checked_sizes(chunk_size, batch_size, truncate)
     check_not_inputs(job_outputs(output_path), [input_path])
     check_output_free(output_path, overwrite)
     method.check(model)
@@ -116,6 +106,22 @@ def run_embedding_job(model, method, input_path: str | Path, output_path: str | 
     with claim_outputs(job_outputs(output_path), overwrite=overwrite, wait=wait, inputs=[input_path]):
         return _run_locked(model, method, input_path, output_path, chunk_size, batch_size, progress, truncate,
                            extra_metadata, kind, checksum, total, overwrite, rows, context)
+
+
+def _checked_sizes(chunk_size: Any, batch_size: Any, truncate: Any) -> tuple[int, int | None, int | None]:
+    """A job's chunk size, batch size (None: batches filled by tokens, minidecoder.embed's default) and truncate
+    (None: none), each a positive whole number, as the plain ints its JSON manifest records (a NumPy integer
+    is one too: recorded as itself, a resumed job's manifest would never match)."""
+    for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
+        if name == "batch_size" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
+    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, numbers.Integral)
+                                 or truncate < 1):
+        raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
+                         "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
+    return int(chunk_size), None if batch_size is None else int(batch_size), None if truncate is None else int(truncate)
 
 
 def _check_shard(rows: tuple[int, int] | None, total: int, input_path: Path) -> None:
@@ -179,6 +185,7 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     from minidecoder.methods import build_method
 
     method = build_method(method) if isinstance(method, str) else method
+    chunk_size, batch_size, truncate = _checked_sizes(chunk_size, batch_size, truncate)  # before a kept table's check
     work = Path(work)
     try:
         work.mkdir(parents=True, exist_ok=True)

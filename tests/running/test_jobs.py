@@ -268,6 +268,10 @@ def test_a_kept_table_is_read_back_with_its_cuts_and_refused_under_other_setting
     with pytest.raises(InputError, match=r"other settings, so they cannot be used: --truncate was 10, now 12"):
         embed_resumably(model, "mean", texts, work, truncate=12, keep=True)
     assert (work / "embeddings.npy").read_bytes() == table  # refused, never overwritten
+    with pytest.warns(UserWarning, match="2 of 3 texts were cut"):  # NumPy sizes are the same settings
+        numpy_sized, _ = embed_resumably(model, "mean", texts, work, truncate=np.int64(10), chunk_size=np.int64(1024),
+                                         keep=True)
+    assert torch.equal(numpy_sized, first)
 
 
 def test_a_row_with_its_own_context_and_a_context_for_every_row_is_named_at_the_scan(model, tmp_path: Path) -> None:
