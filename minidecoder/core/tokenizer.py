@@ -223,10 +223,10 @@ class Tokenizer:
         text never gets); None where it puts none."""
         if self._fast is None:
             return None, None
-        probe = next((text for text in ("a", "Hello", "0") if self._fast.encode(text, add_special_tokens=False).ids), None)
+        probe, bare = next(((text, ids) for text in ("a", "Hello", "0")
+                            if (ids := self._fast.encode(text, add_special_tokens=False).ids)), (None, []))
         if probe is None:  # no text of its own to find the added tokens around
             return None, None
-        bare = self._fast.encode(probe, add_special_tokens=False).ids
         full = self._fast.encode(probe, add_special_tokens=True).ids
         start = next((k for k in range(len(full) - len(bare) + 1) if full[k:k + len(bare)] == bare), None)
         if start is None:  # a processor that edits the text's own ids: no tokens around it to name

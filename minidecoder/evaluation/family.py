@@ -252,7 +252,7 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
         if not job:  # the first call embeds every text of the run, each side with its method
             start = time.perf_counter()
             parts = []
-            for name, method, side in (job for job in jobs if job[2]):  # a later side's line names the earlier's
+            for name, method, side in (entry for entry in jobs if entry[2]):  # a later side's line names the earlier's
                 parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts),
                                         keep=not family.keeps_embeddings))
             job["vectors"] = torch.cat([vectors for vectors, _ in parts])

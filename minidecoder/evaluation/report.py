@@ -225,7 +225,6 @@ def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
     nothing computed is lost."""
     import sys
 
-
     prefix = Path(prefix)
     try:
         return write(prefix)
