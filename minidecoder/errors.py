@@ -5,6 +5,8 @@ and exits with status 2. Internal bugs stay ordinary exceptions so they keep the
 """
 from __future__ import annotations
 
+import numbers
+
 
 class MinidecoderError(Exception):
     """A problem with the user's input, files or options, with a hint on how to fix it."""
@@ -61,6 +63,14 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C, carrying one line that says what was kept and how to resume (the CLI prints it once).
 
     A KeyboardInterrupt, so that code that stops on Ctrl-C still stops."""
+
+
+def is_whole_number(value, minimum: int | None = None) -> bool:
+    """Whether a count or limit a user gave is a whole number (a Python or NumPy integer, never a bool, which is
+    an int to Python), and at least `minimum` where one is given. Each caller keeps its own message and turns
+    the NumPy integer into a Python one, which JSON records and slices take."""
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and (minimum is None or value >= minimum))
 
 
 def describe_unusable_file(path, what: str = "file") -> str:

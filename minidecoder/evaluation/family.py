@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import numbers
 import shlex
 import shutil
 import sys
@@ -56,7 +55,8 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
                                              check_sizes, claim_cli_outputs, default_prefix, first_interrupted,
                                              load_model, model_stamp, parse_options, resume_settings)
 from minidecoder.running.embedding import check_texts_fit
-from minidecoder.errors import ArgumentTypeError, InputError, Interrupted, NumericsError, describe_unusable_file
+from minidecoder.errors import (ArgumentTypeError, InputError, Interrupted, NumericsError, describe_unusable_file,
+                                is_whole_number)
 
 
 # Methods that take a task's instruction (docs/spec.md section 11, HTP Appendix B: Vanilla Mean, Vanilla Last, Echo
@@ -363,7 +363,7 @@ def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Names
         again = run_again(args, prefix)
         beside = f"the other texts' finished embeddings are kept in {work.parent}" if others_kept else ""
         if stop.saved == 0:
-            raise Interrupted(f"interrupted before the first chunk of sentences was embedded; "
+            raise Interrupted("interrupted before the first chunk of sentences was embedded; "
                               + (f"{beside}; {again} to resume from them" if beside else f"nothing was kept; {again}")
                               ) from None
         raise Interrupted(f"interrupted; the embeddings of {stop.saved} of {stop.chunks} chunks of sentences are "
@@ -471,7 +471,7 @@ def refuse_reading_options(function: str, reader: str, **given: Any) -> None:
 def checked_count(value: Any, name: str, unit: str, example: int) -> int:
     """A positive whole number given from Python (a NumPy integer is one): `range(0, N, 0)` or a float would
     otherwise fail deep inside, and a negative step would encode nothing."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not is_whole_number(value, 1):
         raise ArgumentTypeError(f"{name}={value!r} must be a positive whole number of {unit}",
                                 f"e.g. {name}={example} (the default)")
     return int(value)
@@ -484,7 +484,7 @@ def checked_limit(limit: Any, name: str = "limit", minimum: int = 1) -> int | No
     flag = "--" + name.replace("_", "-")
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral):
+    if not is_whole_number(limit):
         raise InputError(f"{name}={limit!r} is not a whole number", f"e.g. {name}=100 ({flag} 100), or None for all")
     if limit < minimum:
         raise InputError(f"{name}={limit} ({flag} {limit}) must be at least {minimum}",

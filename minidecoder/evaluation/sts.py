@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import io
 import math
-import numbers
 import shlex
 import shutil
 import time
@@ -70,7 +69,7 @@ import torch
 
 from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
                                              check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
-from minidecoder.errors import InputError, describe_unusable_file
+from minidecoder.errors import InputError, describe_unusable_file, is_whole_number
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
                                            parse_names, past_the_job, refuse_reading_options, refuse_repeats,
@@ -269,7 +268,7 @@ def _limited(task: StsTask, limit: int | None) -> StsTask:
 def check_pair_limit(limit: int | None) -> int | None:
     """A limit of pairs (the CLI's --limit, the API's `limit=`; a NumPy integer is one) keeps at least the two
     pairs a correlation needs; the message names both spellings, for it is read by users of either."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)):
+    if limit is not None and not is_whole_number(limit):
         raise InputError(f"limit={limit!r} is not a whole number of pairs", "e.g. limit=100 (--limit 100)")
     if limit is not None and limit < 2:
         raise InputError(f"--limit (limit=) {limit} is too small: a correlation needs at least 2 pairs",

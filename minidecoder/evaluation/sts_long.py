@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minidecoder.errors import InputError
+from minidecoder.errors import InputError, is_whole_number
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, spearman
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, encode_sentences, family_parser,
                                            longest_first, markdown_report, refuse_reading_options)
@@ -72,9 +72,10 @@ def build_long_pairs(task: StsTask, lengths: Sequence[int] = LENGTHS) -> list[Lo
 def load_long_sts(data_dir: str | Path | None = None, limit: int | None = None,
                   lengths: Sequence[int] = LENGTHS) -> tuple[StsTask, list[LongPairs]]:
     """STS-B test (its first `limit` pairs for a quick look) and its long pairs per length."""
-    bad = [k for k in lengths if isinstance(k, bool) or not isinstance(k, int) or k < 1]
-    if bad or not lengths or len(set(lengths)) != len(lengths):
-        raise InputError(f"lengths {list(lengths)} must be distinct positive integers", "e.g. --lengths 1,2,4,8,16")
+    lengths = list(lengths)  # a NumPy array too, whose truth value is ambiguous
+    if not lengths or not all(is_whole_number(k, 1) for k in lengths) or len(set(lengths)) != len(lengths):
+        raise InputError(f"lengths {lengths} must be distinct positive integers", "e.g. --lengths 1,2,4,8,16")
+    lengths = [int(k) for k in lengths]  # a NumPy integer is one too; the report's keys are their texts
     limit = check_pair_limit(limit)
     task = load_sts_benchmark("test", resolve_data_dir(data_dir), limit)
     return task, build_long_pairs(task, lengths)

@@ -13,7 +13,6 @@ device never waits for the host between batches.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import time
 import warnings
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from minidecoder.errors import (ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError,
-                                TruncationWarning)
+                                TruncationWarning, is_whole_number)
 from minidecoder.fast.device import to_host_later
 from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
@@ -74,8 +73,7 @@ def embed_rows(model, texts, method: str | Method, batch_size: int | None, progr
         raise InputError(f"method {method.name!r} takes no context: it cannot read a text's context unpooled",
                          "embed the texts without one, or join the context to each text yourself")
     require_text(texts, method.reads_empty_text())  # checked here, before sorting, so the row number is the caller's
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
-                                   or batch_size < 1):
+    if batch_size is not None and not is_whole_number(batch_size, 1):
         raise ArgumentTypeError(f"batch_size={batch_size!r} must be a positive integer or None",
                                 "e.g. batch_size=32, or leave it out to fill batches by tokens")
     batch_size = None if batch_size is None else int(batch_size)  # a NumPy integer is one too
@@ -355,7 +353,7 @@ def truncate_texts(tokenizer, texts: list[str], max_tokens: int, report: dict | 
                    name_row: Callable[[int], str] | None = text_row) -> list[str]:
     """Each text cut to its first `max_tokens` tokens (by the tokenizer's character offsets), at most that many
     as the cut text tokenizes. A warning names the rows cut (`name_row`; None: no warning, the caller says it)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
+    if not is_whole_number(max_tokens, 1):
         raise InputError(f"truncate={max_tokens!r} must be a positive number of tokens",
                          "e.g. truncate=512 keeps the first 512 tokens of each text")
     max_tokens = int(max_tokens)  # a NumPy integer is one too; the report holds a plain int

@@ -25,7 +25,6 @@ device, not moved), and any other keyword (sentence-transformers passes those to
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from minidecoder.errors import ArgumentTypeError, InputError
+from minidecoder.errors import ArgumentTypeError, InputError, is_whole_number
 from minidecoder.methods import Method, build_method
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # sentence-transformers' ALLOWED_PRECISIONS
@@ -137,8 +136,7 @@ class SentenceEncoder:
             # parameters, so it is loaded on its device instead of moved.
             raise InputError(f"encode(device={str(device)!r}) but the model is on {self.model.device}",
                              f"load it there: SentenceEncoder(name, method, device={str(device)!r})")
-        if truncate_dim is not None and (isinstance(truncate_dim, bool)
-                                         or not isinstance(truncate_dim, numbers.Integral) or truncate_dim < 1):
+        if truncate_dim is not None and not is_whole_number(truncate_dim, 1):
             raise InputError(f"encode(truncate_dim={truncate_dim!r}) must be a positive number of dimensions",
                              f"e.g. truncate_dim=256 keeps the first 256 of {self.embedding_dim}")
         truncate_dim = None if truncate_dim is None else int(truncate_dim)  # a NumPy integer is one too

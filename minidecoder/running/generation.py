@@ -12,7 +12,6 @@ than run as one concatenated text; call `generate` once per prompt.
 """
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ import torch
 from minidecoder.core.model import KVCache
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.fast.static_cache import decode_step, one_decoder, static_decoding_applies
-from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
+from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, is_whole_number
 
 
 @torch.inference_mode()
@@ -30,7 +29,7 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     a list of ids, a list holding one list of ids, or a NumPy integer array).
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on)."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+    if not is_whole_number(max_new_tokens, 0):
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
     max_new_tokens = int(max_new_tokens)  # a NumPy integer is one too (as in input_ids)
@@ -129,7 +128,7 @@ def _is_id(x) -> bool:
     """An integer (a Python or NumPy one, or a 0-d integer tensor), never a bool."""
     if isinstance(x, torch.Tensor):
         return x.dim() == 0 and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+    return is_whole_number(x)
 
 
 def _eos_ids(model) -> set[int]:

@@ -44,7 +44,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import numbers
 import re
 import shutil
 import warnings
@@ -55,7 +54,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from minidecoder.errors import (InputError, Interrupted, MinidecoderError, OutputError, TruncationWarning,
-                                describe_unusable_file)
+                                describe_unusable_file, is_whole_number)
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, write_chunk, write_kept,
                                       write_streamed, write_whole)
@@ -115,10 +114,9 @@ def _checked_sizes(chunk_size: Any, batch_size: Any, truncate: Any) -> tuple[int
     for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
         if name == "batch_size" and value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        if not is_whole_number(value, 1):
             raise InputError(f"{name}={value!r} must be a positive integer", f"e.g. {name}=1024")
-    if truncate is not None and (isinstance(truncate, bool) or not isinstance(truncate, numbers.Integral)
-                                 or truncate < 1):
+    if truncate is not None and not is_whole_number(truncate, 1):
         raise InputError(f"truncate={truncate!r} must be a positive number of tokens",
                          "e.g. truncate=512 (--truncate 512) keeps the first 512 tokens of each text")
     return int(chunk_size), None if batch_size is None else int(batch_size), None if truncate is None else int(truncate)

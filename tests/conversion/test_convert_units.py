@@ -353,6 +353,19 @@ def test_convert_gguf_refuses_a_shard_size_that_is_not_whole_bytes(tmp_path: Pat
     assert not (tmp_path / "out").exists()
 
 
+def test_convert_gguf_takes_a_numpy_shard_size_as_a_whole_number_of_bytes(tmp_path: Path) -> None:
+    """A size computed with NumPy (`np.int64`) was refused as "not a whole number of bytes"."""
+    import numpy as np
+
+    gguf_path = tmp_path / "m.gguf"
+    write_tiny_gguf(gguf_path, "llama")
+    plain = convert_gguf(gguf_path, tmp_path / "plain", shard_size=100_000, progress=False)
+    numpy = convert_gguf(gguf_path, tmp_path / "numpy", shard_size=np.int64(100_000), progress=False)
+    shards = sorted(p.name for p in plain.glob("*.safetensors"))
+    assert len(shards) > 1 and shards == sorted(p.name for p in numpy.glob("*.safetensors"))
+    assert all((plain / name).read_bytes() == (numpy / name).read_bytes() for name in shards)
+
+
 def test_existing_output_needs_overwrite(tmp_path: Path) -> None:
     gguf_path = tmp_path / "m.gguf"
     write_tiny_gguf(gguf_path, "llama")

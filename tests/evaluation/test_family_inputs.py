@@ -25,6 +25,7 @@ from test_classification import write_emotion
 from test_cmteb import write_cmteb
 from test_eval_data_faults import NO_MODEL, write_banking
 from test_retrieval import write_beir
+from test_sts_data import DATA, needs_data
 
 
 @pytest.mark.parametrize("content, kind", [("77", "int"), ('"abc"', "str"), ('{"age_limit": 1}', "dict")])
@@ -175,6 +176,30 @@ def test_a_numpy_limit_is_a_limit_stamped_as_a_python_int(tmp_path) -> None:
     folder = write_emotion(tmp_path / "mteb")
     data = load_classification_set("Emotion", folder, limit=np.int64(2))
     assert len(data.splits["test"][0]) == 2 and type(data.limit) is int
+
+
+@needs_data
+def test_sts_long_takes_numpy_lengths_and_refuses_a_bool_among_them() -> None:
+    """`load_long_sts(lengths=np.array([1, 4]))` failed on the array's ambiguous truth value, and a NumPy length
+    was refused as "not an integer"; True, an int to Python, is no length."""
+    import numpy as np
+
+    task, sets = load_long_sts(DATA, 40, np.array([1, 4]))
+    assert [pairs.k for pairs in sets] == [1, 4] and all(type(pairs.k) is int for pairs in sets)
+    for bad in ((True, 2), np.array([0, 1]), ()):
+        with pytest.raises(InputError, match="must be distinct positive integers"):
+            load_long_sts(DATA, 40, bad)
+
+
+def test_is_whole_number_takes_numpy_integers_and_refuses_bools_floats_and_texts() -> None:
+    import numpy as np
+
+    from minidecoder.errors import is_whole_number
+
+    assert all(is_whole_number(v) for v in (0, -3, 7, np.int64(5), np.uint8(2)))
+    assert not any(is_whole_number(v) for v in (True, np.bool_(True), 2.0, np.float64(2), "3", None))
+    assert is_whole_number(1, 1) and is_whole_number(np.int32(0), 0)
+    assert not is_whole_number(0, 1) and not is_whole_number(np.int64(-1), 0)
 
 
 

@@ -32,7 +32,7 @@ from minidecoder.sources.convert.hf_config import build_config
 from minidecoder.sources.convert.names import expected_hf_names, hf_name
 from minidecoder.sources.convert.transforms import undo_llama_cpp
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
-from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file
+from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file, is_whole_number
 from minidecoder.output_files import (check_writable_folder, remove_stale_partials, sha256_file, staging,
                                       swap_into_place)
 
@@ -73,9 +73,10 @@ def convert_gguf(
     gguf_path, output_dir = Path(gguf_path), Path(output_dir)
     if dtype not in DTYPES:
         raise InputError(f"dtype {dtype!r} is not supported", f"use one of {', '.join(DTYPES)}")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:  # 0: a shard per tensor
+    if not is_whole_number(shard_size, 1):  # 0: a shard per tensor
         raise InputError(f"shard_size={shard_size!r} is not a whole number of bytes of at least 1",
                          "e.g. shard_size=2_000_000_000 (--shard-size 2GB)")
+    shard_size = int(shard_size)  # a NumPy integer is one too
     if not gguf_path.is_file():
         raise InputError(f"GGUF file {gguf_path} {describe_unusable_file(gguf_path)}", "give the path of a .gguf file")
     if os.path.lexists(output_dir):
