@@ -57,12 +57,17 @@ class MtebEncoder(AbsEncoder):
 
     def encode(self, inputs, *, task_metadata=None, hf_split: str = "", hf_subset: str = "", prompt_type=None,
                **kwargs: Any) -> np.ndarray:
-        """(N, E) float32 for every text of MTEB's DataLoader, in its order."""
+        """(N, E) for every text of MTEB's DataLoader, in its order (float32 unless `precision` says). `kwargs`
+        are `mteb.evaluate`'s `encode_kwargs`, passed on to `SentenceEncoder.encode` whole, as MTEB's
+        sentence-transformers wrapper passes them: `precision="int8"` quantizes (MTEB files the score under that
+        precision), `normalize_embeddings` normalizes, and a keyword `encode` does not take is refused there,
+        naming it, rather than dropped."""
         texts = [text for batch in inputs for text in batch["text"]]
         name = self._prompt_name(task_metadata, prompt_type)
-        return self.encoder.encode(texts, batch_size=kwargs.get("batch_size", self.batch_size),
-                                   show_progress_bar=kwargs.get("show_progress_bar", False),
-                                   **({"prompt_name": name} if name is not None else {}))
+        kwargs = {"batch_size": self.batch_size, "show_progress_bar": False, **kwargs}
+        if name is not None and "prompt" not in kwargs and "prompt_name" not in kwargs:  # a prompt given wins
+            kwargs["prompt_name"] = name
+        return self.encoder.encode(texts, **kwargs)
 
     def _prompt_name(self, task_metadata, prompt_type) -> str | None:
         if not self.model_prompts:

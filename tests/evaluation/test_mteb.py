@@ -113,3 +113,22 @@ def test_max_tokens_is_the_context_the_model_enforces(tiny_llama_copy: Path):
     model = minidecoder.load(tiny_llama_copy)
     assert model.max_context == 4096
     assert MtebEncoder(model, "mean").mteb_model_meta.max_tokens == 4096
+
+
+def test_mtebs_encode_kwargs_reach_encode(tiny_llama: Path):
+    """`mteb.evaluate(..., encode_kwargs={"precision": "binary"})` filed a binary score of float32 vectors: only
+    batch_size and show_progress_bar were passed on, the rest dropped."""
+    import numpy as np
+
+    from minidecoder.errors import ArgumentTypeError
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    texts = ["a cat", "dogs bark", "rain"]
+    wrapped = MtebEncoder(minidecoder.load(tiny_llama), "mean")
+    batches = [{"text": texts}]
+    np.testing.assert_array_equal(wrapped.encode(batches, precision="binary"),
+                                  wrapped.encoder.encode(texts, precision="binary"))  # (3, 32 / 8) packed bits
+    assert wrapped.encode(batches, precision="binary").shape == (3, 4)
+    np.testing.assert_allclose(np.linalg.norm(wrapped.encode(batches, normalize_embeddings=True), axis=1), 1, atol=1e-6)
+    with pytest.raises(ArgumentTypeError, match=r"keyword argument\(s\) \['convert_to_bananas'\]"):
+        wrapped.encode(batches, convert_to_bananas=True)
