@@ -19,7 +19,8 @@ sentence-transformers' own `quantize_embeddings` (which needs it installed), in 
 Refused with a message naming the argument: `output_value` other than "sentence_embedding" (a method
 pools inside its own loop: there are no token embeddings to give), `pool=`, `chunk_size=` and a list of
 devices (one process here), `device=` other than the model's (a minidecoder model is loaded on its
-device, not moved), and any other keyword (sentence-transformers passes those to its modules).
+device, not moved), `prompt` and `prompt_name` together (sentence-transformers drops the name, with a warning),
+and any other keyword (sentence-transformers passes those to its modules).
 `minidecoder.embed` stays the low-level call (list in, torch (N, E) out); this class only adapts it.
 """
 from __future__ import annotations
@@ -180,6 +181,9 @@ class SentenceEncoder:
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ArgumentTypeError(f"encode(prompt={prompt!r}) must be a text", "e.g. prompt='query: '")
+            if prompt_name is not None:  # sentence-transformers drops prompt_name then, with a warning
+                raise InputError(f"encode() got both prompt={prompt!r} and prompt_name={prompt_name!r}; one would be "
+                                 "ignored", "pass one of them")
             return prompt
         if prompt_name is not None:
             if prompt_name not in self.prompts:

@@ -224,3 +224,13 @@ def test_in_sentence_transformers_a_prompt_replaces_the_modules_default(tiny_lla
         for options in ({}, {"prompt": "passage: "}, {"prompt": ""}):
             _same(model.encode(TEXTS, show_progress_bar=False, **options), encoder.encode(TEXTS, **options))
     _same(named.encode(TEXTS, prompt_name="doc", show_progress_bar=False), encoder.encode(TEXTS, prompt_name="doc"))
+
+
+def test_a_prompt_and_a_prompt_name_together_are_refused(tiny_llama: Path) -> None:
+    """`encode(texts, prompt="q: ", prompt_name="document")` used the prompt and dropped the name, silently
+    (sentence-transformers at least warns)."""
+    prompted = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean", prompts={"document": "passage: "})
+    with pytest.raises(InputError, match=r"got both prompt='q: ' and prompt_name='document'"):
+        prompted.encode(TEXTS[:2], prompt="q: ", prompt_name="document")
+    np.testing.assert_array_equal(prompted.encode(TEXTS[:2], prompt_name="document"),
+                                  prompted.encode(TEXTS[:2], prompt="passage: "))
