@@ -295,3 +295,11 @@ def test_two_threads_decoding_on_one_model_each_get_their_own_continuation() -> 
     for thread in threads:
         thread.join()
     assert all(tokens == want[k] for k in got for tokens in got[k])
+
+
+@pytest.mark.parametrize("given", [checkpoint("llama")[1], str(checkpoint("llama")[1]), None])
+def test_a_model_name_instead_of_a_model_is_named(given) -> None:
+    """Found: `generate("smollm2-135m-instruct", ids)` failed as "'str' object has no attribute 'config'"."""
+    with pytest.raises(ArgumentTypeError, match=r"generate\(model=...\) got a .*, not a loaded model") as raised:
+        minidecoder.generate(given, [5, 6], max_new_tokens=2)
+    assert "minidecoder.load(" in raised.value.fix

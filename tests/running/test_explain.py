@@ -223,3 +223,16 @@ def test_with_every_fast_path_off_explain_runs_the_plain_loop(model, monkeypatch
         expected = minidecoder.embed(model, [TEXT], method, **TINY[method])[0]
     torch.testing.assert_close(record.embedding, expected, rtol=0, atol=0)
     assert record.passes[-1].blocks_run and record.passes[-1].interventions  # the watcher saw the step act
+
+
+def test_a_model_name_or_a_method_of_another_type_is_named(model, tiny_llama: Path) -> None:
+    """Found: `explain("smollm2-135m-instruct", text)` failed as "'str' object has no attribute 'tokenizer'" and
+    `explain(model, text, 5)` as "'int' object has no attribute 'check'"."""
+    from minidecoder.errors import ArgumentTypeError
+
+    for given in (tiny_llama, str(tiny_llama), None):
+        with pytest.raises(ArgumentTypeError, match=r"explain\(model=...\) got a .*, not a loaded model") as raised:
+            minidecoder.explain(given, TEXT, "mean")
+        assert "minidecoder.load(" in raised.value.fix
+    with pytest.raises(ArgumentTypeError, match=r"method=5 \(int\) is neither a method name nor a Method"):
+        minidecoder.explain(model, TEXT, 5)
