@@ -14,6 +14,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from minidecoder.errors import InputError
 from minidecoder.running.command_line import (add_model_options, add_output_options, build_cli_method, check_sizes,
                                     claim_cli_outputs, load_model)
 
@@ -39,6 +40,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # everything that can fail cheaply fails before the model loads
     check_sizes(args)
+    if not args.plot and (args.overwrite or args.wait):  # they act on the figure alone: without one, on nothing
+        given = [flag for flag, on in (("--overwrite", args.overwrite), ("--wait", args.wait)) if on]
+        raise InputError(f"{' and '.join(given)} {'acts' if len(given) == 1 else 'act'} on the --plot file, and no "
+                         "--plot was given",
+                         f"add --plot FILE.png, or leave {'it' if len(given) == 1 else 'them'} out: explain writes no "
+                         "other file")
     method = build_cli_method(args.method, args.opt)
     claim = contextlib.nullcontext()
     if args.plot:

@@ -236,3 +236,12 @@ def test_a_model_name_or_a_method_of_another_type_is_named(model, tiny_llama: Pa
         assert "minidecoder.load(" in raised.value.fix
     with pytest.raises(ArgumentTypeError, match=r"method=5 \(int\) is neither a method name nor a Method"):
         minidecoder.explain(model, TEXT, 5)
+
+
+def test_cli_overwrite_or_wait_without_a_plot_is_refused(tiny_llama: Path, capsys) -> None:
+    """Found: `minidecoder explain --overwrite TEXT` ran and printed, the flag acting on nothing."""
+    for flags, said in ((["--overwrite"], "--overwrite acts on the --plot file"),
+                        (["--overwrite", "--wait"], "--overwrite and --wait act on the --plot file")):
+        assert main(["explain", "--model", str(tiny_llama), "--method", "mean", *flags, TEXT]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "add --plot FILE.png" in err
