@@ -33,8 +33,13 @@ def check_figure_path(path: str | Path, flag: str = "--plot") -> None:
 def save_figure(fig, path: str | Path, overwrite: bool = False) -> Path:
     """`fig` written to `path` through minidecoder.output_files (whole, locked, replaced only with
     `overwrite`), in the format its suffix names."""
-    from minidecoder.output_files import write_file
+    from minidecoder.output_files import check_free, write_file
 
     path = Path(path)
+    # named before the write, as they are: past this point a file there all along would be reported as one that
+    # "appeared while this run was working", a folder likewise, and an unknown suffix as matplotlib's ValueError
+    if path.suffix:
+        check_figure_path(path, "figure")
+    check_free(path, overwrite, "figure")
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_file(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".") or "png"), overwrite)

@@ -245,3 +245,24 @@ def test_cli_overwrite_or_wait_without_a_plot_is_refused(tiny_llama: Path, capsy
         assert main(["explain", "--model", str(tiny_llama), "--method", "mean", *flags, TEXT]) == 2
         err = capsys.readouterr().err
         assert said in err and "add --plot FILE.png" in err
+
+
+def test_plot_explanation_names_a_taken_path_or_an_unknown_format(model, tmp_path: Path) -> None:
+    """Found: from Python, `plot_explanation(record, existing)` said the file "appeared while this run was working
+    (another program wrote it)", as it did of a folder, and a .txt name failed as matplotlib's ValueError."""
+    pytest.importorskip("matplotlib")
+    from minidecoder.audit.plot import plot_explanation
+    from minidecoder.errors import MinidecoderError, OutputError
+
+    record = minidecoder.explain(model, TEXT, "mean")
+    kept = tmp_path / "kept.png"
+    kept.write_bytes(b"mine")
+    (tmp_path / "folder.png").mkdir()
+    with pytest.raises(OutputError, match="kept.png already exists; it is never overwritten silently"):
+        plot_explanation(record, kept)
+    assert kept.read_bytes() == b"mine"
+    with pytest.raises(OutputError, match="folder.png is a folder"):
+        plot_explanation(record, tmp_path / "folder.png", overwrite=True)
+    with pytest.raises(MinidecoderError, match="matplotlib cannot write a .txt figure"):
+        plot_explanation(record, tmp_path / "record.txt")
+    assert plot_explanation(record, kept, overwrite=True).read_bytes()[:4] == b"\x89PNG"
