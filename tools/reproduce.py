@@ -45,6 +45,7 @@ the results file says so in its first lines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -68,7 +69,8 @@ from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leav
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
-from minidecoder.output_files import write_whole  # noqa: E402
+from minidecoder.errors import MinidecoderError, OutputError  # noqa: E402
+from minidecoder.output_files import check_writable_folder, output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
@@ -576,6 +578,74 @@ def rows_code_from_sittings(report: dict) -> None:
                 rows[key]["run"]["code"] = sitting["code"]
 
 
+def grid(parser, flag: str, text: str, kind: type) -> list:
+    """A comma-separated grid flag's values, or a parser error naming the flag."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        parser.error(f"{flag} {text!r} is not a comma-separated list of {'whole ' * (kind is int)}numbers "
+                     f"(e.g. {flag} {'2,4,6,8' if kind is int else '0.5,1'})")
+    return values
+
+
+TABLE_KEYS = ("settings", "command", "rows_planned", "rows", "sittings")  # what every sitting reads of a table
+
+
+def read_table(path: Path) -> tuple[dict | None, str | None]:
+    """The results JSON at `path` and None, or (None, None) where there is none, or (None, why it is not a
+    table this script can go on with): cut short (a full disk), hand-edited, or not a file at all. A table
+    of an earlier format is returned as it is (the callers say what to do with it)."""
+    if not path.exists():
+        return None, None
+    if not path.is_file():
+        return None, "is not a file"
+    try:
+        report = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"is not readable JSON ({error}), e.g. cut short by a full disk"
+    if not isinstance(report, dict):
+        return None, "is not a results table (a JSON object)"
+    missing = [key for key in TABLE_KEYS if key not in report]
+    if report.get("format") == FORMAT and (missing or not isinstance(report["settings"], dict)):
+        return None, f"lacks {', '.join(missing) or 'its settings'} (hand-edited?)"
+    return report, None
+
+
+@contextlib.contextmanager
+def table_lock(json_path: Path, parser):
+    """Hold the table's lock for the block: a second sitting on the same table would read it, run its rows and
+    write it back without the rows the first finished meanwhile, so it is refused, naming the first."""
+    with contextlib.ExitStack() as stack:
+        try:
+            check_writable_folder(json_path.parent, "the results folder")  # before any model loads
+        except OutputError as error:
+            parser.error(f"{error.problem}; choose another --output-dir")
+        try:
+            stack.enter_context(output_lock(json_path))
+        except OutputError as error:
+            parser.error(f"{error.problem}: wait for it to finish (its rows are kept; then the same command runs "
+                         "the rest), or pass --output-dir elsewhere for a table of its own")
+        yield
+
+
+def render(args, parser, path: Path) -> int:
+    """--render: the Markdown and figures again from the table's JSON (and its claims, with --rejudge)."""
+    report, problem = read_table(path)
+    if report is None:
+        parser.error(f"--render {path} {problem}; name a results JSON this script wrote (e.g. results/<model>.json)")
+    if report.get("format") != FORMAT:
+        parser.error(f"{path} is not a {FORMAT} file; rerun the table to regenerate it")
+    rows_code_from_sittings(report)
+    if args.rejudge:  # the claims again from the rows' kept pairs (after a change to how claims are judged)
+        Statistics(load_tasks(list(ALL_SEVEN), args.data, report["settings"]["limit"])).derive(report, path.parent)
+    report["figures"] = figures(report, path.with_suffix(""))
+    write_report(report, path)
+    print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     code = code_version()["git"]  # what this process runs: taken before anything else, as it was loaded
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
@@ -613,16 +683,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         path = Path(args.render)
-        report = json.loads(path.read_text())
-        if report.get("format") != FORMAT:
-            parser.error(f"{path} is not a {FORMAT} file; rerun the table to regenerate it")
-        rows_code_from_sittings(report)
-        if args.rejudge:  # the claims again from the rows' kept pairs (after a change to how claims are judged)
-            Statistics(load_tasks(list(ALL_SEVEN), args.data, report["settings"]["limit"])).derive(report, path.parent)
-        report["figures"] = figures(report, path.with_suffix(""))
-        write_report(report, path)
-        print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
-        return 0
+        if not path.is_file():
+            parser.error(f"--render {path} {'is not a file' if path.exists() else 'does not exist'}; name a results "
+                         "JSON this script wrote (e.g. results/<model>.json)")
+        with table_lock(path, parser):  # a sitting writing the table meanwhile would lose this or its own rows
+            return render(args, parser, path)
+    for flag, value in (("--limit", args.limit), ("--dev-limit", args.dev_limit)):
+        if value is not None and value < 2:  # named here: the loader's message names --limit for either
+            parser.error(f"{flag} {value} is too small: a correlation needs at least 2 pairs; use {flag} 2 or more, "
+                         "or leave it out to score every pair")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size {args.batch_size} must be at least 1 (e.g. the default, 32)")
+    grids = {flag: grid(parser, flag, getattr(args, name), kind)
+             for flag, name, kind in (("--tp-ends", "tp_ends", int), ("--cp-steers", "cp_steers", int),
+                                      ("--cp-alphas", "cp_alphas", float))}
+    if args.rows is not None and not [k for k in args.rows.split(",") if k.strip()]:
+        parser.error(f"--rows {args.rows!r} names no row; name some (e.g. --rows prompteol), or leave --rows out "
+                     "for every row not done yet")
     if args.redo and not args.rows:
         parser.error("--redo recomputes the rows named by --rows; name them (e.g. --rows prompteol+tp --redo)")
     if args.retest and (not args.rows or args.redo):
@@ -631,7 +708,19 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.output_dir) / Path(args.model).name
     json_path = out.with_name(out.name + ".json")
-    previous = json.loads(json_path.read_text()) if json_path.is_file() else None
+    with table_lock(json_path, parser):
+        return run_sitting(args, parser, argv, code, out, json_path, grids)
+
+
+def run_sitting(args, parser, argv, code: str, out: Path, json_path: Path, grids: dict[str, list]) -> int:
+    """One sitting on the table at `json_path`, whose lock the caller holds: the rows still to do, each
+    written as it finishes."""
+    previous, problem = read_table(json_path)
+    if problem is not None and not json_path.is_file():
+        parser.error(f"{json_path} {problem}; move it away, or pass --output-dir elsewhere")
+    if problem is not None and not args.replace:
+        parser.error(f"{json_path} {problem}; restore it (git checkout -- {json_path}), or pass --replace to start "
+                     "this table afresh in its place")
     if previous is not None and previous.get("format") != FORMAT and not args.replace:
         parser.error(f"{json_path} was written by an earlier version of reproduce.py (no per-row resume data); "
                      "move it away, or pass --replace to start this table afresh in its place")
@@ -640,8 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     model = minidecoder.load(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
                              pack_weights=args.pack_weights)
     L = model.num_layers
-    ints = lambda text: [int(v) for v in text.split(",") if v.strip()]  # noqa: E731
-    spec = rows_spec(L, ints(args.tp_ends), ints(args.cp_steers), [float(v) for v in args.cp_alphas.split(",")])
+    spec = rows_spec(L, grids["--tp-ends"], grids["--cp-steers"], grids["--cp-alphas"])
     (dev,) = load_tasks(["STSBenchmark-dev"], args.data, args.dev_limit)
     test_tasks = load_tasks(list(ALL_SEVEN), args.data, args.limit)
     test_sentences = unique_sentences(test_tasks)
@@ -676,6 +764,13 @@ def main(argv: list[str] | None = None) -> int:
     for row in spec:  # a reuse row needs its donor: run it first when it is neither done nor asked for
         if row["key"] in todo and row.get("reuse") and row["reuse"] not in done and row["reuse"] not in todo:
             todo.insert(todo.index(row["key"]), row["reuse"])
+    flags = {"end": ("--tp-ends", args.tp_ends), "steer_layer": ("--cp-steers", args.cp_steers)}
+    for row in spec:  # e.g. --tp-ends 40 on a 30-block model: no end to sweep, and no row to make of none
+        empty = [axis for axis, values in row["axes"].items() if not values]
+        if row["key"] in todo and empty:
+            flag, given = flags.get(empty[0], (empty[0], ""))
+            parser.error(f"row {row['key']}: {flag} {given} leaves no {empty[0]} to sweep on this model's {L} blocks; "
+                         f"give values from 1 to {L}")
     skipped = [k for k in keys if k in wanted and k not in todo]
     print(f"{args.model}: {L} blocks; {len(test_sentences)} test sentences, {settings['dev_sentences']} dev sentences; "
           f"rows to run: {', '.join(todo) or 'none'}" + (f"; already done (kept): {', '.join(skipped)}" if skipped else ""),
@@ -755,4 +850,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except MinidecoderError as error:  # the user's input, named with its fix: no traceback (as the CLI prints it)
+        print(f"reproduce: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

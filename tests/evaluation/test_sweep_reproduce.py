@@ -339,3 +339,101 @@ def test_retest_keeps_the_sweep_and_times_every_test_piece_again(tiny_llama: Pat
     with pytest.raises(SystemExit):  # finished now: --retest is for a row in progress; --redo redoes a finished one
         reproduce.main([*command, "--retest"])
     assert "a finished row is redone with --redo" in capsys.readouterr().err
+
+
+# ---- a careless or hostile sitting: each refused before a model loads, naming the problem and the way out ----
+
+def no_model(monkeypatch) -> None:
+    def load(*args, **kwargs):
+        raise AssertionError("a model was loaded for a sitting that had to be refused first")
+    monkeypatch.setattr(reproduce.minidecoder, "load", load)
+
+
+def refused(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(list(argv))
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_second_sitting_on_a_table_another_is_writing_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Two sittings on one table: each reads it at its start and writes it whole after every row, so the later
+    writer dropped the rows the other finished meanwhile (their pairs files left unnamed). The table's lock is
+    held for the whole sitting; a second one is told who holds it, before its model loads."""
+    import threading
+    from minidecoder.output_files import output_lock
+
+    no_model(monkeypatch)
+    held, release = threading.Event(), threading.Event()
+
+    def first_sitting() -> None:  # another holder of the lock (another process's is refused alike)
+        with output_lock(tmp_path / "tiny.json"):
+            held.set()
+            release.wait(30)
+    thread = threading.Thread(target=first_sitting)
+    thread.start()
+    try:
+        held.wait(30)
+        err = refused(capsys, "--model", str(tmp_path / "tiny"), "--output-dir", str(tmp_path), "--rows", "mean")
+        assert f"is writing {tmp_path / 'tiny.json'} right now" in err and "--output-dir elsewhere" in err
+        (tmp_path / "tiny.json").write_text("{}")
+        err = refused(capsys, "--render", str(tmp_path / "tiny.json"))  # --render rewrites the table too
+        assert f"is writing {tmp_path / 'tiny.json'} right now" in err
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_table_cut_short_or_hand_edited_is_named_with_the_way_out(tmp_path: Path, monkeypatch, capsys) -> None:
+    no_model(monkeypatch)
+    table = tmp_path / "tiny.json"
+    command = ["--model", str(tmp_path / "tiny"), "--output-dir", str(tmp_path), "--rows", "mean"]
+    for text, problem in (("", "is not readable JSON"), ('{"format": "minidecoder-reproduce/2", "settings', "is not "
+                          "readable JSON"), ("[]", "is not a results table"),
+                          (json.dumps({"format": reproduce.FORMAT, "settings": {}, "rows": []}),
+                           "lacks command, rows_planned, sittings (hand-edited?)")):
+        table.write_text(text)
+        err = refused(capsys, *command)
+        assert f"{table} {problem}" in err and f"git checkout -- {table}" in err and "--replace" in err
+        err = refused(capsys, "--render", str(table))
+        assert f"--render {table} {problem}" in err
+    assert "does not exist" in refused(capsys, "--render", str(tmp_path / "nonesuch.json"))
+    assert "is not a file" in refused(capsys, "--render", str(tmp_path))
+    table.unlink()
+    table.mkdir()
+    assert f"{table} is not a file; move it away" in refused(capsys, *command, "--replace")
+
+
+def test_each_bad_flag_is_named_by_its_own_name_before_the_model_loads(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--dev-limit 0 was reported as "--limit 0" (the loader names one flag), after the model loaded; a grid
+    that is not numbers was a ValueError traceback; --rows naming no row ran nothing and wrote a table."""
+    no_model(monkeypatch)
+    command = ["--model", str(tmp_path / "tiny"), "--output-dir", str(tmp_path)]
+    assert "--dev-limit 0 is too small" in refused(capsys, *command, "--limit", "3", "--dev-limit", "0")
+    assert "--limit -1 is too small" in refused(capsys, *command, "--limit", "-1")
+    assert "--batch-size 0 must be at least 1" in refused(capsys, *command, "--batch-size", "0")
+    assert "--tp-ends 'a,b' is not a comma-separated list of whole numbers" in \
+        refused(capsys, *command, "--tp-ends", "a,b")
+    assert "--cp-alphas '' is not a comma-separated list of numbers" in refused(capsys, *command, "--cp-alphas", "")
+    assert "--rows ',' names no row" in refused(capsys, *command, "--rows", ",")
+    assert not list(tmp_path.glob("*.json"))
+
+
+@needs_data
+def test_a_grid_that_leaves_a_row_nothing_to_sweep_is_named(tiny_llama: Path, tmp_path: Path, capsys) -> None:
+    """--tp-ends past the model's blocks left TP's end axis empty: the sweep failed with an IndexError."""
+    err = refused(capsys, "--model", str(tiny_llama), "--limit", "2", "--dev-limit", "8", "--output-dir",
+                  str(tmp_path), "--no-progress", "--rows", "prompteol+tp", "--tp-ends", "99")
+    assert "row prompteol+tp: --tp-ends 99 leaves no end to sweep on this model's 4 blocks" in err
+
+
+def test_an_input_error_is_one_message_not_a_traceback(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "reproduce.py"), "--model", "nonesuch-model-xyz",
+                             "--device", "nonsense", "--output-dir", str(tmp_path)],
+                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("reproduce: error: ") and "Traceback" not in result.stderr
