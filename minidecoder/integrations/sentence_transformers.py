@@ -27,7 +27,7 @@ from typing import Any
 
 from sentence_transformers.base.modules.input_module import InputModule
 
-from minidecoder.errors import InputError
+from minidecoder.errors import ArgumentTypeError, InputError
 from minidecoder.running.encoder import SentenceEncoder, refuse_settings_beside_an_encoder, tensors_sha256
 
 
@@ -48,9 +48,16 @@ class MinidecoderModule(InputModule):
                                               default_prompt_name=default_prompt_name, **method_options)
             encoder = model
         else:
+            if options is not None and not isinstance(options, dict):
+                raise ArgumentTypeError(f"MinidecoderModule(options={options!r}) must map option names to values",
+                                        "e.g. options={'layer': -2}, or give them by name: layer=-2")
+            twice = sorted(set(options or {}) & set(method_options))  # one value would silently win
+            if twice:
+                raise InputError(f"MinidecoderModule got {', '.join(twice)} both in options= and by name",
+                                 "give each option once")
             encoder = SentenceEncoder(model, "prompteol" if method is None else method, dtype=dtype,
                                       truncate=truncate, prompts=prompts, default_prompt_name=default_prompt_name,
-                                      **{**(options or {}), **method_options})
+                                      **(options or {}), **method_options)
         self.encoder = encoder
         # A registered submodule, so that SentenceTransformer.device and .eval() see the weights.
         self.decoder = encoder.model

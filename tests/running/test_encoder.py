@@ -234,3 +234,16 @@ def test_a_prompt_and_a_prompt_name_together_are_refused(tiny_llama: Path) -> No
         prompted.encode(TEXTS[:2], prompt="q: ", prompt_name="document")
     np.testing.assert_array_equal(prompted.encode(TEXTS[:2], prompt_name="document"),
                                   prompted.encode(TEXTS[:2], prompt="passage: "))
+
+
+def test_a_module_option_given_twice_or_options_not_a_dict_are_named(encoder) -> None:
+    """Found: `MinidecoderModule(model, "mean", options={"layer": 2}, layer=3)` ran layer 3, silently, and
+    `options=[("layer", 2)]` failed as "'list' object is not a mapping"."""
+    from minidecoder.errors import ArgumentTypeError
+    from minidecoder.integrations.sentence_transformers import MinidecoderModule
+
+    with pytest.raises(InputError, match="got layer both in options= and by name"):
+        MinidecoderModule(encoder.model, "mean", options={"layer": 2}, layer=3)
+    with pytest.raises(ArgumentTypeError, match=r"options=\[\('layer', 2\)\]\) must map option names to values"):
+        MinidecoderModule(encoder.model, "mean", options=[("layer", 2)])
+    assert MinidecoderModule(encoder.model, "mean", options={"layer": 2}).options["layer"] == 2
