@@ -73,6 +73,8 @@ class SentenceEncoder:
         else:
             _refuse_another_placement(model, dtype, device)
         method.check(model)  # a bad layer fails here, not at the first encode
+        if prompts is not None and not isinstance(prompts, dict):  # dict("query: ") fails as "sequence element #0"
+            raise ArgumentTypeError(f"prompts={prompts!r} must map names to texts", "e.g. prompts={'query': 'query: '}")
         prompts = dict(prompts or {})
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in prompts.items()):
             raise ArgumentTypeError(f"prompts={prompts!r} must map names to texts", "e.g. prompts={'query': 'query: '}")

@@ -247,3 +247,13 @@ def test_a_module_option_given_twice_or_options_not_a_dict_are_named(encoder) ->
     with pytest.raises(ArgumentTypeError, match=r"options=\[\('layer', 2\)\]\) must map option names to values"):
         MinidecoderModule(encoder.model, "mean", options=[("layer", 2)])
     assert MinidecoderModule(encoder.model, "mean", options={"layer": 2}).options["layer"] == 2
+
+
+@pytest.mark.parametrize("prompts", ["query: ", ["query: "]])
+def test_prompts_that_are_not_a_dict_are_named(encoder, prompts) -> None:
+    """Found: `SentenceEncoder(model, "mean", prompts="query: ")` failed as dict()'s "dictionary update sequence
+    element #0 has length 1; 2 is required"."""
+    from minidecoder.errors import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError, match="must map names to texts"):
+        minidecoder.SentenceEncoder(encoder.model, "mean", prompts=prompts)
