@@ -69,6 +69,10 @@ class Sites:
             if not isinstance(edited, torch.Tensor) or edited.shape != value.shape:  # named here, not by a reshape
                 raise ValueError(f"the edit of site {name!r} returned {getattr(edited, 'shape', type(edited))}; "
                                  f"it must return a tensor of the site's shape {tuple(value.shape)}")
+            if edited.dtype != value.dtype or edited.device != value.device:  # else torch's "m1 and m2" further on
+                raise ValueError(f"the edit of site {name!r} returned a {edited.dtype} tensor on {edited.device}; it "
+                                 f"must return the site's {value.dtype} on {value.device} (end the edit with "
+                                 ".to(value.dtype) or .to(value.device))")
             value = edited
         if name in self.record:
             self.store[name] = value

@@ -303,3 +303,16 @@ def test_a_model_name_instead_of_a_model_is_named(given) -> None:
     with pytest.raises(ArgumentTypeError, match=r"generate\(model=...\) got a .*, not a loaded model") as raised:
         minidecoder.generate(given, [5, 6], max_new_tokens=2)
     assert "minidecoder.load(" in raised.value.fix
+
+
+def test_an_edit_that_changes_its_sites_dtype_is_named() -> None:
+    """Found: `Sites(edit={"z": lambda z: z.double()})` failed as torch's "expected m1 and m2 to have the same dtype"
+    in the next projection, and one at `resid_post` handed the next block a float64 stream."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    ids = random_ids(1, 5, seed=3)
+    h, ctx = model.embed(ids), model.context(None, 5, 1)
+    for site in ("z", "resid_post"):
+        with pytest.raises(ValueError, match=f"the edit of site '{site}' returned a torch.float64 tensor on cpu; it "
+                                             r"must return the site's torch.float32 on cpu \(end the edit with "
+                                             r"\.to\(value\.dtype\)"):
+            model.layers[0](h, ctx, minidecoder.Sites(edit={site: lambda x: x.double()}))
