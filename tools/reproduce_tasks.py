@@ -101,13 +101,28 @@ def table_name(model: str) -> str:
     return Path(model).name
 
 
+def read_table(path: Path, what: str = "table file") -> dict:
+    """The JSON object at `path`, or a SystemExit naming the file when it is not one: cut short (a full disk, a
+    copy interrupted), hand-edited, or another kind of file."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SystemExit(f"reproduce_tasks: {path} is not readable JSON ({error}); restore it (git checkout -- "
+                         f"{path}, or copy it again), or move it away") from None
+    if not isinstance(data, dict) or not isinstance(data.get("settings", {}), dict) \
+            or not isinstance(data.get("rows", {}), (dict, list)):
+        raise SystemExit(f"reproduce_tasks: {path} is not a {what} (a JSON object with its settings and rows); "
+                         "name the file the tool wrote, or move this one away")
+    return data
+
+
 def chosen_methods(model: str) -> dict[str, dict]:
     """Each STS row's dev-chosen method (results/<name>.json, written by tools/reproduce.py)."""
     path = REPO / "results" / f"{table_name(model)}.json"
     if not path.is_file():
         raise SystemExit(f"reproduce_tasks: {path} is missing; its rows' dev-chosen configurations are what this "
                          f"tool scores. Run `python tools/reproduce.py --model {model}` first.")
-    rows = json.loads(path.read_text())["rows"]
+    rows = read_table(path, "results table of tools/reproduce.py").get("rows", [])
     return {row["key"]: row["method"] for row in rows}
 
 
@@ -128,7 +143,10 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
     the device its settings named."""
     new = {**claims_report(benchmark, without_device(settings), planned, [], lambda *_: None), "rows": {}}
     if path.is_file():
-        report = json.loads(path.read_text())
+        report = read_table(path)
+        if not isinstance(report.get("rows"), dict):
+            raise SystemExit(f"reproduce_tasks: {path} holds no rows of a {benchmark} table (a reproduce.py table's "
+                             "rows are a list); name a <model>-<family>.json this tool wrote")
         report["settings"] = recorded_settings(report.get("settings") or {})
         if without_device(report["settings"]) != new["settings"]:
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
@@ -168,7 +186,7 @@ def table_blank_lines(path: Path) -> str:
     item, so every row reads them alike), or for a new table as SentEval does."""
     if not path.is_file():
         return "read"
-    return recorded_settings(json.loads(path.read_text()).get("settings") or {}).get("blank_lines", "read")
+    return recorded_settings(read_table(path).get("settings") or {}).get("blank_lines", "read")
 
 
 def without_device(settings: dict) -> dict:
@@ -633,7 +651,10 @@ def sts_long_markdown(report: dict, model: str, sets=()) -> str:
 def render(path: Path, data: str | None) -> int:
     """Re-judge the claims of a table file from the rows it holds and rewrite its Markdown: no model loaded,
     no row recomputed (after a change to the claims, their judging or the table's layout)."""
-    report = json.loads(path.read_text())
+    report = read_table(path)
+    if "benchmark" not in report.get("settings", {}) or not isinstance(report.get("rows"), dict):
+        raise SystemExit(f"reproduce_tasks: {path} is not a transfer or sts-long table file (no settings.benchmark "
+                         "or rows); name a <model>-transfer.json or <model>-sts-long.json this tool wrote")
     report["settings"] = recorded_settings(report["settings"])
     family, settings = report["settings"]["benchmark"], report["settings"]
     for row in report["rows"].values():  # a file written before rows named their device: its settings' (load_report)
@@ -681,6 +702,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only re-judge the claims and rewrite the Markdown of a table file from its rows "
                              "(no model, no row recomputed); --data names the STS folder for a sts-long file")
     args = parser.parse_args(argv)
+    for named in [args.render] * bool(args.render) + args.merge:  # a typo merged nothing and said nothing
+        if not Path(named).is_file():
+            flag = "--render" if named == args.render else "--merge"
+            parser.error(f"{flag} {named} {'is not a file' if Path(named).exists() else 'does not exist'}; name a "
+                         "table file this tool wrote (<model>-transfer.json or <model>-sts-long.json)")
     if args.render:
         return render(Path(args.render), args.data)
     if args.ends_per_piece < 1:
@@ -703,6 +729,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = chosen_methods(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    tables = [out / f"{table_name(args.model)}-{family}.json" for family in ("transfer", "sts-long")
+              if args.family in (family, "both")]
+    for table in [*map(Path, args.merge), *tables]:  # a file cut short is named before the model loads, not after
+        if table.is_file():
+            read_table(table)
     model = minidecoder.load(args.model, dtype=args.dtype, device=args.device)
     # the rows to run: those named, else every row still to do; with --merge and no --rows, none (it merges)
     wanted = set(args.rows.split(",")) if args.rows else (set() if args.merge else None)
@@ -824,4 +855,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except MinidecoderError as error:  # the user's input, named with its fix: no traceback (as the CLI prints it)
+        print(f"reproduce_tasks: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

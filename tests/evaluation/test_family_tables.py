@@ -552,3 +552,48 @@ def test_a_transfer_table_keeps_each_item_s_label_as_a_digit() -> None:
     assert listed[0] == digits[0] and all(np.array_equal(listed[1][k], digits[1][k]) for k in listed[1])
     wide = {"rows": {"a": {"tasks": {"X": {"predictions": [10, 1], "gold": [10, 2]}}}}}
     assert tool.packed_items(wide) == wide
+
+
+def test_a_merge_or_render_of_a_file_not_there_or_not_whole_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """`--merge FILE` with a typo merged nothing and said nothing (exit 0); a table file cut short was a JSON
+    traceback. Each is refused naming the file, before a model loads."""
+    tool = load("reproduce_tasks")
+    chosen(monkeypatch, tool)
+    monkeypatch.setattr(tool.minidecoder, "load", lambda *a, **k: pytest.fail("a model loaded for a refused run"))
+    command = ["--family", "transfer", "--out", str(tmp_path / "out")]
+    for flag in ("--merge", "--render"):
+        with pytest.raises(SystemExit):
+            tool.main([*command, flag, str(tmp_path / "typo.json")])
+        assert f"{flag} {tmp_path / 'typo.json'} does not exist; name a table file" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            tool.main([*command, flag, str(tmp_path)])
+        assert f"{flag} {tmp_path} is not a file" in capsys.readouterr().err
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"settings": {"benchmark": "transfer", "mod')
+    for flag in ("--merge", "--render"):
+        with pytest.raises(SystemExit, match=f"{cut} is not readable JSON .*git checkout"):
+            tool.main([*command, flag, str(cut)])
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / "tiny-llama-transfer.json").write_text("")  # this run's own table, emptied
+    with pytest.raises(SystemExit, match="tiny-llama-transfer.json is not readable JSON"):
+        tool.main([*command, "--model", "tiny-llama", "--rows", "prompteol"])
+    sts_table = tmp_path / "tiny-llama.json"  # tools/reproduce.py's table: not this tool's
+    sts_table.write_text(json.dumps({"settings": {"model": "tiny-llama"}, "rows": [{"key": "mean"}]}))
+    with pytest.raises(SystemExit, match="is not a transfer or sts-long table file"):
+        tool.main(["--render", str(sts_table)])
+
+
+def test_an_input_error_of_reproduce_tasks_is_one_message_not_a_traceback(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    table = tmp_path / "tiny-llama-sts-long.json"
+    table.write_text(json.dumps({"settings": {"benchmark": "sts-long", "model": "tiny-llama", "limit": None,
+                                              "lengths": [1, 16]}, "rows": {}, "rows_planned": []}))
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "reproduce_tasks.py"), "--render", str(table),
+                             "--data", str(tmp_path / "nonesuch")], capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("reproduce_tasks: error: STS data folder") and "Traceback" not in result.stderr
