@@ -41,25 +41,44 @@ def load_tables(results_dir: Path) -> tuple[list[dict], list[str]]:
     run), saying why."""
     tables, left_out = [], []
     for path in sorted(results_dir.glob("*.json")):
+        if not path.is_file():
+            continue  # a folder named like a table
         try:
             data = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise SystemExit(f"{path} is not readable JSON ({err}); restore it with `git checkout -- {path}` or "
                              "move it out of the results folder") from None
-        if "claims" not in data or "settings" not in data:
+        if not isinstance(data, dict) or "claims" not in data or "settings" not in data:
             continue  # not a results table
-        settings = data["settings"]
-        if settings.get("limit") is not None or settings.get("dev_limit") is not None:
-            left_out.append(f"`{path.name}`: a limited run (limit {settings.get('limit')}, dev limit "
-                            f"{settings.get('dev_limit')}), not the full test sets")
-            continue
-        tables.append({"md": path.with_suffix(".md").name, "model": settings["model"],
-                       "benchmark": settings.get("benchmark", "sts"),
-                       "device": settings.get("device", "cpu"), "dtype": settings.get("dtype"),
-                       "bootstrap": settings["bootstrap"],
-                       "done": len(data.get("rows_done", [])), "planned": len(data.get("rows_planned", [])),
-                       "claims": {(c["method"], c["base"], c.get("score", "avg")): c for c in data["claims"]}})
+        try:
+            settings = data["settings"]
+            if settings.get("limit") is not None or settings.get("dev_limit") is not None:
+                left_out.append(f"`{path.name}`: a limited run (limit {settings.get('limit')}, dev limit "
+                                f"{settings.get('dev_limit')}), not the full test sets")
+                continue
+            tables.append({"md": path.with_suffix(".md").name, "model": settings["model"],
+                           "benchmark": settings.get("benchmark", "sts"),
+                           "device": settings.get("device", "cpu"), "dtype": settings.get("dtype"),
+                           "bootstrap": {name: settings["bootstrap"][name] for name in ("resamples", "seed", "level",
+                                                                                        "interval")},
+                           "done": len(data.get("rows_done", [])), "planned": len(data.get("rows_planned", [])),
+                           "claims": {(c["method"], c["base"], c.get("score", "avg")): checked(c) for c in data["claims"]}})
+        except (KeyError, TypeError, AttributeError, ValueError) as err:  # a hand edit: name the file, not a line here
+            raise SystemExit(f"{path} is not a results table as the tools write it ({type(err).__name__}: {err}); "
+                             f"restore it with `git checkout -- {path}`, rerun the tool that wrote it, or move it out "
+                             "of the results folder") from None
     return tables, left_out
+
+
+def checked(record: dict) -> dict:
+    """A claim's record with what `cell` and `tally` read of it: a verdict they know and the decisive score's
+    difference and interval, as numbers (KeyError, TypeError or ValueError otherwise)."""
+    if record["verdict"] not in (*SHORT, NOT_PAPER):
+        raise ValueError(f"claim {record.get('claim', record['method'])!r} has the verdict {record['verdict']!r}")
+    decisive = record["scores"][record.get("score", "avg")]
+    for name in ("diff", "lo", "hi"):
+        float(decisive[name])
+    return record
 
 
 def cell(record: dict | None) -> str:

@@ -193,3 +193,24 @@ def test_every_comparison_withheld_as_not_the_papers_is_named_an_ablation() -> N
     withheld = [c.text for c in BENCHMARK_CLAIMS if not_the_papers(c.benchmark, c.method, c.base)]
     assert withheld and all("ablation" in text for text in withheld), withheld
     assert not [c.text for c in BENCHMARK_CLAIMS if "ablation" in c.text and c.text not in withheld]
+
+
+def test_a_hand_edited_table_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """A table whose settings or claims lack what the tool reads (a hand edit, a key renamed) was a KeyError or
+    TypeError traceback from a line of claims_table; a JSON that is not an object, or a folder named *.json, too."""
+    write_table(tmp_path, "fine", {"TP improves PromptEOL": (0.5, 1.5)})
+    (tmp_path / "folder.json").mkdir()
+    (tmp_path / "number.json").write_text("5")  # not a results table: left alone, as any other JSON is
+    assert claims_table.main(["--results", str(tmp_path)]) == 0
+    table = json.loads((tmp_path / "fine.json").read_text())
+    edits = {"no model": lambda t: t["settings"].pop("model"),
+             "no bootstrap seed": lambda t: t["settings"]["bootstrap"].pop("seed"),
+             "claims not a list": lambda t: t.update(claims=3),
+             "an unknown verdict": lambda t: t["claims"][0].update(verdict="probably"),
+             "no decisive score": lambda t: t["claims"][0]["scores"].pop("avg")}
+    for what, edit in edits.items():
+        edited = json.loads(json.dumps(table))
+        edit(edited)
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        with pytest.raises(SystemExit, match="edited.json is not a results table as the tools write it .*git checkout"):
+            claims_table.main(["--results", str(tmp_path)])
