@@ -9,9 +9,10 @@ code written for sentence-transformers runs unchanged: `inputs` (or the older `s
 string gives one vector (E,), a list gives (N, E); numpy float32 by default, a torch tensor with
 `convert_to_tensor=True` (which wins over `convert_to_numpy`), a list of per-sentence tensors when both
 are False; `prompt` (or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`)
-is put before every text, as there; `truncate_dim` keeps the first N dimensions, then
-`normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
-sentence-transformers' own `quantize_embeddings` (which needs it installed), in its order;
+is put before every text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim`
+keeps the first N dimensions, then `normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 /
+binary / ubinary quantizes with sentence-transformers' own `quantize_embeddings` (which needs it
+installed), in its order;
 `show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there. Beyond sentence-transformers:
 `context=` (one string, or one per input) is read by the model before each text and never pooled, unlike
 `prompt`, which is joined to the text and pooled with it (`minidecoder.embed`'s context).
@@ -19,8 +20,7 @@ sentence-transformers' own `quantize_embeddings` (which needs it installed), in 
 Refused with a message naming the argument: `output_value` other than "sentence_embedding" (a method
 pools inside its own loop: there are no token embeddings to give), `pool=`, `chunk_size=` and a list of
 devices (one process here), `device=` other than the model's (a minidecoder model is loaded on its
-device, not moved), `prompt` and `prompt_name` together (sentence-transformers drops the name, with a warning),
-and any other keyword (sentence-transformers passes those to its modules).
+device, not moved), and any other keyword (sentence-transformers passes those to its modules).
 `minidecoder.embed` stays the low-level call (list in, torch (N, E) out); this class only adapts it.
 """
 from __future__ import annotations
@@ -183,9 +183,11 @@ class SentenceEncoder:
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ArgumentTypeError(f"encode(prompt={prompt!r}) must be a text", "e.g. prompt='query: '")
-            if prompt_name is not None:  # sentence-transformers drops prompt_name then, with a warning
-                raise InputError(f"encode() got both prompt={prompt!r} and prompt_name={prompt_name!r}; one would be "
-                                 "ignored", "pass one of them")
+            if prompt_name is not None:  # the prompt wins, as in sentence-transformers, which says so too
+                import warnings
+                warnings.warn(f"encode() got both prompt={prompt!r} and prompt_name={prompt_name!r}: prompt_name is "
+                              "ignored in favour of prompt, as sentence-transformers does; pass one of them",
+                              stacklevel=3)
             return prompt
         if prompt_name is not None:
             if prompt_name not in self.prompts:

@@ -226,12 +226,13 @@ def test_in_sentence_transformers_a_prompt_replaces_the_modules_default(tiny_lla
     _same(named.encode(TEXTS, prompt_name="doc", show_progress_bar=False), encoder.encode(TEXTS, prompt_name="doc"))
 
 
-def test_a_prompt_and_a_prompt_name_together_are_refused(tiny_llama: Path) -> None:
-    """`encode(texts, prompt="q: ", prompt_name="document")` used the prompt and dropped the name, silently
-    (sentence-transformers at least warns)."""
+def test_a_prompt_and_a_prompt_name_together_say_the_name_is_ignored(tiny_llama: Path) -> None:
+    """`encode(texts, prompt="q: ", prompt_name="document")` used the prompt and dropped the name, silently;
+    sentence-transformers does the same and says so (tests/cli/test_reliability_cli.py row 11 compares values)."""
     prompted = minidecoder.SentenceEncoder(minidecoder.load(tiny_llama), "mean", prompts={"document": "passage: "})
-    with pytest.raises(InputError, match=r"got both prompt='q: ' and prompt_name='document'"):
-        prompted.encode(TEXTS[:2], prompt="q: ", prompt_name="document")
+    with pytest.warns(UserWarning, match=r"got both prompt='q: ' and prompt_name='document': prompt_name is ignored"):
+        both = prompted.encode(TEXTS[:2], prompt="q: ", prompt_name="document")
+    np.testing.assert_array_equal(both, prompted.encode(TEXTS[:2], prompt="q: "))
     np.testing.assert_array_equal(prompted.encode(TEXTS[:2], prompt_name="document"),
                                   prompted.encode(TEXTS[:2], prompt="passage: "))
 
