@@ -263,6 +263,9 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
         if child.poll() is None:
             child.terminate()
             child.wait()
+    if status == 2:  # minidecoder's status for an input it refuses (its message above): a rerun is refused again
+        raise SystemExit(f"{key}: the eval command refused its input (status 2, its message above); fix what it "
+                         "names (a flag, the data, the model), then run the same command again")
     if status != 0:
         raise SystemExit(f"{key} stopped (status {status}); run the same command again to resume it")
     return True
@@ -279,7 +282,7 @@ def load_rows(family: str, out: Path, claims: Path | None = None) -> dict[str, d
 
 def digests_in(claims: Path | None) -> dict[str, dict]:
     """{row key: its digest} kept in a claims file; {} where there is none."""
-    return json.loads(claims.read_text()).get("rows", {}) if claims is not None and claims.exists() else {}
+    return read_json(claims, "the claims file").get("rows", {}) if claims is not None and claims.exists() else {}
 
 
 def kept_row(key: str, out: Path, digests: dict[str, dict]) -> dict | None:
@@ -287,8 +290,24 @@ def kept_row(key: str, out: Path, digests: dict[str, dict]) -> dict | None:
     path = out / f"{key}.json"
     if path.exists():
         memory = out / f"{key}.memory.json"
-        return {**json.loads(path.read_text()), "memory": json.loads(memory.read_text()) if memory.exists() else {}}
+        return {**read_json(path, f"row {key}'s report"),
+                "memory": read_json(memory, f"row {key}'s memory") if memory.exists() else {}}
     return digests.get(key)
+
+
+def read_json(path: Path, what: str) -> dict:
+    """The JSON object at `path`, or a SystemExit naming the file when it is not one (cut short by a full disk or
+    a copy interrupted, hand-edited)."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError) as error:
+        problem = f"is not readable JSON ({error})"
+    else:
+        problem = None if isinstance(data, dict) else "is not a JSON object"
+    if problem:
+        raise SystemExit(f"{path} ({what}) {problem}; restore it (git checkout -- {path}), or move it away to "
+                         "compute the row again")
+    return data
 
 
 DIGEST_STAMP = ("model", "dtype", "device", "limit", "corpus_limit", "command", "date", "code")
@@ -554,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [key for key in wanted if key not in known]
     if unknown:
         parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    for flag, folder in (("--out", args.out), ("--results", args.results)):
+        if folder.exists() and not folder.is_dir():
+            parser.error(f"{flag} {folder} is a file, not a folder; name a folder (it is made if missing)")
     args.out.mkdir(parents=True, exist_ok=True)
     args.results.mkdir(parents=True, exist_ok=True)
     previous = None

@@ -325,3 +325,26 @@ def test_a_time_ratio_is_taken_within_one_sitting_only() -> None:
     assert tool.time_ratio(timed("2026-11-26T17:30", 96.0), [faithful, ablation]) == "3.00x"  # its own sitting's
     assert tool.time_ratio(timed("2026-11-27T09:00", 96.0), [faithful, ablation]) == "n/a"
     assert tool.time_ratio(timed("2026-11-28T06:01", None), [faithful]) == "n/a"  # resumed: no time
+
+
+def test_a_row_the_eval_command_refuses_is_not_called_resumable(tiny_llama: Path, tmp_path: Path, capsys) -> None:
+    """The row's eval command refusing its input (status 2: here HTP's end 7 past the tiny model's 4 blocks) was
+    reported as "stopped; run the same command again to resume it", which only refuses it again. A kept report
+    or claims file cut short was a JSON traceback; an --out that is a file, a FileExistsError."""
+    tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
+    argv = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data),
+            "--results", str(tmp_path / "results")]
+    with pytest.raises(SystemExit, match=r"htp: the eval command refused its input \(status 2.*fix what it names"):
+        tool.main([*argv, "--out", str(out), "--rows", "htp"])
+    out.mkdir(exist_ok=True)
+    (out / "mean.json").write_text('{"stamp": {"model"')  # a report cut short
+    with pytest.raises(SystemExit, match=f"{out / 'mean.json'} \\(row mean's report\\) is not readable JSON"):
+        tool.main([*argv, "--out", str(out), "--rows", "mean"])
+    (out / "mean.json").unlink()
+    (tmp_path / "results").mkdir(exist_ok=True)
+    (tmp_path / "results" / f"{tiny_llama.name}-retrieval.json").write_text("")
+    with pytest.raises(SystemExit, match="the claims file\\) is not readable JSON"):
+        tool.main([*argv, "--out", str(out), "--rows", "mean"])
+    with pytest.raises(SystemExit):
+        tool.main([*argv, "--out", str(tmp_path / "data" / "toy" / "queries.jsonl"), "--rows", "mean"])
+    assert "queries.jsonl is a file, not a folder" in capsys.readouterr().err
