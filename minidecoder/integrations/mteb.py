@@ -32,6 +32,7 @@ from mteb.models import ModelMeta
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
+from minidecoder.errors import ArgumentTypeError
 from minidecoder.running.encoder import SentenceEncoder, refuse_settings_beside_an_encoder
 from minidecoder.sources.checksums import sources_sha256
 
@@ -42,9 +43,17 @@ class MtebEncoder(AbsEncoder):
 
     The encoder's `prompts` are picked by MTEB's rules, as its sentence-transformers wrapper picks them: the
     task's name or type, with or without the prompt type, then the prompt type alone ("query", "document");
-    where none is named, the encoder's default prompt applies."""
+    where none is named, the encoder's default prompt applies.
 
-    def __init__(self, model: Any = None, method: Any = None, *, batch_size: int = 32, **kwargs: Any) -> None:
+    It takes no `batch_size`: `mteb.evaluate` passes one to every `encode` call (its `encode_kwargs`, 32 where
+    they name none), so one given here would never act. Called directly, `encode` fills batches by tokens, as
+    `SentenceEncoder.encode` does."""
+
+    def __init__(self, model: Any = None, method: Any = None, **kwargs: Any) -> None:
+        if "batch_size" in kwargs:
+            raise ArgumentTypeError(f"MtebEncoder(batch_size={kwargs['batch_size']!r}) would never act: mteb.evaluate "
+                                    "passes a batch size to every encode call (32 unless you give one)",
+                                    "pass it to mteb.evaluate: encode_kwargs={'batch_size': N}")
         if isinstance(model, SentenceEncoder):
             refuse_settings_beside_an_encoder("MtebEncoder", method=method, **kwargs)
             self.encoder = model
@@ -52,7 +61,6 @@ class MtebEncoder(AbsEncoder):
             self.encoder = SentenceEncoder(model, "prompteol" if method is None else method, **kwargs)
         self.model = self.encoder  # AbsEncoder's convention: `model` is the wrapped model
         self.model_prompts = dict(self.encoder.prompts)  # AbsEncoder's: what `get_prompt_name` picks from
-        self.batch_size = batch_size
         self.mteb_model_meta = model_meta(self.encoder)
 
     def encode(self, inputs, *, task_metadata=None, hf_split: str = "", hf_subset: str = "", prompt_type=None,
@@ -64,7 +72,7 @@ class MtebEncoder(AbsEncoder):
         naming it, rather than dropped."""
         texts = [text for batch in inputs for text in batch["text"]]
         name = self._prompt_name(task_metadata, prompt_type)
-        kwargs = {"batch_size": self.batch_size, "show_progress_bar": False, **kwargs}
+        kwargs = {"show_progress_bar": False, **kwargs}
         if name is not None and "prompt" not in kwargs and "prompt_name" not in kwargs:  # a prompt given wins
             kwargs["prompt_name"] = name
         return self.encoder.encode(texts, **kwargs)

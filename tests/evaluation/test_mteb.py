@@ -132,3 +132,18 @@ def test_mtebs_encode_kwargs_reach_encode(tiny_llama: Path):
     np.testing.assert_allclose(np.linalg.norm(wrapped.encode(batches, normalize_embeddings=True), axis=1), 1, atol=1e-6)
     with pytest.raises(ArgumentTypeError, match=r"keyword argument\(s\) \['convert_to_bananas'\]"):
         wrapped.encode(batches, convert_to_bananas=True)
+
+
+def test_a_batch_size_mteb_would_always_override_is_refused(tiny_llama: Path):
+    """`MtebEncoder(..., batch_size=8)` never acted under `mteb.evaluate`, which passes a batch size to every
+    encode call (32 where its encode_kwargs name none); called directly, encode now fills batches by tokens."""
+    import numpy as np
+
+    from minidecoder.errors import ArgumentTypeError
+    from minidecoder.integrations.mteb import MtebEncoder
+
+    model = minidecoder.load(tiny_llama)
+    with pytest.raises(ArgumentTypeError, match=r"batch_size=8\) would never act.*\n.*encode_kwargs=\{'batch_size': N\}"):
+        MtebEncoder(model, "mean", batch_size=8)
+    wrapped, texts = MtebEncoder(model, "mean"), ["a cat", "dogs bark loudly at night", "rain"]
+    np.testing.assert_array_equal(wrapped.encode([{"text": texts}]), wrapped.encoder.encode(texts))
