@@ -11,6 +11,7 @@ cores // world threads. Method options are `--option name=value` (values parsed 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import minidecoder  # noqa: E402
+from minidecoder.errors import InputError, MinidecoderError, describe_unusable_file  # noqa: E402
+from minidecoder.output_files import check_free, write_whole  # noqa: E402
 from minidecoder.running.command_line import parse_options  # noqa: E402
 from minidecoder.running.distributed import default_backend, shard_bounds  # noqa: E402
 from minidecoder.running.embedding import embed  # noqa: E402
@@ -69,7 +72,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="sentences a batch (default: each batch filled to the device's token budget)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     args = parser.parse_args(argv)
+    # every rank checks (the same paths), before the process group and the model: a rank that stopped alone
+    # would leave the others waiting in the gather
+    if not args.texts.is_file():
+        raise InputError(f"the texts file {args.texts} {describe_unusable_file(args.texts)}",
+                         "give a UTF-8 file, one text per line")
+    check_free(args.output, args.overwrite)  # never replaced silently (the embed command's rule)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = args.device
@@ -85,7 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     vectors = embed_distributed(model, texts, args.method, args.batch_size, **parse_options(args.option))
     if vectors is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(vectors, args.output)
+        saved = io.BytesIO()
+        torch.save(vectors, saved)
+        write_whole(args.output, saved.getvalue(), overwrite=args.overwrite)  # whole or not at all
         print(f"wrote {tuple(vectors.shape)} embeddings of {args.texts} to {args.output}")
     if world > 1:
         # Leave together: a rank that tears gloo down while rank 0 still writes can abort (SIGABRT).
@@ -94,7 +106,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MinidecoderError as error:  # the user's input, named with its fix: no traceback (as the CLI prints it)
+        print(f"embed_distributed: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # Under load, gloo's background threads can still be closing sockets to a peer that already
         # exited when the interpreter's static destructors run, which aborts the process

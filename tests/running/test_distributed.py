@@ -172,3 +172,27 @@ def test_a_killed_rank_resumes_from_its_chunks_and_the_shards_equal_one_process(
     sharded = load_sharded(output)
     assert sharded.shape == (len(TEXTS), 32)
     assert np.array_equal(sharded, np.load(tmp_path / "one.npy"))  # the same chunks, so the same batches
+
+
+def test_the_tool_never_replaces_an_output_silently_and_names_a_bad_texts_file(tmp_path: Path) -> None:
+    """tools/embed_distributed.py replaced an existing output without asking (torch.save over it, and a kill
+    mid-save left half a file), and a texts path that was missing or a folder was a traceback."""
+    from minidecoder.errors import InputError, OutputError
+
+    tiny_checkpoint("llama", tmp_path / "model")
+    texts, out = tmp_path / "texts.txt", tmp_path / "out.pt"
+    texts.write_text("\n".join(TEXTS[:3]) + "\n", encoding="utf-8")
+    out.write_bytes(b"a kept result")
+    command = [str(texts), str(out), "--model", str(tmp_path / "model"), "--batch-size", "4"]
+    with pytest.raises(OutputError, match="already exists; it is never overwritten silently"):
+        tool().main(command)
+    assert out.read_bytes() == b"a kept result"
+    tool().main([*command, "--overwrite"])
+    assert_close(torch.load(out), minidecoder.embed(minidecoder.load(tmp_path / "model"), TEXTS[:3], "prompteol"))
+    with pytest.raises(InputError, match="the texts file .* is a directory"):
+        tool().main([str(tmp_path), str(tmp_path / "other.pt"), "--model", str(tmp_path / "model")])
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "embed_distributed.py"), str(tmp_path / "nonesuch"),
+                             str(tmp_path / "other.pt")], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("embed_distributed: error: the texts file") and "does not exist" in result.stderr
