@@ -26,13 +26,14 @@ from typing import Any
 
 import torch
 
-from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError
-from minidecoder.methods import Method, build_method
+from minidecoder.errors import ContextLengthError, InputError
+from minidecoder.methods import Method, method_of
 from minidecoder.fast.forward import FastForward, executor
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.methods.loop import Forward, Pass, Step, run_passes
 from minidecoder.methods.text import senteval_sentence
 from minidecoder.running.embedding import truncate_texts, truncate_that_fits, why_longer
+from minidecoder.running.load_model import require_loaded
 from minidecoder.audit.text import CONVENTION, format_explanation
 from minidecoder.running.texts import check_text
 
@@ -236,19 +237,8 @@ def explain(model, text: str, method: str | Method = "tp", truncate: int | None 
 
     method: a registered name with its options (as for `minidecoder.embed`) or a method object.
     truncate: keep the first N tokens of a text past the model's context (with a warning), as `embed`."""
-    from minidecoder.core.model import Decoder
-
-    if not isinstance(model, Decoder):  # a name here would fail as "'str' object has no attribute 'tokenizer'"
-        raise ArgumentTypeError(f"explain(model=...) got a {type(model).__name__} ({model!r:.60}), not a loaded model",
-                                "load it first: minidecoder.explain(minidecoder.load('smollm2-135m-instruct'), text)")
-    if not isinstance(method, (str, Method)):
-        raise ArgumentTypeError(f"method={method!r} ({type(method).__name__}) is neither a method name nor a Method",
-                                "pass a name such as 'tp' (minidecoder.methods.METHODS lists them) or an object from "
-                                "minidecoder.methods.build_method(...)")
-    if isinstance(method, str):
-        method = build_method(method, **options)
-    elif options:
-        raise InputError("options were given together with a method object", "set them on the method object")
+    require_loaded(model, "explain", "text")
+    method = method_of(method, options)
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"explain needs one non-empty text, got {text!r}", 'pass e.g. "A man plays a guitar."')
     check_text(text, "the text")

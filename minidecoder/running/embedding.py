@@ -27,8 +27,9 @@ from minidecoder.errors import (ArgumentTypeError, ContextLengthError, InputErro
 from minidecoder.fast.device import to_host_later
 from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
-from minidecoder.methods import Method, build_method
+from minidecoder.methods import Method, method_of
 from minidecoder.methods.text import require_text
+from minidecoder.running.load_model import require_loaded
 from minidecoder.running import memory
 from minidecoder.running.texts import check_text, split_contexts
 
@@ -60,14 +61,8 @@ def embed_rows(model, texts, method: str | Method, batch_size: int | None, progr
                report: dict | None, context, name_row: Callable[[int], str], **options) -> torch.Tensor:
     """`embed`, every row named by `name_row(row)` in its errors and warnings: a job that embeds a file chunk
     by chunk names each row by its line in the file, not by its place in the chunk."""
-    if method is None or not isinstance(method, (str, Method)):
-        raise ArgumentTypeError(f"method={method!r} ({type(method).__name__}) is neither a method name nor a Method",
-                                "pass a name such as 'prompteol' (minidecoder.methods.METHODS lists them) or an "
-                                "object from minidecoder.methods.build_method(...)")
-    if isinstance(method, str):
-        method = build_method(method, **options)
-    elif options:
-        raise InputError("options were given together with a method object", "set them on the method object")
+    require_loaded(model, "embed", "texts")
+    method = method_of(method, options)
     texts, contexts = _as_text_list(texts, context)
     if contexts is not None and not method.takes_context:
         raise InputError(f"method {method.name!r} takes no context: it cannot read a text's context unpooled",

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from minidecoder.errors import ArgumentTypeError, InputError, is_whole_number
-from minidecoder.methods import Method, build_method
+from minidecoder.methods import Method, method_of
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # sentence-transformers' ALLOWED_PRECISIONS
 
@@ -58,13 +58,7 @@ class SentenceEncoder:
         from minidecoder.core.model import Decoder
         from minidecoder.running.load_model import load
 
-        if isinstance(method, str):
-            method = build_method(method, **method_options)
-        elif method_options:
-            raise InputError("options were given together with a method object", "set them on the method object")
-        if not isinstance(method, Method):
-            raise InputError(f"method {method!r} is neither a method name nor a method object",
-                             "pass e.g. method='prompteol' or method='tp'")
+        method = method_of(method, method_options)
         if model is None or isinstance(model, (str, Path)):
             model = load(model, dtype=dtype or "float32", device=device or "cpu")
         elif not isinstance(model, Decoder):

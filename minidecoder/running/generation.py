@@ -19,6 +19,7 @@ import torch
 from minidecoder.core.model import KVCache
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.fast.static_cache import decode_step, one_decoder, static_decoding_applies
+from minidecoder.running.load_model import require_loaded
 from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, is_whole_number
 
 
@@ -29,11 +30,7 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     a list of ids, a list holding one list of ids, or a NumPy integer array).
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on)."""
-    from minidecoder.core.model import Decoder
-
-    if not isinstance(model, Decoder):  # a name here would fail as "'str' object has no attribute 'config'"
-        raise ArgumentTypeError(f"generate(model=...) got a {type(model).__name__} ({model!r:.60}), not a loaded model",
-                                "load it first: minidecoder.generate(minidecoder.load('smollm2-135m-instruct'), ids)")
+    require_loaded(model, "generate", "ids")
     if not is_whole_number(max_new_tokens, 0):
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")

@@ -8,7 +8,7 @@ import torch
 
 from minidecoder.core.config import load_config
 from minidecoder.core.model import Decoder
-from minidecoder.errors import InputError
+from minidecoder.errors import ArgumentTypeError, InputError
 
 
 def load(source: str | Path | None = None, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu",
@@ -99,6 +99,16 @@ def _check_switches(ignore_config_keys, **switches) -> tuple[str, ...]:
         raise InputError(f"load(ignore_config_keys={ignore_config_keys!r}) is not a list of config.json keys",
                          "e.g. minidecoder.load(..., ignore_config_keys=['rope_scaling'])")
     return tuple(ignore_config_keys)
+
+
+def require_loaded(model, call: str, rest: str) -> None:
+    """Refuse anything but a loaded model where `minidecoder.<call>` takes one: a name or folder there would
+    fail deep inside as "'str' object has no attribute 'tokenizer'". `rest`: the call's other arguments, for
+    the example."""
+    if not isinstance(model, Decoder):
+        name = str(model) if isinstance(model, (str, Path)) else "smollm2-135m-instruct"
+        raise ArgumentTypeError(f"{call}(model=...) got a {type(model).__name__} ({model!r:.60}), not a loaded model",
+                                f"load it first: minidecoder.{call}(minidecoder.load({name!r}), {rest})")
 
 
 def check_device(device: str | torch.device) -> torch.device:

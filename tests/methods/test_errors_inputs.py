@@ -224,3 +224,18 @@ def test_embed_reports_nan_with_the_row_and_the_block(folder: Path) -> None:
     assert "method prompteol produced NaN or inf for text" in problem and "dtype float16" in problem
     assert "first appears in block 2 (0-based), site 'mlp_out'" in problem
     assert "use float32 or bfloat16" in caught.value.fix
+
+
+def test_a_model_name_where_embed_takes_a_loaded_model_is_named(model, folder: Path) -> None:
+    """Found: `minidecoder.embed("smollm2-135m-instruct", texts)` failed as "'str' object has no attribute
+    'tokenizer'"; the fix loads the very name given."""
+    from minidecoder.errors import ArgumentTypeError
+
+    for given in (folder, str(folder), None):
+        with pytest.raises(ArgumentTypeError, match=r"embed\(model=...\) got a .*, not a loaded model") as raised:
+            minidecoder.embed(given, ["a cat"], "mean")
+        if given is not None:
+            assert f"minidecoder.embed(minidecoder.load({str(given)!r}), texts)" in raised.value.fix
+    for method in (5, None):  # one check for every call that takes a method: embed, explain, SentenceEncoder
+        with pytest.raises(ArgumentTypeError, match=rf"method={method} \(\w+\) is neither a method name nor a Method"):
+            minidecoder.SentenceEncoder(model, method)
