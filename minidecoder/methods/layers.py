@@ -45,9 +45,12 @@ def check_block_range(start: int, end: int, num_layers: int, what: str) -> tuple
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"{what} {name} {value!r} is not an integer", f"pass integers for the {what} range")
     if not 0 <= start <= end <= num_layers:
+        last = min(7, num_layers)  # the papers' start=1, end=7, cut to this model's blocks
+        first = 1 if last > 1 else 0
         raise InputError(
             f"{what} range [{start}, {end}) is not within this model's blocks 0..{num_layers - 1} "
             "(a half-open range needs 0 <= start <= end <= number of blocks)",
-            f"e.g. start=1, end=7 copies before blocks 1..6; this model has {num_layers} blocks",
+            f"e.g. start={first}, end={last} copies before blocks {first}..{last - 1}; this model has {num_layers} "
+            "blocks",
         )
     return start, end

@@ -239,3 +239,16 @@ def test_a_model_name_where_embed_takes_a_loaded_model_is_named(model, folder: P
     for method in (5, None):  # one check for every call that takes a method: embed, explain, SentenceEncoder
         with pytest.raises(ArgumentTypeError, match=rf"method={method} \(\w+\) is neither a method name nor a Method"):
             minidecoder.SentenceEncoder(model, method)
+
+
+def test_a_block_range_past_the_model_is_answered_with_an_example_that_fits_it(model) -> None:
+    """Found: TP's `end=9` on a 4-block model was answered "e.g. start=1, end=7", itself refused there."""
+    from minidecoder.methods.layers import check_block_range
+
+    with pytest.raises(InputError) as raised:
+        minidecoder.embed(model, ["a cat"], "tp", end=9)
+    assert "e.g. start=1, end=4 copies before blocks 1..3; this model has 4 blocks" in raised.value.fix
+    with pytest.raises(InputError) as raised:
+        check_block_range(0, 2, 1, "TP")
+    assert "e.g. start=0, end=1 copies before blocks 0..0" in raised.value.fix
+    assert check_block_range(1, 4, 4, "TP") == (1, 4)  # the example given is itself taken
