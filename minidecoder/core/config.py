@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minidecoder.errors import ConfigError, MinidecoderError, file_is_there
+from minidecoder.errors import ConfigError, InputError, MinidecoderError, file_is_there
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text", "gemma3")
 ACTIVATIONS = {"silu", "gelu_pytorch_tanh", "gelu_tanh"}
@@ -148,7 +148,25 @@ def load_config(folder: str | Path, ignore_keys: tuple[str, ...] | set[str] = ()
         raise ConfigError(f"{path} is not valid JSON: {error}", "re-download or re-convert the checkpoint") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} does not hold a JSON object", "re-download or re-convert the checkpoint")
+    _check_ignored_keys(raw, ignore_keys, path)
     return parse_config(raw, ignore_keys=ignore_keys, source=str(path))
+
+
+def _check_ignored_keys(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], path: Path) -> None:
+    """Each key a user vouches for must be one the file holds and minidecoder does not read: a key it lacks
+    (a typo) would be vouched for in vain, and a key minidecoder reads (`rope_scaling`) is not dropped by it."""
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    held = set(raw) | set(text)
+    unread = sorted(held - _UNDERSTOOD_KEYS - (_GEMMA3_OUTER_KEYS if text else set()))
+    for key in ignore_keys:
+        if key not in held:
+            raise InputError(f"ignore_config_keys (--ignore-config-key) names {key!r}, which {path} does not hold",
+                             "leave it out; the keys it holds that minidecoder does not read: "
+                             + (", ".join(unread) or "none"))
+        if key not in unread:
+            raise InputError(f"ignore_config_keys (--ignore-config-key) names {key!r}, which minidecoder reads: "
+                             "ignoring it would not drop it", f"leave it out; to change {key}, edit config.json in a "
+                             "copy of the checkpoint folder")
 
 
 def parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str] = (),

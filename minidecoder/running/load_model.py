@@ -97,7 +97,7 @@ def _check_switches(ignore_config_keys, **switches) -> tuple[str, ...]:
     if isinstance(ignore_config_keys, (str, bytes)) or not hasattr(ignore_config_keys, "__iter__") \
             or not all(isinstance(key, str) for key in ignore_config_keys):
         raise InputError(f"load(ignore_config_keys={ignore_config_keys!r}) is not a list of config.json keys",
-                         "e.g. minidecoder.load(..., ignore_config_keys=['rope_scaling'])")
+                         "e.g. minidecoder.load(..., ignore_config_keys=['my_inert_key'])")
     return tuple(ignore_config_keys)
 
 

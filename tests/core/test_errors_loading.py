@@ -7,6 +7,7 @@ never executes code from a file (no pickle, ever).
 from __future__ import annotations
 
 import json
+import shutil
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import minidecoder
-from minidecoder.errors import CheckpointError, ConfigError, MinidecoderError, TokenizerError
+from minidecoder.errors import CheckpointError, ConfigError, InputError, MinidecoderError, TokenizerError
 
 PACKAGE = Path(minidecoder.__file__).parent
 
@@ -270,3 +271,18 @@ def test_load_switches_of_another_type_are_refused(folder: Path, option: str, va
     its characters, and an integer raised a bare TypeError."""
     with pytest.raises(MinidecoderError, match=rf"load\({option}="):
         minidecoder.load(folder, progress=False, **{option: value})
+
+
+def test_a_config_key_vouched_for_must_be_one_the_file_holds_and_minidecoder_does_not_read(folder: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Found: `--ignore-config-key typo` was taken and did nothing, and `ignore_config_keys=["rope_scaling"]` (the
+    example the old message gave) neither dropped nor changed the key minidecoder reads."""
+    odd = Path(shutil.copytree(folder, tmp_path / "odd"))
+    config = json.loads((odd / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**config, "residual_multiplier": 1.0}))
+    with pytest.raises(InputError, match=r"names 'residual_multiplyer', which .*config.json does not hold") as raised:
+        minidecoder.load(odd, ignore_config_keys=["residual_multiplier", "residual_multiplyer"], progress=False)
+    assert "it holds that minidecoder does not read: residual_multiplier" in raised.value.fix
+    with pytest.raises(InputError, match="names 'rms_norm_eps', which minidecoder reads: ignoring it would not drop"):
+        minidecoder.load(odd, ignore_config_keys=["rms_norm_eps", "residual_multiplier"], progress=False)
+    assert minidecoder.load(odd, ignore_config_keys=["residual_multiplier"], progress=False).num_layers == 4
