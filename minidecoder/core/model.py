@@ -51,6 +51,8 @@ class Sites:
     store: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.record = frozenset() if self.record is None else self.record  # None: nothing, as `record=` left out
+        self.edit = {} if self.edit is None else self.edit
         if isinstance(self.record, str):  # set("pattern") would be its letters, and record="z" a lucky accident
             from minidecoder.errors import ArgumentTypeError
             raise ArgumentTypeError(f"Sites(record={self.record!r}) is one string, not a set of site names",

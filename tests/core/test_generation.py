@@ -231,6 +231,15 @@ def test_an_edit_that_is_not_a_function_or_changes_its_sites_shape_is_named() ->
     assert not torch.equal(doubled, model.layers[0](h, ctx))
 
 
+def test_sites_of_none_record_and_edit_nothing() -> None:
+    """Found: `Sites(record=None)` and `Sites(edit=None)` failed as "'NoneType' object is not iterable"; None
+    means none, as leaving the argument out does."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    h, ctx = model.embed(random_ids(1, 5, seed=3)), model.context(None, 5, 1)
+    sites = minidecoder.Sites(record=None, edit=None)
+    assert torch.equal(model.layers[0](h, ctx, sites), model.layers[0](h, ctx)) and sites.store == {}
+
+
 def test_a_numpy_integer_is_a_number_of_new_tokens() -> None:
     import numpy as np
 
