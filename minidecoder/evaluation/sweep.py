@@ -262,6 +262,10 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
     depend on (`kept_manifest`): Ctrl-C raises running.jobs.JobInterrupted and the same call resumes;
     other settings are refused, naming what differs. The caller removes it once the result is safe."""
     batch_size = checked_count(batch_size, "batch_size", "sentences", BATCH_SIZE)  # -2: no batch, no score
+    empty = [name for name, values in axes.items() if len(values) == 0]  # a grid of no point, not one refused
+    if empty:
+        raise InputError(f"the grid's axis {', '.join(empty)} has no values: there is no point to sweep",
+                         f"give it one value or more, e.g. axes={{{empty[0]!r}: [...]}}, or leave it out")
     if dev is None:
         (dev,) = load_tasks([DEV_TASK], data_dir, limit)
     if dev.name != DEV_TASK:

@@ -314,3 +314,11 @@ def test_a_sweeps_batch_size_from_python_is_checked(tiny, batch_size) -> None:
     with pytest.raises(ArgumentTypeError, match=r"batch_size=.* must be a positive whole number of sentences"):
         sweep_sts(tiny, build_method("mean"), {"layer": [1, 2]}, limit=20, batch_size=batch_size, progress=False)
 
+
+
+def test_a_grid_axis_of_no_values_is_named(tiny) -> None:
+    """Found: `sweep_sts(..., {"layer": []})` failed as an IndexError (the first refusal of a grid of no point)."""
+    from minidecoder.errors import InputError
+
+    with pytest.raises(InputError, match=r"the grid's axis layer has no values: there is no point to sweep"):
+        sweep_sts(tiny, build_method("mean"), {"layer": []}, limit=20, progress=False)
