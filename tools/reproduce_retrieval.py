@@ -40,7 +40,9 @@ sets). A run with --limit, --corpus-limit or --tasks is stamped as limited there
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import io
 import json
 import os
 import shlex
@@ -160,14 +162,16 @@ def option_flags(flag: str, options: dict) -> list[str]:
             for part in (flag, f"{key}={json.dumps(value) if not isinstance(value, str) else value}")]
 
 
+TASKS_FLAG = {"retrieval": "--sets", "classification": "--tasks", "cmteb": "--tasks"}  # the eval command's
+
+
 def command(family: str, row: Row, args: argparse.Namespace, prefix: Path) -> list[str]:
     argv = ["eval", family, "--model", args.model, "--method", row.method, "--output", str(prefix), "--no-progress",
             "--dtype", args.dtype, "--device", args.device, *row.flags]
     argv += option_flags("--opt", row_options(row.options, args.model))
     argv += option_flags("--query-opt", row_options(row.query_options, args.model))
-    tasks = "--sets" if family == "retrieval" else "--tasks"
     for flag, value in (("--limit", args.limit), ("--corpus-limit", args.corpus_limit), ("--data", args.data),
-                        (tasks, args.tasks)):
+                        (TASKS_FLAG[family], args.tasks)):
         if value is not None and not (flag == "--corpus-limit" and family != "retrieval"):
             argv += [flag, str(value)]
     return argv
@@ -181,17 +185,32 @@ def child_environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *given])}
 
 
-def refuse_other_settings(key: str, stamp: dict, args: argparse.Namespace) -> None:
-    """A kept row joins the table only if it scored the same model, dtype and data limits as this run asks
-    for; the device may differ (a row run on a GPU scores what the CPU does, to float rounding)."""
+def refuse_other_settings(key: str, stamp: dict, args: argparse.Namespace, argv: list[str]) -> None:
+    """A kept row joins the table only if it scored the same model, dtype, data limits and tasks as this run
+    asks for (its eval command `argv`: rows of other tasks would be compared, and a table of all tasks claimed,
+    on sets some rows never scored); the device may differ (a row run on a GPU scores what the CPU does, to
+    float rounding)."""
     asked = {"model": Path(args.model).name, "dtype": args.dtype, "limit": args.limit,
-             "corpus_limit": args.corpus_limit if "corpus_limit" in stamp else None}
+             "corpus_limit": args.corpus_limit if "corpus_limit" in stamp else None, "tasks": tasks_of(argv)}
     kept = {"model": Path(str(stamp.get("model"))).name, "dtype": stamp.get("dtype"),
-            "limit": limit_asked(stamp, "limit"), "corpus_limit": limit_asked(stamp, "corpus_limit")}
+            "limit": limit_asked(stamp, "limit"), "corpus_limit": limit_asked(stamp, "corpus_limit"),
+            "tasks": tasks_of(shlex.split(stamp.get("command") or "")[1:])}
     differ = [f"{name} {kept[name]!r} (this run: {asked[name]!r})" for name in asked if kept[name] != asked[name]]
     if differ:
         raise SystemExit(f"{key}: the kept row {args.out / key}.json was made with {', '.join(differ)}; a table "
                          "mixes no settings: pass another --out, or move that row away to recompute it")
+
+
+def tasks_of(argv: list[str]) -> str | None:
+    """The sets (retrieval) or tasks an eval command scores, its family's default where it names none, in name
+    order; None for a command that does not parse (a row kept by an older version: its other checks decide)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage lines belong to no command run here
+            asked = eval_parser().parse_args(argv)
+    except SystemExit:
+        return None
+    names = getattr(asked, "sets", None) or getattr(asked, "tasks", None)
+    return ",".join(sorted(names.split(","))) if names else None
 
 
 def limit_asked(stamp: dict, name: str) -> int | None:
@@ -249,7 +268,7 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     argv = command(family, row, args, prefix)
     kept = kept_row(key, args.out, digests_in(claims_path(family, args)))
     if kept is not None:
-        refuse_other_settings(key, kept["stamp"], args)
+        refuse_other_settings(key, kept["stamp"], args, argv)
         refuse_another_row(key, kept["stamp"], argv)
         where = f"{prefix}.json" if prefix.with_suffix(".json").exists() else "its digest in the claims file"
         print(f"{key}: kept ({where})")

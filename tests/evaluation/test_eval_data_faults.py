@@ -213,6 +213,30 @@ def test_2_a_kept_retrieval_row_whose_limit_cut_nothing_joins_the_run_that_asks_
     stamp = {"model": "tiny-llama", "dtype": "float32", "limit": None, "corpus_limit": None,
              "command": "minidecoder eval retrieval --model tiny-llama --method mean --limit 100000"}
     asked = argparse.Namespace(model="tiny-llama", dtype="float32", limit=100000, corpus_limit=None, out=tmp_path)
-    reproduce_retrieval.refuse_other_settings("mean", stamp, asked)
+    argv = ["eval", "retrieval", "--model", "tiny-llama", "--method", "mean", "--limit", "100000"]
+    reproduce_retrieval.refuse_other_settings("mean", stamp, asked, argv)
     with pytest.raises(SystemExit, match=r"limit 100000 \(this run: 20\)"):
-        reproduce_retrieval.refuse_other_settings("mean", stamp, argparse.Namespace(**{**vars(asked), "limit": 20}))
+        reproduce_retrieval.refuse_other_settings("mean", stamp, argparse.Namespace(**{**vars(asked), "limit": 20}),
+                                                  argv[:-1] + ["20"])
+
+
+def test_a_kept_row_of_other_tasks_is_refused_not_compared(tmp_path) -> None:
+    """Found: a row kept from a run with `--sets scifact` joined a run of every set: its table compared rows
+    scored on other sets, and its claims file was marked full. A set named by default or in another order is
+    the same set."""
+    import argparse
+
+    reproduce_retrieval = tool("reproduce_retrieval")
+    stamp = {"model": "tiny-llama", "dtype": "float32", "limit": None, "corpus_limit": None,
+             "command": "minidecoder eval retrieval --model tiny-llama --method mean --sets scifact"}
+    asked = argparse.Namespace(model="tiny-llama", dtype="float32", limit=None, corpus_limit=None, out=tmp_path)
+    argv = ["eval", "retrieval", "--model", "tiny-llama", "--method", "mean"]
+    with pytest.raises(SystemExit, match=r"tasks 'scifact' \(this run: 'nfcorpus,scifact'\)"):
+        reproduce_retrieval.refuse_other_settings("mean", stamp, asked, argv)
+    reproduce_retrieval.refuse_other_settings("mean", stamp, asked, argv + ["--sets", "scifact"])
+    stamp["command"] = stamp["command"].replace("--sets scifact", "--sets scifact,nfcorpus")  # the default, named
+    reproduce_retrieval.refuse_other_settings("mean", stamp, asked, argv)
+    stamp["command"] = "minidecoder eval classification --model tiny-llama --method mean --tasks Emotion"
+    with pytest.raises(SystemExit, match=r"tasks 'Emotion' \(this run: 'Banking77,Emotion'\)"):
+        reproduce_retrieval.refuse_other_settings("mean", stamp, asked, ["eval", "classification", "--model",
+                                                                         "tiny-llama", "--method", "mean"])
