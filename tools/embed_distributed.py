@@ -6,7 +6,8 @@
 Everything is gathered in memory on rank 0 and nothing survives a lost rank: for a corpus, run
 `torchrun --nproc_per_node 4 -m minidecoder embed ...` instead (sharded output, each rank resumable).
 Backend: gloo on CPU, nccl on CUDA (minidecoder.running.distributed.default_backend). On CPU each process gets
-cores // world threads. Method options are `--option name=value` (values parsed as JSON, else strings).
+cores // world threads. Method options are `--opt KEY=VALUE` (values parsed as JSON, else strings), as in
+minidecoder's commands; `--option` is taken too.
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("output", type=Path, help="where rank 0 saves the (N, E) float32 tensor (torch.save)")
     parser.add_argument("--model", default=None, help="model name, folder or Hub id (default: minidecoder's default)")
     parser.add_argument("--method", default="prompteol")
-    parser.add_argument("--option", action="append", default=[], help="method option name=value (JSON when it parses)")
+    parser.add_argument("--opt", "--option", dest="option", action="append", default=[], metavar="KEY=VALUE",
+                        help="method option KEY=VALUE (JSON when it parses), as minidecoder's --opt; once per option")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences a batch (default: each batch filled to the device's token budget)")
     parser.add_argument("--dtype", default="float32")

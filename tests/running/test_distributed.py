@@ -68,7 +68,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path: Path, method: str, optio
                str(ROOT / "tools" / "embed_distributed.py"), str(texts), str(out), "--model", str(folder),
                "--method", method, "--batch-size", "4"]
     if option:
-        command += ["--option", option]
+        command += ["--opt", option]  # minidecoder's own flag, which the error messages name
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
