@@ -136,7 +136,8 @@ def row_method(key: str, chosen: dict[str, dict]):
     return build_method(name, **spec)
 
 
-def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], redo: set[str]) -> dict:
+def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], redo: set[str],
+                fix: str = "choose another --out or remove it") -> dict:
     """The table file so far (its rows; `redo` removed), or a new one; one made with other settings is refused.
     The device is a row's, not the file's (a row run on a GPU scores what the CPU does, to float rounding), so
     rows from both join one table, as retrieval's do; a file written before rows named theirs gives its rows
@@ -150,7 +151,7 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
         report["settings"] = recorded_settings(report.get("settings") or {})
         if without_device(report["settings"]) != new["settings"]:
             raise SystemExit(f"reproduce_tasks: {path} was made with other settings ({report.get('settings')}); "
-                             "choose another --out or remove it")
+                             + fix)
         for row in report["rows"].values():
             row["stamp"].setdefault("device", report["settings"].get("device", "cpu"))
         for key in redo:
@@ -160,13 +161,13 @@ def load_report(path: Path, benchmark: str, settings: dict, planned: list[str], 
 
 
 def add_rows(report: dict, path: Path, benchmark: str, settings: dict, planned: list[str],
-             leave_out: set[str]) -> list[str]:
+             leave_out: set[str], fix: str = "choose another --out or remove it") -> list[str]:
     """Add to `report` the rows of the table file `path` it lacks (not those in `leave_out`: rows being redone),
     in planned order; returns their keys. So a run writing its table never drops a row another wrote meanwhile
     (a lent GPU's rows merged while a CPU run goes on, or a second run), and skips a row finished elsewhere."""
     if not path.is_file():
         return []
-    other = load_report(path, benchmark, settings, planned, set())
+    other = load_report(path, benchmark, settings, planned, set(), fix)
     added = [key for key in other["rows"] if key not in report["rows"] and key not in leave_out]
     if added:
         rows = {**report["rows"], **{key: other["rows"][key] for key in added}}
@@ -765,7 +766,9 @@ def main(argv: list[str] | None = None) -> int:
             keys = {task.name: task_key(task, ClassifierConfig()) for task in loaded}  # evaluate_transfer's probe
         report = load_report(path, family, family_settings, planned, redo)
         merged = [key for other in args.merge
-                  for key in add_rows(report, Path(other), family, family_settings, planned, redo)]
+                  for key in add_rows(report, Path(other), family, family_settings, planned, redo,
+                                      "another run's table cannot join this one: leave it out of --merge, or run "
+                                      "this with the settings it names")]
         if merged:
             print(f"{family}: merged {', '.join(merged)} from {', '.join(args.merge)}", file=sys.stderr)
 

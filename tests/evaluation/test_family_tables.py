@@ -379,8 +379,9 @@ def test_a_transfer_table_keeps_rows_another_sitting_wrote_and_merges_a_gpu_sitt
     assert not (gpu / "tiny-llama-transfer-work" / "prompteol+tp").exists()  # finished elsewhere: kept work gone
 
     other.write_text(json.dumps({**cpu_only, "settings": {**cpu_only["settings"], "dtype": "bfloat16"}}))
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(SystemExit, match="other settings") as refused:  # not "remove it": it is another run's
         run(gpu, "--merge", str(other))
+    assert "leave it out of --merge" in str(refused.value) and "remove it" not in str(refused.value)
     with pytest.raises(SystemExit):
         run(gpu, "--rows", "prompteol,nonesuch")  # a row no table has: refused, naming it, before any work
     assert "--rows nonesuch: not a row of transfer (its rows: prompteol, prompteol+tp" in capsys.readouterr().err
