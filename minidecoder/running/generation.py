@@ -13,6 +13,8 @@ than run as one concatenated text; call `generate` once per prompt.
 from __future__ import annotations
 
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -29,7 +31,7 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
     a list of ids, a list holding one list of ids, or a NumPy integer array).
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
-        are on)."""
+        are on; a dynamic-NTK model decodes over the dynamic cache, with a warning where static=True)."""
     require_loaded(model, "generate", "ids")
     if not is_whole_number(max_new_tokens, 0):
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
@@ -49,6 +51,10 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     logits = model(ids, cache=cache).logits[:, -1]  # (1, V)
     if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
         static = model.device.type == "cuda" or bool(fast_paths_of(model).for_device(model.device).graphs)
+    elif static and not static_decoding_applies(model):  # asked for by name: say why it is not taken
+        warnings.warn("generate(static=True): this model's dynamic-NTK RoPE recomputes its frequencies from the "
+                      "sequence's length, which a static step cannot; it decodes over the dynamic cache (the same "
+                      "tokens)", UserWarning, stacklevel=3)
     if static and static_decoding_applies(model) and max_new_tokens > 1:
         with one_decoder(model):  # the step's buffers are the model's: another thread waits for them
             step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once

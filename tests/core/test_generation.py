@@ -136,6 +136,20 @@ def test_a_short_call_after_a_long_one_gets_a_step_of_its_own_size() -> None:
     assert again is medium_step
 
 
+def test_static_true_on_a_dynamic_ntk_model_says_it_decodes_over_the_dynamic_cache() -> None:
+    """Found: `generate(model, ids, static=True)` on a dynamic-NTK model ran the dynamic cache, unsaid."""
+    import warnings
+
+    model = minidecoder.load(checkpoint("llama_rope_dynamic")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    with pytest.warns(UserWarning, match=r"static=True\): this model's dynamic-NTK RoPE .* dynamic cache"):
+        got, step = _tokens_and_step(model, prompt, static=True)
+    assert step is None and got == _tokens_and_step(model, prompt, static=False)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default (None) chose nothing it cannot do: no word
+        _tokens_and_step(model, prompt)
+
+
 def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where_off() -> None:
     from minidecoder.fast.options import fast_paths_overridden
 
