@@ -156,6 +156,12 @@ def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return min(int(runs.min()), shortest - 1)
 
 
+def never_cached(config) -> bool:
+    """Whether no batch of this model ever runs a shared prefix once: dynamic RoPE, whose frequencies depend on
+    the call's longest position, so a prefix run on its own would get other ones (`cacheable_prefix`)."""
+    return any(spec.rope_type == "dynamic" for spec in config.rope.values())
+
+
 def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor, shortest: int = MIN_PREFIX) -> int:
     """The prefix length the fast path may cache for this batch, or 0 where it must not run; `shortest`:
     the shortest template run worth caching (`shortest_template`).
@@ -166,7 +172,7 @@ def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor, shortest: in
     token; one such row must not switch the prefix off for its whole batch, so it costs the batch that one
     token and no more. Only that one token is forgiven: rows that share less (texts that merely start alike,
     no template) are judged on what every row shares."""
-    if any(spec.rope_type == "dynamic" for spec in config.rope.values()):
+    if never_cached(config):
         return 0
     if config.sliding_window is not None and "sliding_attention" in config.layer_types \
             and ids.shape[1] > config.sliding_window:

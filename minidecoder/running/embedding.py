@@ -24,6 +24,7 @@ import torch
 
 from minidecoder.errors import (ArgumentTypeError, ContextLengthError, InputError, MinidecoderError, NumericsError,
                                 TruncationWarning, is_whole_number)
+from minidecoder.fast import prefix_cache
 from minidecoder.fast.device import to_host_later
 from minidecoder.fast.forward import executor
 from minidecoder.fast.options import fast_paths_of
@@ -91,7 +92,11 @@ def embed_rows(model, texts, method: str | Method, batch_size: int | None, progr
         planned = [n + len(ids) + 1 for n, ids in zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
     order = sorted(range(len(texts)), key=lambda i: planned[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
-    prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False  # None: the CPU's rule
+    # None: the CPU's rule. A model whose prefix never runs once (dynamic RoPE) is planned as the plain loop plans
+    # it: counting a prefix that runs in every row as run once packs more rows a batch, and there a row's vector
+    # depends on its batch (the call's longest position sets the frequencies), so the switch would change it.
+    prefix_once = (model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False
+                   and not prefix_cache.never_cached(model.config))
     batches = plan_batches(order, planned, batch_size, memory.token_budget(model, free),
                            lambda n: length.per_row(n, prefix_once))
 

@@ -262,6 +262,18 @@ def test_prefix_cache_stays_off_where_it_would_be_wrong(name: str) -> None:
     assert cacheable(model, batch) == 0
 
 
+def test_token_budget_batches_of_dynamic_rope_are_the_plain_loops() -> None:
+    """Dynamic RoPE never runs a prefix once, and there a row's vector depends on its batch (the call's longest
+    position sets the frequencies): the token-budget batches must not count the prompt as run once, or
+    switching the prefix cache off would regroup the rows and change their vectors."""
+    model = tiny("llama_rope_dynamic")
+    texts = TEXTS[:6]  # Knowledge's long prompt: 6 rows fit the CPU budget only with the prefix counted once
+    fast = embed(model, texts, "knowledge", layer=-1)
+    with fast_paths_overridden(model, prefix_cache=False):
+        plain = embed(model, texts, "knowledge", layer=-1)
+    assert_close(fast, plain, atol=ATOL, rtol=RTOL)
+
+
 def test_prefix_cache_takes_right_padding_and_stays_off_for_single_rows_and_holes() -> None:
     model = tiny("llama")
     right = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3], padding_side="right")
