@@ -68,8 +68,9 @@ from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leav
                               sentence)
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
+from reproduce import run_tool  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
-from minidecoder.errors import MinidecoderError, OutputError  # noqa: E402
+from minidecoder.errors import OutputError  # noqa: E402
 from minidecoder.output_files import check_writable_folder, output_lock, write_whole  # noqa: E402
 from minidecoder.evaluation.sts import ALL_SEVEN, load_tasks  # noqa: E402
 from minidecoder.evaluation.sweep import method_at, sweep_sts  # noqa: E402
@@ -850,8 +851,4 @@ def run_sitting(args, parser, argv, code: str, out: Path, json_path: Path, grids
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except MinidecoderError as error:  # the user's input, named with its fix: no traceback (as the CLI prints it)
-        print(f"reproduce: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_tool(main, "reproduce")

@@ -67,6 +67,7 @@ from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
 from reproduce.claims import shown  # noqa: E402
 from reproduce.provenance import BLANK_LINES, provenance_lines  # noqa: E402
+from reproduce import run_tool  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
@@ -858,8 +859,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except MinidecoderError as error:  # the user's input, named with its fix: no traceback (as the CLI prints it)
-        print(f"reproduce_tasks: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_tool(main, "reproduce_tasks")
