@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = None
     previous = _catch_sigterm()
+    ctrl_c = signal.getsignal(signal.SIGINT)  # what an interrupted run puts back, however often it ignores Ctrl-C
     try:
         args = parser.parse_args(argv)
         python_format, warnings.formatwarning = warnings.formatwarning, _format_warning
@@ -98,9 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"minidecoder: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # printed once, here
-        with _ctrl_c_ignored():
-            print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}", file=sys.stderr)
-            _free_the_stopped_command(interrupt)
+        said = False
+        while True:  # a second Ctrl-C landing before it is ignored raises in here: the first one's line still
+            try:
+                with _ctrl_c_ignored(ctrl_c):
+                    if not said:
+                        print(f"minidecoder: {interrupted_line(interrupt, getattr(args, 'command', None))}",
+                              file=sys.stderr)
+                        said = True
+                    _free_the_stopped_command(interrupt)
+                break
+            except KeyboardInterrupt:
+                continue
         atexit.unregister(_ignore_ctrl_c)  # once, however many runs a process makes
         atexit.register(_ignore_ctrl_c)  # run before the finalizers registered earlier (torch's, at import)
         return TERMINATED_STATUS if _started_by_sigterm(interrupt) else INTERRUPTED_STATUS
@@ -130,18 +140,18 @@ PACKAGE = Path(__file__).resolve().parent.parent  # minidecoder/: where its own 
 
 
 @contextlib.contextmanager
-def _ctrl_c_ignored():
+def _ctrl_c_ignored(restore):
     """Ctrl-C ignored while the interrupted command's line is printed and its objects are freed, then the
-    handler restored (a caller running `main` in its own process keeps its Ctrl-C). Only the main thread
-    receives signals, so elsewhere this does nothing."""
+    handler `restore` put back (a caller running `main` in its own process keeps its Ctrl-C). Only the main
+    thread receives signals, so elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:  # None: a handler installed outside Python, which Python cannot put back
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGINT, restore if restore is not None else signal.SIG_DFL)
 
 
 def _free_the_stopped_command(interrupt: BaseException) -> None:

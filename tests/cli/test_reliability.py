@@ -360,6 +360,37 @@ def test_8_the_interrupt_line_is_printed_once(tiny_llama, tmp_path, capsys, monk
     assert code == 130 and err.count("interrupted") == 1, err
 
 
+def test_8_a_second_ctrl_c_landing_as_the_first_is_being_said_is_no_traceback(tiny_llama, tmp_path, capsys,
+                                                                            monkeypatch) -> None:
+    """Found (a fresh-clone CI run): a second Ctrl-C that landed after the first one's `except` began but before
+    Ctrl-C was ignored escaped `main` as a traceback. The second one now raises inside a retry: the first one's
+    line, once, and the caller's Ctrl-C handler put back."""
+    import signal
+
+    import minidecoder.cli as cli_module
+    import minidecoder.running.embedding as embedding
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    real_signal, landed = signal.signal, []
+
+    def second_ctrl_c_lands(number, handler):  # as the handler is about to ignore Ctrl-C, once
+        if number == signal.SIGINT and handler == signal.SIG_IGN and not landed:
+            landed.append(True)
+            raise KeyboardInterrupt
+        return real_signal(number, handler)
+    monkeypatch.setattr(embedding, "embed_rows", interrupted)
+    monkeypatch.setattr(cli_module.signal, "signal", second_ctrl_c_lands)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        code, err = cli(capsys, "embed", "--model", str(tiny_llama), "--method", "mean", "--input",
+                        str(lines(tmp_path / "in.txt", ["one"])), "--output", str(tmp_path / "v.npy"), "--no-progress")
+    except KeyboardInterrupt:  # pytest would take it for the user's own and stop the whole run
+        pytest.fail("the second Ctrl-C escaped main (a traceback on the command line)")
+    assert landed and code == 130 and err.count("interrupted") == 1, err
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 # ---- 9. API argument types ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, named", [
     (dict(texts=None), "texts must be a list of strings"),
