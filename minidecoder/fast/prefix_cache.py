@@ -156,10 +156,15 @@ def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return min(int(runs.min()), shortest - 1)
 
 
-def never_cached(config) -> bool:
-    """Whether no batch of this model ever runs a shared prefix once: dynamic RoPE, whose frequencies depend on
-    the call's longest position, so a prefix run on its own would get other ones (`cacheable_prefix`)."""
-    return any(spec.rope_type == "dynamic" for spec in config.rope.values())
+def may_cache(config, tokens: int) -> bool:
+    """Whether a batch of rows `tokens` long may run a shared prefix once, as far as the model decides (the
+    batch's own ids decide the rest, `cacheable_prefix`). Never under dynamic RoPE, whose frequencies depend
+    on the call's longest position, so a prefix run on its own would get other ones; nor past a sliding
+    window, where the rest pass's keys would need the prefix's window, not all of it."""
+    if any(spec.rope_type == "dynamic" for spec in config.rope.values()):
+        return False
+    return not (config.sliding_window is not None and "sliding_attention" in config.layer_types
+                and tokens > config.sliding_window)
 
 
 def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor, shortest: int = MIN_PREFIX) -> int:
@@ -172,10 +177,7 @@ def cacheable_prefix(config, ids: torch.Tensor, mask: torch.Tensor, shortest: in
     token; one such row must not switch the prefix off for its whole batch, so it costs the batch that one
     token and no more. Only that one token is forgiven: rows that share less (texts that merely start alike,
     no template) are judged on what every row shares."""
-    if never_cached(config):
-        return 0
-    if config.sliding_window is not None and "sliding_attention" in config.layer_types \
-            and ids.shape[1] > config.sliding_window:
+    if not may_cache(config, ids.shape[1]):
         return 0
     first, lengths = first_real_positions(mask), mask.sum(dim=1)  # (B,), (B,)
     if not bool((first + lengths == mask.shape[1]).all() or (first == 0).all()):

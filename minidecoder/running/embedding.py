@@ -92,13 +92,14 @@ def embed_rows(model, texts, method: str | Method, batch_size: int | None, progr
         planned = [n + len(ids) + 1 for n, ids in zip(lengths, model.tokenizer.encode_batch(contexts, add_special_tokens=False))]
     order = sorted(range(len(texts)), key=lambda i: planned[i])
     free = memory.available_bytes(model.device)  # read once, not per batch
-    # None: the CPU's rule. A model whose prefix never runs once (dynamic RoPE) is planned as the plain loop plans
-    # it: counting a prefix that runs in every row as run once packs more rows a batch, and there a row's vector
-    # depends on its batch (the call's longest position sets the frequencies), so the switch would change it.
-    prefix_once = (model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False
-                   and not prefix_cache.never_cached(model.config))
+    # None: the CPU's rule. A row whose prefix cannot run once (dynamic RoPE; a batch past a sliding window) is
+    # planned as the plain loop plans it: counting a prefix that runs in every row as run once packs more rows
+    # than the budget holds, and under dynamic RoPE a row's vector depends on its batch (the call's longest
+    # position sets the frequencies), so the switch would change it.
+    prefix_once = model.device.type == "cpu" and fast_paths_of(model).prefix_cache is not False
     batches = plan_batches(order, planned, batch_size, memory.token_budget(model, free),
-                           lambda n: length.per_row(n, prefix_once))
+                           lambda n: length.per_row(n, prefix_once and prefix_cache.may_cache(model.config,
+                                                                                             math.ceil(length(n)))))
 
     def refuse_nonfinite(row: int) -> None:
         raise NumericsError(

@@ -274,6 +274,24 @@ def test_token_budget_batches_of_dynamic_rope_are_the_plain_loops() -> None:
     assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("name, once", [("llama_rope_dynamic", False), ("mistral_window", False), ("llama", True)])
+def test_token_budget_batches_count_a_prompt_once_only_where_it_runs_once(name: str, once: bool, monkeypatch) -> None:
+    """Past a sliding window a prefix runs in every row, as under dynamic RoPE, but the CPU's planner counted it
+    once a batch there, and packed more rows than its token budget holds. Such rows are planned as with the
+    prefix cache off; elsewhere the prompt is counted once, and the batches are fuller."""
+    import minidecoder.running.embedding as embedding
+    from minidecoder.running import memory
+
+    planned, plan = [], embedding.plan_batches
+    monkeypatch.setattr(embedding, "plan_batches", lambda *args: planned.append(plan(*args)) or planned[-1])
+    monkeypatch.setattr(memory, "CPU_TOKENS", 160)  # a few rows a batch, where counting the prompt once shows
+    model = tiny(name)
+    embed(model, TEXTS, "knowledge", layer=-1)
+    with fast_paths_overridden(model, prefix_cache=False):
+        embed(model, TEXTS, "knowledge", layer=-1)
+    assert (planned[0] != planned[1]) == once, planned
+
+
 def test_prefix_cache_takes_right_padding_and_stays_off_for_single_rows_and_holes() -> None:
     model = tiny("llama")
     right = encode_prompts(model.tokenizer, 'This sentence : "{text}"', TEXTS[:3], padding_side="right")
