@@ -67,11 +67,11 @@ class SentenceEncoder:
         else:
             _refuse_another_placement(model, dtype, device)
         method.check(model)  # a bad layer fails here, not at the first encode
-        if prompts is not None and not isinstance(prompts, dict):  # dict("query: ") fails as "sequence element #0"
+        # checked before dict(): dict("query: ") fails as "dictionary update sequence element #0"
+        if prompts is not None and (not isinstance(prompts, dict)
+                                    or any(not isinstance(k, str) or not isinstance(v, str) for k, v in prompts.items())):
             raise ArgumentTypeError(f"prompts={prompts!r} must map names to texts", "e.g. prompts={'query': 'query: '}")
         prompts = dict(prompts or {})
-        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in prompts.items()):
-            raise ArgumentTypeError(f"prompts={prompts!r} must map names to texts", "e.g. prompts={'query': 'query: '}")
         if default_prompt_name is not None and default_prompt_name not in prompts:
             raise InputError(f"default_prompt_name={default_prompt_name!r} is not a key of prompts {list(prompts)}",
                              "add it to prompts, or leave default_prompt_name out")
