@@ -20,13 +20,13 @@ enters with its finished claims; a claim whose rows are not done reads "not yet 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
+from reproduce import read_json  # noqa: E402
 from reproduce.claims import (ALL_CLAIMS, BENCHMARKS, HOLDS, NO_VERDICT, NOT_PAPER, PAPERS, REVERSED,  # noqa: E402
                               SOURCE, UNDECIDED, Claim)
 from minidecoder.output_files import write_whole  # noqa: E402
@@ -43,11 +43,10 @@ def load_tables(results_dir: Path) -> tuple[list[dict], list[str]]:
     for path in sorted(results_dir.glob("*.json")):
         if not path.is_file():
             continue  # a folder named like a table
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SystemExit(f"{path} is not readable JSON ({err}); restore it with `git checkout -- {path}` or "
-                             "move it out of the results folder") from None
+        data, problem = read_json(path)
+        if problem:
+            raise SystemExit(f"{path} {problem}; restore it with `git checkout -- {path}` or move it out of the "
+                             "results folder")
         if not isinstance(data, dict) or "claims" not in data or "settings" not in data:
             continue  # not a results table
         try:

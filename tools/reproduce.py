@@ -68,7 +68,7 @@ from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leav
                               sentence)
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
 from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
-from reproduce import run_tool  # noqa: E402
+from reproduce import read_json, run_tool  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
 from minidecoder.errors import OutputError  # noqa: E402
 from minidecoder.output_files import check_writable_folder, output_lock, write_whole  # noqa: E402
@@ -600,12 +600,9 @@ def read_table(path: Path) -> tuple[dict | None, str | None]:
     of an earlier format is returned as it is (the callers say what to do with it)."""
     if not path.exists():
         return None, None
-    if not path.is_file():
-        return None, "is not a file"
-    try:
-        report = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return None, f"is not readable JSON ({error}), e.g. cut short by a full disk"
+    report, problem = read_json(path)
+    if problem:
+        return None, problem
     if not isinstance(report, dict):
         return None, "is not a results table (a JSON object)"
     missing = [key for key in TABLE_KEYS if key not in report]

@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # family_claims, when 
 sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reproduce.py
 
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
+from reproduce import read_json  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
 from reproduce.provenance import TABLE_9_RULE, provenance_lines  # noqa: E402
 from minidecoder.evaluation.family import instruction_for  # noqa: E402
@@ -144,7 +145,10 @@ def table_9(model: str) -> dict[str, int]:
     from minidecoder.sources.registry import is_known, model_dir
 
     config = (model_dir(model) if is_known(model) else Path(model)) / "config.json"
-    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    settings, problem = read_json(config)
+    if problem and config.exists():
+        raise SystemExit(f"{config} {problem}; fetch or convert the model again (minidecoder fetch {model})")
+    model_type = settings.get("model_type") if isinstance(settings, dict) else None
     if model_type not in TABLE_9_RULE:
         raise SystemExit(f"HTP Table 9 gives no exit layer for model_type {model_type!r} ({config}); the rule covers "
                          f"{', '.join(TABLE_9_RULE)}: fetch the model first, or run the rows with their layer set")
@@ -301,7 +305,7 @@ def load_rows(family: str, out: Path, claims: Path | None = None) -> dict[str, d
 
 def digests_in(claims: Path | None) -> dict[str, dict]:
     """{row key: its digest} kept in a claims file; {} where there is none."""
-    return read_json(claims, "the claims file").get("rows", {}) if claims is not None and claims.exists() else {}
+    return read_object(claims, "the claims file").get("rows", {}) if claims is not None and claims.exists() else {}
 
 
 def kept_row(key: str, out: Path, digests: dict[str, dict]) -> dict | None:
@@ -309,20 +313,17 @@ def kept_row(key: str, out: Path, digests: dict[str, dict]) -> dict | None:
     path = out / f"{key}.json"
     if path.exists():
         memory = out / f"{key}.memory.json"
-        return {**read_json(path, f"row {key}'s report"),
-                "memory": read_json(memory, f"row {key}'s memory") if memory.exists() else {}}
+        return {**read_object(path, f"row {key}'s report"),
+                "memory": read_object(memory, f"row {key}'s memory") if memory.exists() else {}}
     return digests.get(key)
 
 
-def read_json(path: Path, what: str) -> dict:
+def read_object(path: Path, what: str) -> dict:
     """The JSON object at `path`, or a SystemExit naming the file when it is not one (cut short by a full disk or
     a copy interrupted, hand-edited)."""
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError) as error:
-        problem = f"is not readable JSON ({error})"
-    else:
-        problem = None if isinstance(data, dict) else "is not a JSON object"
+    data, problem = read_json(path)
+    if not problem and not isinstance(data, dict):
+        problem = "is not a JSON object"
     if problem:
         raise SystemExit(f"{path} ({what}) {problem}; restore it (git checkout -- {path}), or move it away to "
                          "compute the row again")

@@ -67,7 +67,7 @@ from minidecoder.errors import MinidecoderError  # noqa: E402
 from family_claims import TP_WITH_MEAN, claims_report, cross_validation_lines, with_avg  # noqa: E402
 from reproduce.claims import shown  # noqa: E402
 from reproduce.provenance import BLANK_LINES, provenance_lines  # noqa: E402
-from reproduce import run_tool  # noqa: E402
+from reproduce import read_json, run_tool  # noqa: E402
 from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout  # noqa: E402
 from minidecoder.evaluation.family import run_limit  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp  # noqa: E402
@@ -105,11 +105,10 @@ def table_name(model: str) -> str:
 def read_table(path: Path, what: str = "table file") -> dict:
     """The JSON object at `path`, or a SystemExit naming the file when it is not one: cut short (a full disk, a
     copy interrupted), hand-edited, or another kind of file."""
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SystemExit(f"reproduce_tasks: {path} is not readable JSON ({error}); restore it (git checkout -- "
-                         f"{path}, or copy it again), or move it away") from None
+    data, problem = read_json(path)
+    if problem:
+        raise SystemExit(f"reproduce_tasks: {path} {problem}; restore it (git checkout -- {path}, or copy it "
+                         "again), or move it away")
     if not isinstance(data, dict) or not isinstance(data.get("settings", {}), dict) \
             or not isinstance(data.get("rows", {}), (dict, list)):
         raise SystemExit(f"reproduce_tasks: {path} is not a {what} (a JSON object with its settings and rows); "
@@ -338,10 +337,13 @@ def read_end_choice(path: Path, identity: str) -> dict:
     refused, never mixed into this choice."""
     fresh = {"identity": identity, "sst2_dev_accuracy": {}, "device": {},
              "blocks": {"computed": 0, "one_run_per_end": 0}}
-    if not path.is_file():
+    if not path.exists():
         return fresh
-    kept = json.loads(path.read_text())
-    if kept.get("identity") != identity:
+    kept, problem = read_json(path)
+    if problem:
+        raise SystemExit(f"reproduce_tasks: {path} (the SST2 dev accuracies of this row's end) {problem}; move it "
+                         "away to choose the end afresh")
+    if not isinstance(kept, dict) or kept.get("identity") != identity:
         raise SystemExit(f"{path} holds the SST2 dev accuracies of another model, TP configuration or SST2 data "
                          "(or of an older format); move it away to choose this row's end afresh")
     return kept

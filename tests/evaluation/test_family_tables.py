@@ -598,3 +598,17 @@ def test_an_input_error_of_reproduce_tasks_is_one_message_not_a_traceback(tmp_pa
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("reproduce_tasks: error: STS data folder") and "Traceback" not in result.stderr
+
+
+def test_a_kept_end_choice_cut_short_is_named(tmp_path: Path) -> None:
+    """The SST2 dev accuracies kept while TP's transfer end is chosen: a file cut short (a full disk, a kill while
+    copying it in) failed as a JSON traceback, and a JSON list as an AttributeError. Each is named with its way out."""
+    tool = load("reproduce_tasks")
+    kept = tmp_path / "end-choice.json"
+    assert tool.read_end_choice(kept, "this row")["sst2_dev_accuracy"] == {}  # none yet: a fresh record
+    kept.write_text('{"identity": "this row", "sst2_dev_acc')
+    with pytest.raises(SystemExit, match=f"{kept} .*is not readable JSON .*move it away"):
+        tool.read_end_choice(kept, "this row")
+    kept.write_text("[]")
+    with pytest.raises(SystemExit, match="holds the SST2 dev accuracies of another"):
+        tool.read_end_choice(kept, "this row")

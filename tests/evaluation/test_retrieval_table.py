@@ -247,6 +247,10 @@ def test_faithful_rows_take_htp_codes_templates_and_table_9s_layer(tiny_llama: P
     (gemma / "config.json").write_text(json.dumps({"model_type": "phi3"}))
     with pytest.raises(SystemExit, match="Table 9 gives no exit layer for model_type 'phi3'"):
         argv("htp", gemma)
+    (gemma / "config.json").write_text('{"model_type": "gem')  # cut short: named, not a JSON traceback
+    with pytest.raises(SystemExit, match="config.json is not readable JSON .*minidecoder fetch"):
+        argv("htp", gemma)
+    (gemma / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
 
     stamp = {"command": "minidecoder eval retrieval --model m --method mean --instruction auto"}  # the earlier row
     tool.refuse_another_row("mean-ours", stamp, argv("mean-ours", tiny_llama))  # its own key: kept
