@@ -8,8 +8,8 @@
 code written for sentence-transformers runs unchanged: `inputs` (or the older `sentences=`): a bare
 string gives one vector (E,), a list gives (N, E); numpy float32 by default, a torch tensor with
 `convert_to_tensor=True` (which wins over `convert_to_numpy`), a list of per-sentence tensors when both
-are False; `prompt` (or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`)
-is put before every text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim`
+are False (tensors on the model's device, on the CPU once quantized by `precision`, as there); `prompt`
+(or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`) is put before every text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim`
 keeps the first N dimensions, then `normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 /
 binary / ubinary quantizes with sentence-transformers' own `quantize_embeddings` (which needs it
 installed), in its order;
@@ -155,7 +155,8 @@ class SentenceEncoder:
         from minidecoder.running.embedding import embed
 
         if not texts:  # sentence-transformers' empty results: no (0, E) shape
-            return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
+            return torch.tensor([], device=self.model.device) if convert_to_tensor else \
+                np.array([]) if convert_to_numpy else []
         vectors = embed(self.model, texts, self.method, batch_size=batch_size, progress=show_progress_bar,
                         truncate=self.truncate, context=context)  # (N, E) float32 on the CPU
         if truncate_dim is not None:
@@ -163,7 +164,9 @@ class SentenceEncoder:
         if normalize_embeddings:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
         if precision != "float32":
-            vectors = torch.from_numpy(_quantized(vectors, precision))  # returned as float32 ones are
+            vectors = torch.from_numpy(_quantized(vectors, precision))  # on the CPU, as there
+        elif not convert_to_numpy or convert_to_tensor:
+            vectors = vectors.to(self.model.device)  # tensors stay on the model's device, as there
         if convert_to_tensor:
             return vectors[0] if single else vectors
         if convert_to_numpy:

@@ -258,3 +258,34 @@ def test_prompts_that_are_not_a_dict_are_named(encoder, prompts) -> None:
 
     with pytest.raises(ArgumentTypeError, match="must map names to texts"):
         minidecoder.SentenceEncoder(encoder.model, "mean", prompts=prompts)
+
+
+def test_tensors_come_back_on_the_models_device_as_in_sentence_transformers(encoder, monkeypatch):
+    """sentence-transformers returns `convert_to_tensor`'s tensor and the per-sentence tensors on the model's device
+    (numpy arrays and quantized vectors on the CPU); encode returned a GPU model's on the CPU. The model's device
+    is faked here (torch's `meta`, with the CPU's vectors) so that CI, which has no GPU, checks the placement."""
+    import minidecoder.running.embedding as embedding
+
+    class OnMeta:  # the model, reporting another device
+        device = torch.device("meta")
+
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+    model, vectors = encoder.model, encoder.encode(TEXTS[:2], convert_to_tensor=True)
+    monkeypatch.setattr(embedding, "embed", lambda *args, **kwargs: vectors.clone())
+    monkeypatch.setattr(encoder, "model", OnMeta())
+    assert encoder.encode(TEXTS[:2], convert_to_tensor=True).device.type == "meta"
+    assert encoder.encode(TEXTS[0], convert_to_tensor=True).device.type == "meta"
+    assert {row.device.type for row in encoder.encode(TEXTS[:2], convert_to_numpy=False)} == {"meta"}
+    assert encoder.encode([], convert_to_tensor=True).device.type == "meta"
+    assert isinstance(encoder.encode(TEXTS[:2]), np.ndarray)  # numpy: from the CPU, as there
+    pytest.importorskip("sentence_transformers")
+    assert encoder.encode(TEXTS[:2], precision="int8", convert_to_tensor=True).device.type == "cpu"  # as there
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none; run on a lent GPU)")
+def test_tensors_of_a_model_on_a_gpu_stay_there(tiny_llama: Path):
+    encoder = minidecoder.SentenceEncoder(str(tiny_llama), "mean", device="cuda")
+    assert encoder.encode(TEXTS[:2], convert_to_tensor=True).device.type == "cuda"
+    assert isinstance(encoder.encode(TEXTS[:2]), np.ndarray)
