@@ -22,12 +22,13 @@ def run(args: argparse.Namespace) -> int:
     from minidecoder.sources import registry
     from minidecoder.errors import InputError
 
-    if args.list and (args.names or args.all):  # it fetched nothing and ignored them, a typo included
-        given = " ".join([*args.names, *(["--all"] if args.all else [])])
-        raise InputError(f"--list only lists the known models; it takes no model names or --all (given: {given})",
+    if args.list and (args.names or args.all or args.quiet):  # it fetched nothing and ignored them, a typo included
+        given = " ".join([*args.names, *(["--all"] if args.all else []), *(["--quiet"] if args.quiet else [])])
+        raise InputError(f"--list only lists the known models and downloads nothing; it takes no model names, "
+                         f"--all or --quiet (no progress bar to hide; given: {given})",
                          "run `minidecoder fetch --list` alone to see the known models, or drop --list to fetch "
                          + ("the named ones, or every one with --all (not both)" if args.names and args.all else
-                            "every one" if args.all else "the named ones"))
+                            "every one" if args.all else "the named ones" if args.names else "the default model"))
     if args.list:
         _print_table(registry)
         return 0

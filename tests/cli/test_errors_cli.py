@@ -79,9 +79,11 @@ def test_embed_cli_out_of_range_layer(capsys, folder: Path, tmp_path: Path) -> N
 
 # ---- minidecoder fetch ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("extra, given", [(["nosuchmodel"], "given: nosuchmodel"), (["--all"], "given: --all"),
-                                          (["smollm2-135m-instruct", "--all"], "given: smollm2-135m-instruct --all")])
+                                          (["smollm2-135m-instruct", "--all"], "given: smollm2-135m-instruct --all"),
+                                          (["--quiet"], "given: --quiet")])
 def test_fetch_list_with_names_or_all_is_refused_naming_both(capsys, extra: list, given: str) -> None:
-    """`fetch --list NAME` printed the registry and ignored NAME (a typo too) and --all; nothing is fetched."""
+    """`fetch --list NAME` printed the registry and ignored NAME (a typo too) and --all; nothing is fetched.
+    `--list --quiet` too: listing downloads nothing, so there is no progress bar for --quiet to hide."""
     code, err = run_cli(capsys, "fetch", "--list", *extra)
     assert code == 2 and "--list only lists the known models" in err and given in err, err
     assert "drop --list" in err
