@@ -630,7 +630,13 @@ def read(args: argparse.Namespace) -> list:
                          "is a process of its own on one of them", f"pass --probe-workers {cpus} or fewer, or leave it "
                          "out for one per CPU")
 
-    return load_transfer_tasks(parse_names(args.tasks, TRANSFER_TASKS), args.data, args.limit, args.blank_lines)
+    names = parse_names(args.tasks, TRANSFER_TASKS)
+    if args.blank_lines == "skip" and not any(name in BINARY_FILES for name in names):  # their loaders read no blank
+        raise InputError(f"--blank-lines skip leaves out the blank lines of the files of {', '.join(BINARY_FILES)}, "
+                         f"and --tasks {args.tasks} names none of them: the flag would change nothing, and the report "
+                         "would say blank lines were skipped", "leave --blank-lines out, or add CR or MPQA (whose "
+                         "files hold blank lines) to --tasks")
+    return load_transfer_tasks(names, args.data, args.limit, args.blank_lines)
 
 
 def texts(loaded: list, args: argparse.Namespace) -> list[str]:

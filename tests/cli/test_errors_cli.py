@@ -89,6 +89,16 @@ def test_fetch_list_with_names_or_all_is_refused_naming_both(capsys, extra: list
     assert "drop --list" in err
 
 
+# ---- minidecoder eval transfer ----------------------------------------------------------------------------
+def test_transfer_blank_lines_skip_without_a_task_that_reads_blank_lines_is_refused(capsys, tmp_path: Path) -> None:
+    """Found: `eval transfer --tasks TREC --blank-lines skip` ran, skipped nothing (only MR, CR, SUBJ and MPQA's
+    loader reads blank lines) and stamped the report `blank_lines: skip`."""
+    code, err = run_cli(capsys, "eval", "transfer", "--method", "prompteol", "--tasks", "SST2,TREC",
+                        "--blank-lines", "skip", "--model", "no-such-model-folder", "--output", str(tmp_path / "r"))
+    assert code == 2 and "--blank-lines skip leaves out the blank lines" in err and "--tasks SST2,TREC" in err, err
+    assert "leave --blank-lines out" in err and "no-such-model-folder" not in err  # before the model loads
+
+
 # ---- minidecoder demo -------------------------------------------------------------------------------------
 def test_demo_with_an_unknown_method_is_refused_before_the_model_loads(capsys) -> None:
     """`demo --method nosuch` loaded the model and printed next tokens and a continuation before failing."""
