@@ -169,6 +169,14 @@ class ReBA(Method):
         check_choice(self.last_row, "ReBA last_row", ROWS)
         check_choice(self.weights, "ReBA weights", WEIGHTS)
         check_bool(self.first_half_split, "first_half_split")
+        if self.pooling == "mean" and self.last_row != "full":  # pooling=mean aggregates backward whatever last_row says
+            raise InputError(f"ReBA last_row={self.last_row!r} chooses the row of A that pooling=last reads, and "
+                             "pooling='mean' reads the first copy's rows, always backward: it would change nothing",
+                             "leave last_row out, or pass pooling=last")
+        if self.pooling == "last" and self.first_half_split:
+            raise InputError("ReBA first_half_split=true changes the rows pooling=mean averages, and pooling='last' "
+                             "reads the last token's row: it would change nothing",
+                             "leave first_half_split out, or pass pooling=mean")
 
     def check(self, model) -> None:
         resolve_output_layer(self.layer, model.num_layers)

@@ -122,6 +122,23 @@ def test_help_lists_every_method_and_option(capsys: pytest.CaptureFixture) -> No
             assert field.metadata["help"] in out
 
 
+@pytest.mark.parametrize("opts, message", [
+    (["last_row=backward"], "ReBA last_row='backward' chooses the row of A that pooling=last reads"),
+    (["pooling=last", "first_half_split=true"], "ReBA first_half_split=true changes the rows pooling=mean averages"),
+])
+def test_a_reba_option_its_pooling_never_reads_is_refused(tmp_path: Path, capsys, opts: list, message: str) -> None:
+    """Found: `--opt last_row=backward` under pooling=mean (which aggregates backward anyway) and
+    `--opt first_half_split=true` under pooling=last gave the same vectors as without them, and were stamped."""
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    argv = ["embed", "--model", str(tmp_path / "no-model-here"), "--method", "reba", "--input", str(source),
+            "--output", str(tmp_path / "out.npy")]
+    assert main([*argv, *(a for opt in opts for a in ("--opt", opt))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("minidecoder: error: ") and message in err and "would change nothing" in err, err
+    assert "no-model-here" not in err  # refused before the model loads
+
+
 def test_an_upper_case_suffix_is_refused_before_the_model_loads(tmp_path: Path, capsys) -> None:
     """The writers choose the format by the suffix in lower case; `OUT.NPY` passed the command's check and was
     refused by the job's only after the model loaded."""

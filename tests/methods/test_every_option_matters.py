@@ -196,6 +196,9 @@ CASES = [
     C("reba", "weights", "raw", "the unnormalized sum"),
     C("reba", "weights", "uniform", "no fused attention: the plain mean"),
     C("reba", "first_half_split", True, "rows 0..T//2-1 (BOS in, the copy's last token out): with pooling=mean"),
+    C("reba", "last_row", "backward", "pooling=mean always aggregates backward", expect="refused"),
+    C("reba", "first_half_split", True, "pooling=last reads the last token's row", base={"pooling": "last"},
+      expect="refused"),
 ]
 
 
