@@ -5,6 +5,7 @@ file, so a tensor's bytes are only read when that tensor is dequantized.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -26,26 +27,66 @@ SUPPORTED_QUANT_TYPES = (
 
 _ROW_BLOCK_ELEMENTS = 1 << 22  # values unpacked per step (16 MiB of float32)
 
+_DAMAGED_FIX = "the file is damaged or incomplete: download it again and compare its sha256 with the published one"
+
+
+class _CutShort(ValueError):
+    """A read that would run past the end of the file."""
+
+
+@functools.cache
+def _strict_reader_class() -> type:
+    """gguf-py's `GGUFReader`, refusing to read past the end of the file.
+
+    gguf-py slices its memory map, and a slice past the end is merely shorter: a string whose length
+    field says 2**60 comes back cut, and an array that claims 2**60 values is walked one empty value
+    at a time, for ever. Here such a read is an error, and an array's count is checked against the
+    bytes left before its first value is read."""
+    import gguf  # imported here so that `minidecoder` itself loads without gguf-py
+    from gguf import GGUFValueType
+
+    class StrictReader(gguf.GGUFReader):
+        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> np.ndarray:
+            end = int(offset) + np.dtype(dtype).itemsize * int(count)
+            if end > len(self.data):
+                raise _CutShort(f"the file ends at byte {len(self.data)}, but the {int(count)} value(s) at byte "
+                                f"{int(offset)} would end at byte {end}")
+            return super()._get(offset, dtype, count, override_order)
+
+        def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple:
+            if raw_type == GGUFValueType.ARRAY:
+                item_type = GGUFValueType(int(self._get(orig_offs, np.uint32)[0]))
+                count = int(self._get(orig_offs + 4, np.uint64)[0])
+                scalar = self.gguf_scalar_to_np.get(item_type)
+                smallest = np.dtype(scalar).itemsize if scalar is not None else 8  # a string: its 8-byte length
+                room = len(self.data) - (orig_offs + 12)
+                if count * smallest > room:
+                    raise _CutShort(f"the array at byte {orig_offs} claims {count} values, more than the "
+                                    f"{room} bytes left in the file can hold")
+            return super()._get_field_parts(orig_offs, raw_type)
+
+    return StrictReader
+
 
 class GGUFFile:
     """One GGUF file: `metadata` (key -> value), `architecture`, and `tensor_names` in file order."""
 
     def __init__(self, path: str | Path) -> None:
-        import gguf  # imported here so that `minidecoder` itself loads without gguf-py
-
         self.path = Path(path)
         if not self.path.is_file():
             raise CheckpointError(f"GGUF file not found: {self.path}", "pass the path of an existing .gguf file")
         try:
-            self._reader = gguf.GGUFReader(self.path)
+            self._reader = _strict_reader_class()(self.path)
+        except _CutShort as error:
+            raise CheckpointError(f"{self.path} is cut short or its header is damaged: {error}", _DAMAGED_FIX) from error
+        except KeyError as error:  # gguf-py's word for a metadata key written twice
+            raise CheckpointError(f"{self.path} is damaged: {error.args[0]}", _DAMAGED_FIX) from error
         except (ValueError, OSError, IndexError) as error:
             raise CheckpointError(
                 f"{self.path} is not a readable GGUF file ({error})",
                 "check that the download is complete (compare its sha256) and that it is a GGUF, not a safetensors or PyTorch file",
             ) from error
-        self.metadata: dict[str, Any] = {
-            key: field.contents() for key, field in self._reader.fields.items() if not key.startswith("GGUF.")
-        }
+        self.metadata: dict[str, Any] = self._read_metadata()
         self._tensors = {tensor.name: tensor for tensor in self._reader.tensors}
         self.architecture: str = self.metadata.get("general.architecture", "")
         if self.architecture not in SUPPORTED_ARCHITECTURES:
@@ -53,6 +94,19 @@ class GGUFFile:
                 f"{self.path.name}: GGUF architecture {self.architecture!r} is not supported",
                 f"convert a GGUF of one of {', '.join(SUPPORTED_ARCHITECTURES)} (Mistral GGUFs use 'llama')",
             )
+
+    def _read_metadata(self) -> dict[str, Any]:
+        """Every key but gguf-py's own `GGUF.*` ones, as plain values. gguf-py decodes strings only here."""
+        metadata: dict[str, Any] = {}
+        for key, field in self._reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            try:
+                metadata[key] = field.contents()
+            except UnicodeDecodeError as error:
+                raise CheckpointError(f"{self.path}: metadata key {key!r} holds text that is not UTF-8 ({error})",
+                                      _DAMAGED_FIX) from error
+        return metadata
 
     @property
     def tensor_names(self) -> list[str]:

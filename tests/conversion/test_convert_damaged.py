@@ -1,0 +1,127 @@
+"""Damaged and hostile GGUF files: each is a CheckpointError naming the file and the problem, never a
+bare traceback, a hang, a huge allocation or a silently wrong model.
+
+Each case patches the bytes of one tiny GGUF (tests/tiny_gguf.py), located with gguf-py's own reader.
+"""
+from __future__ import annotations
+
+import signal
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader
+
+from minidecoder.errors import CheckpointError
+from minidecoder.sources.convert import convert_gguf
+from tiny_gguf import write_tiny_gguf
+
+U8, STRING = 0, 8  # GGUFValueType codes
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, GGUFReader]:
+    """One sound llama GGUF: its bytes, and gguf-py's reading of it to find where things are."""
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path, "llama")
+    return path.read_bytes(), GGUFReader(path)
+
+
+def _value_at(reader: GGUFReader, key: str) -> int:
+    """Byte offset of metadata `key`'s value: after its 8-byte length, its name and its 4-byte type."""
+    return reader.fields[key].offset + 8 + len(key) + 4
+
+
+def _tensor_info_at(reader: GGUFReader, name: str, part: int) -> int:
+    """Byte offset of part `part` of a tensor's info: 0 name length, 1 name, 2 n_dims, 3 dims, 4 type, 5 offset."""
+    field = next(tensor.field for tensor in reader.tensors if tensor.name == name)
+    return field.offset + sum(int(p.nbytes) for p in field.parts[:part])
+
+
+def _patched(raw: bytes, offset: int, fmt: str, *values: int) -> bytes:
+    data = bytearray(raw)
+    struct.pack_into(fmt, data, offset, *values)
+    return bytes(data)
+
+
+class _Hung(Exception):
+    """Not an OSError (as TimeoutError is), so that no `except OSError` can take it for a file error."""
+
+
+@contextmanager
+def _fails_if_longer_than(seconds: int) -> Iterator[None]:
+    """A hang becomes a failure instead of stalling the suite."""
+    def stop(*_: object) -> None:
+        raise _Hung(f"still reading after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _convert(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "damaged.gguf"
+    path.write_bytes(data)
+    with _fails_if_longer_than(60):
+        convert_gguf(path, tmp_path / "out", progress=False)
+
+
+def _refused(tmp_path: Path, data: bytes, match: str) -> CheckpointError:
+    with pytest.raises(CheckpointError, match=match) as caught:
+        _convert(tmp_path, data)
+    assert "damaged.gguf" in str(caught.value) and "sha256" in str(caught.value)
+    assert not (tmp_path / "out").exists()
+    return caught.value
+
+
+# ---- the file's structure ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["header", "metadata", "tensor info", "tensor data", "last byte"])
+def test_a_file_cut_short_says_so(tmp_path: Path, tiny: tuple[bytes, GGUFReader], where: str) -> None:
+    raw, reader = tiny
+    first_info = min(tensor.field.offset for tensor in reader.tensors)
+    cut = {"header": 12, "metadata": _value_at(reader, "general.name") + 3, "tensor info": first_info + 10,
+           "tensor data": reader.data_offset + 100, "last byte": len(raw) - 1}[where]
+    _refused(tmp_path, raw[:cut], rf"cut short .*the file ends at byte {cut}\b")
+
+
+@pytest.mark.parametrize("what", ["key length", "string length", "string array", "byte array", "n_kv", "n_tensors"])
+def test_an_absurd_count_fails_at_once(tmp_path: Path, tiny: tuple[bytes, GGUFReader], what: str) -> None:
+    """2**60 of anything: refused before it is allocated or walked (a byte array of 2**60 values
+    used to be walked one empty value at a time, for ever)."""
+    raw, reader = tiny
+    tokens, types = _value_at(reader, "tokenizer.ggml.tokens"), _value_at(reader, "tokenizer.ggml.token_type")
+    data = {
+        "key length": _patched(raw, 24, "<Q", 2**60),
+        "string length": _patched(raw, _value_at(reader, "general.name"), "<Q", 2**60),
+        "string array": _patched(raw, tokens, "<IQ", STRING, 2**60),
+        "byte array": _patched(raw, types, "<IQ", U8, 2**60),
+        "n_kv": _patched(raw, 16, "<Q", 2**60),
+        "n_tensors": _patched(raw, 8, "<Q", 2**60),
+    }[what]
+    _refused(tmp_path, data, r"cut short or its header is damaged: the (file ends at byte|array at byte \d+ claims "
+                             r"1152921504606846976 values)")
+
+
+def test_a_metadata_key_written_twice_is_refused(tmp_path: Path, tiny: tuple[bytes, GGUFReader]) -> None:
+    raw, reader = tiny
+    keys = list(reader.fields)
+    start, end = reader.fields["general.name"].offset, reader.fields[keys[keys.index("general.name") + 1]].offset
+    n_kv = struct.unpack_from("<Q", raw, 16)[0]
+    twice = _patched(raw[:end] + raw[start:end] + raw[end:], 16, "<Q", n_kv + 1)
+    _refused(tmp_path, twice, "damaged: Duplicate general.name")
+
+
+@pytest.mark.parametrize("key", ["general.name", "tokenizer.ggml.tokens"])
+def test_metadata_text_that_is_not_utf8_is_refused(tmp_path: Path, tiny: tuple[bytes, GGUFReader], key: str) -> None:
+    raw, reader = tiny
+    first_text = _value_at(reader, key) + (8 if key == "general.name" else 12 + 8)  # past the lengths (and array header)
+    data = bytearray(raw)
+    data[first_text] = 0xFF
+    _refused(tmp_path, bytes(data), f"metadata key '{key}' holds text that is not UTF-8")
