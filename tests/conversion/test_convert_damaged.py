@@ -125,3 +125,25 @@ def test_metadata_text_that_is_not_utf8_is_refused(tmp_path: Path, tiny: tuple[b
     data = bytearray(raw)
     data[first_text] = 0xFF
     _refused(tmp_path, bytes(data), f"metadata key '{key}' holds text that is not UTF-8")
+
+
+# ---- tensor layout -----------------------------------------------------------------------------
+
+def test_tensors_sharing_bytes_are_refused(tmp_path: Path, tiny: tuple[bytes, GGUFReader]) -> None:
+    raw, reader = tiny
+    data = _patched(raw, _tensor_info_at(reader, "output_norm.weight", 5), "<Q", 0)  # onto token_embd's bytes
+    _refused(tmp_path, data, "tensor 'output_norm.weight' starts at offset 0, inside tensor 'token_embd.weight'")
+
+
+def test_a_tensor_at_a_misaligned_offset_is_refused(tmp_path: Path, tiny: tuple[bytes, GGUFReader]) -> None:
+    raw, reader = tiny
+    at = _tensor_info_at(reader, "output_norm.weight", 5)
+    offset = struct.unpack_from("<Q", raw, at)[0] + 4  # still inside the file, on float32 boundaries
+    _refused(tmp_path, _patched(raw, at, "<Q", offset),
+             f"tensor 'output_norm.weight' starts at offset {offset}, not a multiple of the file's alignment 32")
+
+
+def test_a_tensor_with_a_zero_dimension_is_refused(tmp_path: Path, tiny: tuple[bytes, GGUFReader]) -> None:
+    raw, reader = tiny
+    data = _patched(raw, _tensor_info_at(reader, "output_norm.weight", 3), "<Q", 0)
+    _refused(tmp_path, data, r"tensor 'output_norm.weight' has shape \(0,\), with no values")

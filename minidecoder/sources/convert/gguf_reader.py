@@ -86,6 +86,7 @@ class GGUFFile:
                 f"{self.path} is not a readable GGUF file ({error})",
                 "check that the download is complete (compare its sha256) and that it is a GGUF, not a safetensors or PyTorch file",
             ) from error
+        self._check_tensor_layout()
         self.metadata: dict[str, Any] = self._read_metadata()
         self._tensors = {tensor.name: tensor for tensor in self._reader.tensors}
         self.architecture: str = self.metadata.get("general.architecture", "")
@@ -94,6 +95,26 @@ class GGUFFile:
                 f"{self.path.name}: GGUF architecture {self.architecture!r} is not supported",
                 f"convert a GGUF of one of {', '.join(SUPPORTED_ARCHITECTURES)} (Mistral GGUFs use 'llama')",
             )
+
+    def _check_tensor_layout(self) -> None:
+        """Every tensor non-empty, at an aligned offset, its bytes shared with no other tensor.
+
+        gguf-py takes each offset on trust; llama.cpp refuses a file whose tensors are not laid end to
+        end at aligned offsets. A damaged offset would otherwise convert into silently wrong weights."""
+        reader = self._reader
+        end, previous = 0, None
+        for tensor in sorted(reader.tensors, key=lambda tensor: tensor.data_offset):
+            offset = tensor.data_offset - reader.data_offset  # as the file states it, from the data section
+            problem = None
+            if tensor.n_elements == 0:
+                problem = f"has shape {tuple(int(n) for n in reversed(tensor.shape))}, with no values"
+            elif offset % reader.alignment:
+                problem = f"starts at offset {offset}, not a multiple of the file's alignment {reader.alignment}"
+            elif offset < end:
+                problem = f"starts at offset {offset}, inside tensor {previous!r} (which ends at {end})"
+            if problem:
+                raise CheckpointError(f"{self.path} is damaged: tensor {tensor.name!r} {problem}", _DAMAGED_FIX)
+            end, previous = offset + tensor.n_bytes, tensor.name
 
     def _read_metadata(self) -> dict[str, Any]:
         """Every key but gguf-py's own `GGUF.*` ones, as plain values. gguf-py decodes strings only here."""
