@@ -5,6 +5,7 @@ Each case patches the bytes of one tiny GGUF (tests/tiny_gguf.py), located with 
 """
 from __future__ import annotations
 
+import json
 import signal
 import struct
 from collections.abc import Iterator
@@ -147,3 +148,56 @@ def test_a_tensor_with_a_zero_dimension_is_refused(tmp_path: Path, tiny: tuple[b
     raw, reader = tiny
     data = _patched(raw, _tensor_info_at(reader, "output_norm.weight", 3), "<Q", 0)
     _refused(tmp_path, data, r"tensor 'output_norm.weight' has shape \(0,\), with no values")
+
+
+# ---- the vocabulary ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sentencepiece, key, cut, problem", [
+    (True, "tokenizer.ggml.scores", -5, "tokenizer.ggml.scores holds 285 entries for 290 tokens"),
+    (True, "tokenizer.ggml.token_type", 3, "tokenizer.ggml.token_type holds 3 entries for 290 tokens"),
+    (False, "tokenizer.ggml.token_type", -2, "tokenizer.ggml.token_type holds 269 entries for 271 tokens"),
+])
+def test_token_types_or_scores_that_disagree_with_the_tokens_are_refused(
+    tmp_path: Path, sentencepiece: bool, key: str, cut: int, problem: str
+) -> None:
+    """Read with zip, a short list used to drop the last tokens' types or scores in silence."""
+    from tiny_gguf import byte_level_vocab, sentencepiece_vocab
+
+    values = dict(zip(("tokenizer.ggml.token_type", "tokenizer.ggml.scores"), sentencepiece_vocab()[1:])) if sentencepiece \
+        else {"tokenizer.ggml.token_type": byte_level_vocab()[1]}
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", sentencepiece=sentencepiece, extra_metadata={key: values[key][:cut]})
+    with pytest.raises(CheckpointError, match=rf"damaged.gguf: the GGUF's {problem}"):
+        convert_gguf(path, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("merge, problem", [
+    ("abc", r"merge 12 \(tokenizer.ggml.merges\) is 'abc', not two pieces and a space"),
+    ("zz yy", r"merges \(tokenizer.ggml.merges\) do not fit its vocabulary: .*Token `zz` out of vocabulary"),
+])
+def test_merges_that_do_not_fit_are_refused(tmp_path: Path, merge: str, problem: str) -> None:
+    from tiny_gguf import byte_level_vocab
+
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", extra_metadata={"tokenizer.ggml.merges": byte_level_vocab()[2] + [merge]})
+    with pytest.raises(CheckpointError, match=rf"damaged.gguf: .*{problem}"):
+        convert_gguf(path, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("tokens, found", [(None, "missing"), ([], r"list \[\]"), ("hello", "str hello"), ([1, 2], r"list \[1, 2\]")])
+def test_a_vocabulary_that_is_not_a_list_of_tokens_is_refused(tokens: object, found: str) -> None:
+    from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer
+
+    metadata = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm"}
+    if tokens is not None:
+        metadata["tokenizer.ggml.tokens"] = tokens
+    with pytest.raises(CheckpointError, match=rf"vocabulary \(tokenizer.ggml.tokens\) is {found}, not a non-empty list"):
+        build_tokenizer(metadata, "llama")
+
+
+def test_an_unknown_token_id_past_the_vocabulary_is_ignored_like_the_other_special_ids(tmp_path: Path) -> None:
+    """As bos/eos/padding ids out of range are (llama.cpp warns and goes on); it used to be an IndexError."""
+    path = tmp_path / "m.gguf"
+    write_tiny_gguf(path, "llama", sentencepiece=True, extra_metadata={"tokenizer.ggml.unknown_token_id": 10**6})
+    out = convert_gguf(path, tmp_path / "out", progress=False)
+    assert json.loads((out / "tokenizer_config.json").read_text())["unk_token"] is None

@@ -103,7 +103,10 @@ def convert_gguf(
         values = undo_llama_cpp(architecture, gguf_name, gguf.dequantize(gguf_name), num_heads, num_kv_heads)
         return numpy_to_torch(values, torch_dtype)
 
-    tokenizer, tokenizer_config = build_tokenizer(gguf.metadata, architecture)
+    try:
+        tokenizer, tokenizer_config = build_tokenizer(gguf.metadata, architecture)
+    except CheckpointError as error:  # build_tokenizer sees the metadata only: name the file here
+        raise CheckpointError(f"{gguf_path.name}: {error.problem}", error.fix) from None
     # The GGUF's context_length, where minidecoder.load and transformers' tokenizers look for it.
     tokenizer_config["model_max_length"] = config["max_position_embeddings"]
     if tokenizer.get_vocab_size(with_added_tokens=True) > config["vocab_size"]:

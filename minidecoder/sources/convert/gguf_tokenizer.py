@@ -24,6 +24,8 @@ from tokenizers.models import BPE
 
 from minidecoder.errors import CheckpointError
 
+_DAMAGED_FIX = "the file is damaged or was written by a faulty converter: download it again or re-export it"
+
 # llama.cpp token types (`llama_token_type`): 3 = control (special), 4 = user-defined (added, not special).
 _CONTROL, _USER_DEFINED = 3, 4
 
@@ -84,16 +86,31 @@ def _byte_level_tokenizer(metadata: dict[str, Any]) -> tuple[Tokenizer, list[str
         token if set(token) <= alphabet else "".join(spelling[byte] for byte in token.encode("utf-8"))
         for token in metadata["tokenizer.ggml.tokens"]
     ]
-    merges = [tuple(merge.split(" ")) for merge in metadata.get("tokenizer.ggml.merges", [])]
+    merges = _merges(metadata)
     vocab = {token: index for index, token in enumerate(tokens)}
-    tokenizer = Tokenizer(
-        BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
-    )
+    try:
+        tokenizer = Tokenizer(
+            BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+        )
+    except Exception as error:  # tokenizers reports a merge of tokens outside the vocabulary as a plain Exception
+        raise CheckpointError(f"the GGUF's merges (tokenizer.ggml.merges) do not fit its vocabulary: {error}", _DAMAGED_FIX) from None
     pre_tokenizer, normalizer = _byte_level_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer, tokens
+
+
+def _merges(metadata: dict[str, Any]) -> list[tuple[str, str]]:
+    """tokenizer.ggml.merges as (left, right) pairs: each stored as the two pieces and one space between."""
+    stored = metadata.get("tokenizer.ggml.merges", [])
+    if not isinstance(stored, list):
+        raise CheckpointError(f"GGUF metadata 'tokenizer.ggml.merges' is a {type(stored).__name__}, not a list", _DAMAGED_FIX)
+    for index, merge in enumerate(stored):
+        if not isinstance(merge, str) or len(merge.split(" ")) != 2:
+            raise CheckpointError(f"GGUF merge {index} (tokenizer.ggml.merges) is {merge!r}, not two pieces and a space",
+                                  _DAMAGED_FIX)
+    return [tuple(merge.split(" ")) for merge in stored]
 
 
 def sentencepiece_merges(vocab: dict[str, int], priority: dict[str, float]) -> list[tuple[str, str]]:
@@ -120,14 +137,15 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
         tokens = ["\u2581" * len(token) if " " in token and not token.strip() else token for token in tokens]
         priority = {token: -index for index, token in enumerate(tokens)}
     else:
-        priority = dict(zip(tokens, metadata["tokenizer.ggml.scores"]))
+        if "tokenizer.ggml.scores" not in metadata:
+            raise CheckpointError("the GGUF's SentencePiece vocabulary has no scores (tokenizer.ggml.scores)", _DAMAGED_FIX)
+        priority = dict(zip(tokens, metadata["tokenizer.ggml.scores"]))  # as long as tokens: _check_vocabulary
     vocab = {token: index for index, token in enumerate(tokens)}
-    unk_id = metadata.get("tokenizer.ggml.unknown_token_id")
     tokenizer = Tokenizer(
         BPE(
             vocab=vocab,
             merges=sentencepiece_merges(vocab, priority),
-            unk_token=tokens[unk_id] if unk_id is not None else None,
+            unk_token=_special_token(metadata, tokens, "unknown"),
             fuse_unk=True,
             byte_fallback=True,
             dropout=None,
@@ -156,8 +174,27 @@ def _special_token(metadata: dict[str, Any], tokens: list[str], name: str) -> st
     return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
 
 
+def _check_vocabulary(metadata: dict[str, Any]) -> None:
+    """The tokens are a non-empty list of strings, and their types and scores one per token.
+
+    Both are read with `zip`, which stops at the shorter list: a damaged file would otherwise lose
+    the types or scores of its last tokens in silence (control tokens no longer special, say)."""
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(token, str) for token in tokens):
+        found = "missing" if tokens is None else f"{type(tokens).__name__} {str(tokens)[:60]}"
+        raise CheckpointError(f"the GGUF's vocabulary (tokenizer.ggml.tokens) is {found}, not a non-empty list of "
+                              "token strings", _DAMAGED_FIX)
+    for key in ("tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+        values = metadata.get(key, tokens)  # absent: nothing to disagree with
+        if not isinstance(values, list) or len(values) != len(tokens):
+            found = f"{len(values)} entries" if isinstance(values, list) else f"a {type(values).__name__}"
+            raise CheckpointError(f"the GGUF's {key} holds {found} for {len(tokens)} tokens (tokenizer.ggml.tokens)",
+                                  _DAMAGED_FIX)
+
+
 def build_tokenizer(metadata: dict[str, Any], architecture: str) -> tuple[Tokenizer, dict[str, Any]]:
     """(tokenizer for tokenizer.json, dict for tokenizer_config.json) from GGUF metadata."""
+    _check_vocabulary(metadata)
     kind = metadata.get("tokenizer.ggml.model")
     if kind == "gpt2":
         tokenizer, tokens = _byte_level_tokenizer(metadata)
