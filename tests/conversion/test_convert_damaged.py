@@ -201,3 +201,24 @@ def test_an_unknown_token_id_past_the_vocabulary_is_ignored_like_the_other_speci
     write_tiny_gguf(path, "llama", sentencepiece=True, extra_metadata={"tokenizer.ggml.unknown_token_id": 10**6})
     out = convert_gguf(path, tmp_path / "out", progress=False)
     assert json.loads((out / "tokenizer_config.json").read_text())["unk_token"] is None
+
+
+# ---- the model's numbers -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch, metadata, problem", [
+    ("llama", {"llama.attention.head_count": 0}, "'llama.attention.head_count' = 0 is not a whole number of at least 1"),
+    ("llama", {"llama.embedding_length": "256"}, "'llama.embedding_length' = '256' is not a whole number"),
+    ("llama", {"llama.feed_forward_length": [512, 512]}, r"'llama.feed_forward_length' = \[512, 512\] is not a whole"),
+    ("llama", {"llama.attention.layer_norm_rms_epsilon": "x"}, "'llama.attention.layer_norm_rms_epsilon' = 'x' is not a number"),
+    ("llama", {"split.count": "2"}, "'split.count' = '2' is not a whole number"),
+    ("llama", {"llama.block_count": 2**31}, "llama.block_count = 2147483648, but the file holds only 20 tensors"),
+    ("gemma3", {"gemma3.attention.sliding_window_pattern": 0}, "sliding_window_pattern = 0 is neither one flag per layer"),
+])
+def test_metadata_numbers_that_cannot_be_are_refused(tmp_path: Path, arch: str, metadata: dict, problem: str) -> None:
+    """They used to end in a ZeroDivisionError, TypeError, ValueError, or a list of 2**31 layer names
+    (MemoryError), or, for the per-layer feed-forward list, a config.json holding that list."""
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, arch, extra_metadata=metadata)
+    with pytest.raises(CheckpointError, match=problem):
+        convert_gguf(path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

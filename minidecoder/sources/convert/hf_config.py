@@ -11,12 +11,13 @@ it: a GGUF that asks for something this code does not implement never converts s
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
 from minidecoder.sources.convert.gguf_reader import GGUFFile
-from minidecoder.errors import CheckpointError
+from minidecoder.errors import CheckpointError, is_whole_number
 
 # Keys that describe the model but change nothing a dense forward pass computes, or that are
 # checked against the tensors instead of being trusted.
@@ -29,6 +30,19 @@ _KEYS_READ = {
     "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
     "expert_count", "expert_used_count",
 }
+
+# Keys that count or size something: a whole number of at least 1, or a damaged file (a head count
+# of 0 divides by zero; a block count of 2**60 would be a list of 2**60 layer names).
+_COUNT_KEYS = {
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
+    "attention.sliding_window",
+}
+_REAL_KEYS = {
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor",
+    "attn_logit_softcapping", "final_logit_softcapping",
+}
+_DAMAGED_FIX = "the GGUF is damaged or was written by a faulty converter; download it again or re-export it"
 
 _EXTRA_KEYS = {
     "llama": set(),
@@ -75,7 +89,7 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
     def key(name: str, default: Any = ...) -> Any:
         full = f"{arch}.{name}"
         if full in metadata:
-            return metadata[full]
+            return _checked(gguf, full, name)
         if default is ...:
             raise CheckpointError(
                 f"{gguf.path.name}: metadata key {full!r} is missing",
@@ -88,6 +102,9 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
             f"{gguf.path.name}: {arch}.expert_count = {key('expert_count')}: mixture-of-experts models are not supported",
             "convert a dense model",
         )
+    if not is_whole_number(metadata.get("split.count", 1), 1):
+        raise CheckpointError(f"{gguf.path.name}: metadata key 'split.count' = {metadata['split.count']!r} is not a "
+                              "whole number of at least 1", _DAMAGED_FIX)
     if metadata.get("split.count", 1) > 1:
         raise CheckpointError(
             f"{gguf.path.name} is one part of a split GGUF ({metadata['split.count']} files)",
@@ -97,6 +114,9 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
     hidden_size = key("embedding_length")
     num_heads = key("attention.head_count")
     num_layers = key("block_count")
+    if num_layers > len(gguf.tensor_names):  # every layer has several tensors
+        raise CheckpointError(f"{gguf.path.name}: {arch}.block_count = {num_layers}, but the file holds only "
+                              f"{len(gguf.tensor_names)} tensors", _DAMAGED_FIX)
     head_dim = key("attention.key_length", hidden_size // num_heads)
     value_dim = key("attention.value_length", head_dim)
     rotary_dim = key("rope.dimension_count", head_dim)
@@ -160,6 +180,18 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
     return config
 
 
+def _checked(gguf: GGUFFile, full: str, name: str) -> Any:
+    """Metadata key `full` (`name` without the architecture), refused when it is not the kind of number it names."""
+    value = gguf.metadata[full]
+    if name in _COUNT_KEYS and not is_whole_number(value, 1):
+        kind = "whole number of at least 1"
+    elif name in _REAL_KEYS and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        kind = "number"
+    else:
+        return value
+    raise CheckpointError(f"{gguf.path.name}: metadata key {full!r} = {value!r} is not a {kind}", _DAMAGED_FIX)
+
+
 def _check_keys(gguf: GGUFFile) -> None:
     arch = gguf.architecture
     understood = _IGNORED_KEYS | _KEYS_READ | _EXTRA_KEYS[arch]
@@ -203,5 +235,8 @@ def _gemma_layer_types(arch: str, num_layers: int, pattern: Any) -> list[str]:
                 f"sliding_window_pattern has {len(pattern)} entries for {num_layers} layers", "re-export the GGUF"
             )
         return ["sliding_attention" if sliding else "full_attention" for sliding in pattern]
+    if pattern is not None and not is_whole_number(pattern, 1):  # a period of 0 would divide by zero
+        raise CheckpointError(f"sliding_window_pattern = {pattern!r} is neither one flag per layer nor a whole number "
+                              "of at least 1", _DAMAGED_FIX)
     period = int(pattern) if pattern is not None else _SLIDING_WINDOW_PERIOD[arch]
     return ["full_attention" if (layer + 1) % period == 0 else "sliding_attention" for layer in range(num_layers)]
