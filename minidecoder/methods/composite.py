@@ -107,7 +107,7 @@ class CPWithTP(CP):
             check_int(getattr(self, name), name)
         check_seed(self.seed)
         check_bool(self.tp_aux, "CP tp_aux")
-        check_placeholder_init(self.pst_init)
+        check_placeholder_init(self.pst_init, self.seed)
 
     def check(self, model) -> None:
         super().check(model)

@@ -138,7 +138,7 @@ class HTP(Method):
             raise InputError("local_only and global_only are both set: no placeholder would remain",
                              "set at most one of them")
         check_choice(self.last_block_source, "last_block_source", SOURCES)
-        check_placeholder_init(self.pst_init)
+        check_placeholder_init(self.pst_init, self.seed)
         check_choice(self.padding_side, "padding_side", ("left", "right"))
         check_template(self.template)
         if self.template.count("{text}") != 1:

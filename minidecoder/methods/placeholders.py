@@ -78,7 +78,12 @@ def refuse_placeholders_in(contexts: list[str] | None, *names: str) -> None:
                                  "remove it from the context; the method places its placeholders itself")
 
 
-def check_placeholder_init(init: object) -> str:
+def check_placeholder_init(init: object, seed: int = 0) -> str:
+    """A known `pst_init`; a `seed` other than the default only with an init that draws its row (else the seed
+    would be stamped on the output as if it acted, and change nothing)."""
     if not isinstance(init, str) or not (init in PLACEHOLDER_INITS[:-1] or init.startswith("token:")):
         raise InputError(f"unknown pst_init {init!r}", f"use one of {', '.join(PLACEHOLDER_INITS)}")
+    if seed != 0 and init not in ("uniform", "gaussian"):
+        raise InputError(f"seed={seed} seeds the row pst_init=gaussian or uniform draws, and pst_init={init!r} draws "
+                         "none: it would change nothing", "leave seed out, or pass pst_init=gaussian")
     return init

@@ -149,7 +149,7 @@ class TP(Method):
         check_int(self.resume_at, "resume_at", allow_none=True, example="20")
         check_bool(self.mask_pst_first_layer, "mask_pst_first_layer")
         check_bool(self.senteval_text, "senteval_text")
-        check_placeholder_init(self.pst_init)
+        check_placeholder_init(self.pst_init, self.seed)
         if self.pooling not in ("last", "mean"):
             raise InputError(f"pooling={self.pooling!r} is not 'last' or 'mean'", "pass pooling=last or pooling=mean")
         if self.prompt != "metaeol":
