@@ -91,7 +91,7 @@ class CP(Method):
     layer: int | None = option(None, "output layer (hidden_states index); None = the prompt's reference layer "
                                "(-1 PromptEOL/MetaEOL, -2 Pretended CoT/Knowledge/ck); Llama-2-7B PromptEOL used 27")
     steer_layer: int = option(4, "0-based block l whose site is steered; the auxiliary pass runs blocks 0..l only")
-    alpha: float = option(0.5, "NS coefficient (ns: alpha*(a-b); nr_scaled: alpha*NR); unused by nr/nr_head")
+    alpha: float = option(0.5, "NS coefficient (ns: alpha*(a-b); nr_scaled: alpha*NR); nr and nr_head take none")
     mode: str = option("ns", "ns = alpha*(a-b) (paper and reference default); nr = (a-b)*||a||/||a-b|| over the "
                        "concatenated vector; nr_head = NR per head (site=head); nr_scaled = alpha*NR (reference only)")
     site: str = option("head", "head = z, every head's output before o_proj (default), ffn = the block's MLP output, "
@@ -156,6 +156,9 @@ class CP(Method):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha):
             raise InputError(f"CP alpha {self.alpha!r} is not a finite number", "pass e.g. alpha=0.5")
         check_choice(self.mode, "CP mode", MODES)
+        if self.mode in ("nr", "nr_head") and self.alpha != CP.alpha:  # NR rescales by norms alone
+            raise InputError(f"CP alpha={self.alpha} scales modes ns and nr_scaled, and mode={self.mode!r} takes no "
+                             "coefficient: it would change nothing", "leave alpha out, or pass mode=ns or nr_scaled")
         check_choice(self.site, "CP site", SITE_NAMES)
         check_bool(self.senteval_text, "CP senteval_text")
         check_int(self.layer, "layer", allow_none=True, example="-1")

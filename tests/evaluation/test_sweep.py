@@ -75,7 +75,7 @@ CASES = [
     ("tp", {"start": 1}, {"layer": [2, 3, 4], "end": [1, 2, 3]}),
     ("tp", {"resume_at": 3}, {"layer": [4], "end": [2, 3], "mask_pst_first_layer": [False, True]}),
     ("cp", {}, {"layer": [3, 4], "steer_layer": [0, 2], "alpha": [0.5, 2.0]}),
-    ("cp", {"prompt": "ck", "mode": "nr_head"}, {"layer": [4], "steer_layer": [2], "alpha": [1.0, 3.0]}),  # alpha unused by nr_head
+    ("cp", {"prompt": "ck", "mode": "nr_head"}, {"layer": [3, 4], "steer_layer": [2], "alpha": [0.5, 3.0]}),  # nr_head takes no alpha: 3.0 skipped
     ("cp", {"tp": True, "start": 0, "end": 2}, {"layer": [3, 4], "steer_layer": [1, 2], "alpha": [0.5, 1.0]}),
     ("htp", {"start": 1}, {"layer": [3, 4], "end": [1, 2, 3]}),
     ("reba", {}, {"layer": [2, 4], "weights": ["pooled", "raw"]}),  # one forward folds for every point

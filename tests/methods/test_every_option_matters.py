@@ -125,6 +125,7 @@ CASES = [
     C("tp", "num_pst", 2, "two <PST> before the quote"),
     C("tp", "pst_init", "zeros", "block 0 reads the <PST> input row (start >= 1)"),
     C("tp", "seed", 1, "another N(0, I) row: only with a random pst_init (gaussian is the default)"),
+    C("tp", "seed", 1, "pst_init=zeros draws no row", base={"pst_init": "zeros"}, expect="refused"),
     C("tp", "mask_pst_first_layer", True, "no token attends to <PST> in block 0"),
     C("tp", "resume_at", 3, "copies before block 3 too: needs end <= resume_at < the output layer",
       base={"end": 2, "layer": -1}),
@@ -142,6 +143,8 @@ CASES = [
     C("cp", "steer_layer", 2, "steer block 2 instead of block 1"),
     C("cp", "alpha", 2.0, "only where alpha is read: mode ns (the default) and nr_scaled"),
     C("cp", "alpha", 2.0, "nr_scaled = alpha * NR", base={"mode": "nr_scaled"}),
+    C("cp", "alpha", 2.0, "nr rescales by norms alone: no coefficient", base={"mode": "nr"}, expect="refused"),
+    C("cp", "alpha", 2.0, "nr_head, per head: no coefficient", base={"mode": "nr_head"}, expect="refused"),
     C("cp", "mode", "nr", "(a - b) at a's norm instead of alpha * (a - b)"),
     C("cp", "mode", "nr_head", "NR per head"),
     C("cp", "mode", "nr_scaled", "alpha * NR"),
@@ -164,6 +167,7 @@ CASES = [
     C("cp+tp", "end", 2, "one copy (before block 1) instead of two"),
     C("cp+tp", "pst_init", "zeros", "block 0 reads the <PST> input row (start >= 1)"),
     C("cp+tp", "seed", 1, "another N(0, I) row: only with a random pst_init (gaussian is the default)"),
+    C("cp+tp", "seed", 1, "pst_init=mean draws no row", base={"pst_init": "mean"}, expect="refused"),
     C("cp+tp", "tp_aux", False, "the auxiliary prompt runs plain: another b"),
     # ---- HTP -----------------------------------------------------------------------------------------
     C("htp", "layer", -1, "another hidden state"),
@@ -183,6 +187,7 @@ CASES = [
     C("htp", "last_block_source", "after_text", "the last block copies the EOS's row"),
     C("htp", "pst_init", "zeros", "block 0 reads the placeholders' input rows (start >= 1)"),
     C("htp", "seed", 1, "other rows: only with a random pst_init", base={"pst_init": "gaussian"}),
+    C("htp", "seed", 1, "pst_init=mean (the default) draws no row", expect="refused"),
     C("htp", "padding_side", "left", "the batch's layout changes, the embedding must not (documented): a batch of "
       "texts of different lengths", expect="invariant"),
     # ---- ReBA ----------------------------------------------------------------------------------------

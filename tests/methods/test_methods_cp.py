@@ -118,8 +118,9 @@ CASES = [  # (variant, site, mode, output layer, steer layer)
 def test_cp_matches_transformers_hooks(name, site, mode, layer, l) -> None:
     hf, tok, model = checkpoint(name)
     aux = AUX_WINDOWED if name in ("mistral_window", "qwen2_window", "gemma3") else AUX
-    method = build_method("cp", prompt=PROMPT, aux_prompt=aux, layer=layer, steer_layer=l, alpha=0.7,
-                          mode=mode, site=site)
+    coefficient = {} if mode in ("nr", "nr_head") else {"alpha": 0.7}  # NR takes none (the oracle ignores it)
+    method = build_method("cp", prompt=PROMPT, aux_prompt=aux, layer=layer, steer_layer=l, mode=mode, site=site,
+                          **coefficient)
     ours = minidecoder.embed(model, TEXTS, method, batch_size=8)
     heads = model.config.num_heads
     theirs = torch.stack([oracle(hf, tok, t, l, site, layer, mode, 0.7, heads, aux=aux) for t in TEXTS])
