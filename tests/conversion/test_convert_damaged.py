@@ -222,3 +222,17 @@ def test_metadata_numbers_that_cannot_be_are_refused(tmp_path: Path, arch: str, 
     with pytest.raises(CheckpointError, match=problem):
         convert_gguf(path, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("metadata, problem", [
+    ({"llama.attention.head_count_kv": 3}, r"tensor 'blk.0.attn_k.weight' has shape \(128, 256\), but the metadata .* implies \(192, 256\)"),
+    ({"llama.feed_forward_length": 100}, r"tensor 'blk.0.ffn_gate.weight' has shape \(512, 256\), but the metadata .* implies \(100, 256\)"),
+])
+def test_tensors_the_metadata_does_not_describe_are_refused(tmp_path: Path, metadata: dict, problem: str) -> None:
+    """A head count that does not divide the rows used to fail in the q/k unpermutation as a numpy
+    ValueError; other disagreements converted, and only minidecoder.load refused the folder."""
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", extra_metadata=metadata)
+    with pytest.raises(CheckpointError, match=rf"damaged.gguf: {problem}"):
+        convert_gguf(path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

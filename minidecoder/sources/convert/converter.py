@@ -93,6 +93,7 @@ def convert_gguf(
     num_heads, num_kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
 
     gguf_of = _hf_to_gguf_names(gguf, config)
+    _check_shapes(gguf, gguf_of, config)
     specs = sorted(
         (TensorSpec(hf, gguf.shape(gguf_name), torch_dtype) for hf, gguf_name in gguf_of.items()),
         key=lambda spec: _tensor_order(spec.name),
@@ -172,6 +173,35 @@ def _hf_to_gguf_names(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, str]:
             "check the metadata (block_count, head counts) against the tensors; the file may be corrupt",
         )
     return names
+
+
+def _expected_shape(name: str, config: dict[str, Any]) -> tuple[int, ...]:
+    """The shape transformers gives parameter `name` under `config` (vocab_size is the embedding's own)."""
+    hidden, ffn = config["hidden_size"], config["intermediate_size"]
+    head_dim = config.get("head_dim", hidden // config["num_attention_heads"])  # Qwen2's config has none
+    q, kv = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    shapes = {
+        "embed_tokens": (config["vocab_size"], hidden), "lm_head": (config["vocab_size"], hidden),
+        "q_proj": (q, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden), "o_proj": (hidden, q),
+        "gate_proj": (ffn, hidden), "up_proj": (ffn, hidden), "down_proj": (hidden, ffn),
+        "q_norm": (head_dim,), "k_norm": (head_dim,),
+    }
+    module, kind = name.split(".")[-2:]
+    shape = shapes.get(module, (hidden,))  # every other parameter is a norm over the hidden size
+    return shape[:1] if kind == "bias" else shape
+
+
+def _check_shapes(gguf: GGUFFile, gguf_of: dict[str, str], config: dict[str, Any]) -> None:
+    """Every tensor shaped as the metadata implies, before any is dequantized: otherwise a damaged
+    head count fails deep in the q/k unpermutation as a numpy error, or converts into a folder that
+    only `minidecoder.load` refuses, blaming its config.json."""
+    for hf, gguf_name in gguf_of.items():
+        if (shape := gguf.shape(gguf_name)) != (expected := _expected_shape(hf, config)):
+            raise CheckpointError(
+                f"{gguf.path.name}: tensor {gguf_name!r} has shape {shape}, but the metadata (hidden size, head "
+                f"counts, feed-forward length) implies {expected}",
+                "the file is damaged or its metadata was edited: download it again and compare its sha256",
+            )
 
 
 def read_source_info(folder: str | Path) -> dict[str, Any] | None:
