@@ -288,8 +288,9 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
 
     hidden_size = get("hidden_size")
     num_heads = get("num_attention_heads")
-    num_kv_heads = raw.get("num_key_value_heads") or num_heads
-    head_dim = raw.get("head_dim") or hidden_size // num_heads
+    # absent or null means the default, as transformers reads them; a 0 is refused, not read as absent
+    num_kv_heads = num_heads if raw.get("num_key_value_heads") is None else get("num_key_value_heads")
+    head_dim = hidden_size // num_heads if raw.get("head_dim") is None else get("head_dim")
     num_layers = get("num_hidden_layers")
     if num_heads % num_kv_heads:
         raise ConfigError(f"num_attention_heads={num_heads} is not a multiple of num_key_value_heads={num_kv_heads}",

@@ -151,6 +151,9 @@ def test_unknown_numerics_affecting_key_is_named(folder: Path) -> None:
 
 @pytest.mark.parametrize("key, value, words", [
     ("num_attention_heads", 0, "'num_attention_heads' is 0; it must be a positive integer"),
+    ("num_key_value_heads", 0, "'num_key_value_heads' is 0; it must be a positive integer"),  # was: ZeroDivisionError
+    ("head_dim", 0, "'head_dim' is 0; it must be a positive integer"),  # was: read as absent, and loaded
+    ("head_dim", None, None),  # null: the default hidden_size // num_attention_heads, as transformers reads it
     ("hidden_size", "32", "hidden_size is '32' (a JSON string); it must be an integer"),  # a string is not a size
     ("hidden_size", "wide", "hidden_size is 'wide' (a JSON string); it must be an integer"),
     ("rope_parameters", {"rope_type": "linear", "factor": -2.0}, "RoPE factor"),
