@@ -196,11 +196,18 @@ def test_a_vocabulary_that_is_not_a_list_of_tokens_is_refused(tokens: object, fo
 
 
 def test_an_unknown_token_id_past_the_vocabulary_is_ignored_like_the_other_special_ids(tmp_path: Path) -> None:
-    """As bos/eos/padding ids out of range are (llama.cpp warns and goes on); it used to be an IndexError."""
+    """As bos/eos/padding ids out of range are, and said as llama.cpp says it (it warns and goes on); it used to
+    be an IndexError, and an out-of-range bos id left the tokenizer without its BOS, unsaid."""
     path = tmp_path / "m.gguf"
-    write_tiny_gguf(path, "llama", sentencepiece=True, extra_metadata={"tokenizer.ggml.unknown_token_id": 10**6})
-    out = convert_gguf(path, tmp_path / "out", progress=False)
-    assert json.loads((out / "tokenizer_config.json").read_text())["unk_token"] is None
+    write_tiny_gguf(path, "llama", sentencepiece=True, extra_metadata={"tokenizer.ggml.unknown_token_id": 10**6,
+                                                                       "tokenizer.ggml.bos_token_id": 10**6})
+    with pytest.warns(UserWarning) as said:
+        out = convert_gguf(path, tmp_path / "out", progress=False)
+    written = json.loads((out / "tokenizer_config.json").read_text())
+    assert written["unk_token"] is None and written["bos_token"] is None and not written["add_bos_token"]
+    lines = [str(warning.message) for warning in said]
+    for name in ("unknown", "bos"):
+        assert any(f"tokenizer.ggml.{name}_token_id 1000000 is past its vocabulary" in line for line in lines), lines
 
 
 # ---- the model's numbers -----------------------------------------------------------------------

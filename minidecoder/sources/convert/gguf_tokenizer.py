@@ -17,6 +17,8 @@ transformers' GGUF path drops (equal ids on any NFC text, i.e. on almost all rea
 """
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
@@ -170,8 +172,17 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
 
 
 def _special_token(metadata: dict[str, Any], tokens: list[str], name: str) -> str | None:
-    token_id = metadata.get(f"tokenizer.ggml.{name}_token_id")
-    return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
+    """The token a special id names; None where the file names none, or one past its vocabulary (as llama.cpp,
+    which warns and goes on: the tokenizer then has no such token, said here)."""
+    key = f"tokenizer.ggml.{name}_token_id"
+    token_id = metadata.get(key)
+    if token_id is None:
+        return None
+    if not 0 <= token_id < len(tokens):
+        warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: the converted "
+                      f"tokenizer has no {name} token", stacklevel=2)
+        return None
+    return tokens[token_id]
 
 
 def _check_vocabulary(metadata: dict[str, Any]) -> None:
