@@ -589,6 +589,9 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
     path = work / "manifest.json"
     if path.is_file() and not any(work.glob("chunk-*.npy")):
         _clear_work(work)  # no finished chunk: nothing to resume or to lose
+    if not path.is_file() and any(work.glob("chunk-*.npy")):  # written before any chunk: lost since, or replaced
+        raise InputError(f"{work} holds finished chunks but no manifest.json saying what they were computed with, "
+                         "so they cannot be resumed", f"delete {work} to start over")
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))

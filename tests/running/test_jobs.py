@@ -162,6 +162,22 @@ def test_existing_output_is_never_overwritten_without_overwrite(model, tmp_path:
     assert metadata["model"]["config_sha256"] and metadata["dtype"] == "float32"
 
 
+def test_kept_chunks_without_their_manifest_are_refused_not_adopted(model, tmp_path: Path) -> None:
+    """The manifest is written before any chunk, so chunks without one were kept under settings no one can tell:
+    a run used to write its own manifest over them and stitch in another method's vectors."""
+    source = write_lines(tmp_path / "in.txt", 10)
+    output = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):
+        run_embedding_job(model, "mean", source, output, chunk_size=4, batch_size=4, progress=interrupt_after(1))
+    work = tmp_path / ".out.npy.partial"
+    (work / "manifest.json").unlink()
+    with pytest.raises(InputError) as refused:
+        run_embedding_job(model, "prompteol", source, output, chunk_size=4, batch_size=4)
+    assert str(refused.value) == (f"{work} holds finished chunks but no manifest.json saying what they were computed "
+                                  f"with, so they cannot be resumed\n  fix: delete {work} to start over")
+    assert not output.exists() and (work / "chunk-000000.npy").is_file()  # the kept chunk is left to the user
+
+
 # ---- input problems --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, content, problem", [
     ("bad.txt", b"fine\n\xff\xfe broken\n", "line 2 is not valid UTF-8"),
