@@ -190,6 +190,9 @@ def sentence_order(model, texts: Sequence[str]) -> list[int]:
     return sorted(range(len(texts)), key=lambda i: lengths[i])
 
 
+KEPT_COUNTS = {"blocks_computed": int, "blocks_naive": int, "seconds": (int, float)}  # each kept batch's record
+
+
 def embed_grid(model, method: Method, points: list[Point], texts: list[str], batch_size: int = BATCH_SIZE,
                progress: bool = True, kept: KeptChunks | None = None) -> tuple[list[torch.Tensor], dict]:
     """Every point's (N, E) embeddings of `texts`, sharing computation; and the cost dict:
@@ -224,7 +227,9 @@ def _embed_batches(model, method: Method, points: list[Point], texts: list[str],
               disable=not progress, dynamic_ncols=True) as bar, BlockCounter(model) as counter, torch.inference_mode():
         for b, index in enumerate(batches):
             if kept is not None and kept.done(b):
-                array, info = kept.load(b)
+                # a point may legitimately pool NaN (its score is then skipped), so a kept NaN is kept as computed
+                array, info = kept.load(b, (len(points), len(index), model.config.hidden_size), KEPT_COUNTS,
+                                        finite=False)
                 vectors = torch.from_numpy(array)  # (P, B, E)
                 for key in earlier:
                     earlier[key] += info[key]

@@ -298,14 +298,33 @@ def _run_locked(model, method, input_path: Path, output_path: Path, chunk_size: 
 
     truncated: dict[str, int] = {}
     for k in range(num_chunks):
-        truncated.update(json.loads(_chunk_path(work, k, ".json").read_text(encoding="utf-8"))["truncated_rows"])
+        truncated.update(_chunk_cuts(kept, k, start + k * chunk_size, _chunk_rows(k, chunk_size, total)))
     if truncated:
         warn_truncated(truncate, [f"{input_path} line {int(row) + 1}" for row in sorted(truncated, key=int)], total)
     metadata = {**(extra_metadata or {}), **manifest, "rows": total, "truncated_rows": truncated}
-    dim = _assemble(work, num_chunks, total, output_path, metadata, overwrite)
+    dim = model.config.hidden_size  # every method's width (embed_rows' table)
+    _assemble(lambda k: kept.array(k, (_chunk_rows(k, chunk_size, total), dim)), work, num_chunks, total, dim,
+              output_path, metadata, overwrite)
     kept.remove()
     return {"output": str(output_path), "rows": total, "dim": dim, "chunks_computed": computed,
             "chunks_reused": kept.reused, "rows_computed": rows_computed, "truncated_rows": len(truncated)}
+
+
+def _chunk_rows(k: int, chunk_size: int, total: int) -> int:
+    """The rows of chunk k of a job of `total` rows: `chunk_size`, fewer in the last."""
+    return min(chunk_size, total - k * chunk_size)
+
+
+def _chunk_cuts(kept: KeptChunks, k: int, first_row: int, rows: int) -> dict[str, int]:
+    """Chunk k's truncated rows ({input row: tokens before the cut}) from its record, each a row of the chunk:
+    an edited record would name lines the job never cut."""
+    cuts = kept.record(k, {"truncated_rows": dict})["truncated_rows"]
+    for row, tokens in cuts.items():
+        if not (row.isascii() and row.isdigit() and first_row <= int(row) < first_row + rows
+                and is_whole_number(tokens, 1)):
+            raise _damaged_chunk(kept.work, k, f"has a record naming a truncated row {row!r}: {tokens!r} that "
+                                               f"is not one of its rows {first_row}-{first_row + rows - 1}")
+    return cuts
 
 
 def _line_namer(input_path: Path, first_row: int) -> Callable[[int], str]:
@@ -451,7 +470,7 @@ class KeptChunks:
     with a small JSON record beside it.
 
         kept = KeptChunks(work, manifest, count)  # resumes a folder of an equal manifest, else refuses
-        if kept.done(k): array, info = kept.load(k)  # read back bit for bit
+        if kept.done(k): array, info = kept.load(k, shape, fields)  # read back bit for bit, checked
         else: kept.save(k, array, info)            # once chunk k is computed
         raise kept.interrupted() from None         # on Ctrl-C: JobInterrupted (what is kept)
         kept.remove()                              # once the result is written
@@ -471,14 +490,33 @@ class KeptChunks:
     def save(self, k: int, array: np.ndarray, info: dict[str, Any]) -> None:
         _write_chunk(self.work, k, array, info, self.count)
 
-    def load(self, k: int) -> tuple[np.ndarray, dict[str, Any]]:
-        """The chunk's array, read back bit for bit, and its record."""
+    def load(self, k: int, shape: tuple[int, ...], fields: dict[str, type | tuple[type, ...]],
+             finite: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+        """The chunk's array, read back bit for bit, and its record, each checked (see `array`, `record`)."""
+        return self.array(k, shape, finite), self.record(k, fields)
+
+    def array(self, k: int, shape: tuple[int, ...], finite: bool = True) -> np.ndarray:
+        """The chunk's array, which must be float32 of `shape` (and, with `finite`, hold no NaN or inf): a chunk
+        cut short, edited or copied in from another run is refused, naming its file, never stitched in."""
+        array = _load_chunk(self.work, k)
+        if array.dtype != np.float32 or array.shape != tuple(shape):
+            raise _damaged_chunk(self.work, k, f"holds {array.dtype} of shape {array.shape}, not the float32 of "
+                                               f"shape {tuple(shape)} this run computes")
+        if finite and not np.isfinite(array).all():
+            raise _damaged_chunk(self.work, k, "holds NaN or inf, which this run never keeps")
+        return array
+
+    def record(self, k: int, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+        """The chunk's JSON record, which must be an object holding each of `fields` with its type."""
         try:
-            info = json.loads(_chunk_path(self.work, k, ".json").read_text(encoding="utf-8"))
+            record = json.loads(_chunk_path(self.work, k, ".json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
-            raise MinidecoderError(f"chunk {k} in {self.work} has an unreadable record ({error})",
-                                   f"delete {_chunk_path(self.work, k, '.npy')} and rerun to recompute it") from None
-        return _load_chunk(self.work, k), info
+            raise _damaged_chunk(self.work, k, f"has an unreadable record ({error})") from None
+        wrong = sorted(field for field, kind in fields.items()
+                       if not isinstance(record, dict) or not isinstance(record.get(field), kind))
+        if wrong:
+            raise _damaged_chunk(self.work, k, f"has a record without a valid {', '.join(map(repr, wrong))}")
+        return record
 
     def interrupted(self) -> JobInterrupted:
         """Ctrl-C: what is kept (a folder this run made and finished nothing in is removed)."""
@@ -694,20 +732,26 @@ def _load_chunk(work: Path, k: int) -> np.ndarray:
     # is a SIGBUS with no message; a chunk is small (chunk_size x E floats).
     try:
         return np.load(_chunk_path(work, k, ".npy"))
-    except (ValueError, OSError) as error:
-        raise MinidecoderError(f"chunk {k} in {work} is unreadable ({error})",
-                               f"delete {_chunk_path(work, k, '.npy')} and rerun to recompute it") from None
+    except (ValueError, OSError, EOFError) as error:  # EOFError: an empty file
+        raise _damaged_chunk(work, k, f"is unreadable ({error})") from None
+
+
+def _damaged_chunk(work: Path, k: int, what: str) -> MinidecoderError:
+    """A kept chunk that is not what a run writes, with the way out: its array's removal, which recomputes it
+    alone (its record is rewritten with it)."""
+    return MinidecoderError(f"chunk {k} in {work} {what}",
+                            f"delete {_chunk_path(work, k, '.npy')} and rerun to recompute it")
 
 
 # ---- output ----------------------------------------------------------------------------------------------
-def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any],
-              overwrite: bool) -> int:
-    """Copy the chunks into `output` one at a time; published whole at the end. Returns the dimension.
+def _assemble(chunk: Callable[[int], np.ndarray], work: Path, num_chunks: int, total: int, dim: int, output: Path,
+              metadata: dict[str, Any], overwrite: bool) -> None:
+    """Copy the chunks (`chunk(k)`: chunk k, checked) into `output` one at a time; published whole at the end.
 
     A failed write (a full disk, a file that appeared at the output's name) leaves no half-written file,
     keeps every chunk, and says so."""
     try:
-        return _assemble_to(work, num_chunks, total, output, metadata, overwrite)
+        _assemble_to(chunk, work, num_chunks, total, dim, output, metadata, overwrite)
     except OutputError as error:
         raise OutputError(f"{error.problem}; all {num_chunks} computed chunk(s) are kept in {work}", error.fix) \
             from None
@@ -718,10 +762,8 @@ def _assemble(work: Path, num_chunks: int, total: int, output: Path, metadata: d
                           "command again: it only assembles them") from None
 
 
-def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata: dict[str, Any],
-                 overwrite: bool) -> int:
-    dim = int(_load_chunk(work, 0).shape[1])
-
+def _assemble_to(chunk: Callable[[int], np.ndarray], work: Path, num_chunks: int, total: int, dim: int,
+                 output: Path, metadata: dict[str, Any], overwrite: bool) -> None:
     def fill(handle: BinaryIO) -> None:
         # Streamed (header, then each chunk's bytes), never a memory map over a file a full disk may not back.
         if output.suffix == ".npy":
@@ -735,19 +777,13 @@ def _assemble_to(work: Path, num_chunks: int, total: int, output: Path, metadata
             encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
             handle.write(len(encoded).to_bytes(8, "little"))
             handle.write(encoded)
-        _check_rows(_stream_chunks(handle, work, num_chunks), total, work)
+        for k in range(num_chunks):
+            handle.write(np.ascontiguousarray(chunk(k), dtype="<f4").tobytes())
         if output.suffix == ".npy":  # the sidecar once the array is whole, and before it is published
             sidecar = output.with_name(output.name + ".json")
             write_whole(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"), overwrite)
 
     write_streamed(output, fill, overwrite, tmp_folder=work)  # a killed assembly's copy goes with the folder
-    return dim
-
-
-def _check_rows(rows: int, total: int, work: Path) -> None:
-    if rows != total:
-        raise MinidecoderError(f"the chunks in {work} hold {rows} rows, the input has {total}",
-                               f"delete {work} and rerun")
 
 
 def load_metadata(output_path: str | Path) -> dict[str, Any]:
@@ -778,13 +814,3 @@ def _advance(bar, progress, done: int, total: int, step: int) -> None:
         bar.update(step)
     elif callable(progress):
         progress(done, total)
-
-
-def _stream_chunks(handle, work: Path, num_chunks: int) -> int:
-    """Append every finished chunk's float32 rows to `handle` in order; returns the rows."""
-    rows = 0
-    for k in range(num_chunks):
-        chunk = np.ascontiguousarray(_load_chunk(work, k), dtype="<f4")
-        handle.write(chunk.tobytes())
-        rows += len(chunk)
-    return rows

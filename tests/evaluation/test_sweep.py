@@ -12,6 +12,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -161,6 +162,52 @@ def test_kept_batches_resume_to_the_same_scores_and_cost(tiny, data: Path, tmp_p
     same = ("blocks_computed", "blocks_naive", "batches")
     assert {k: resumed.cost[k] for k in same} == {k: clean.cost[k] for k in same}  # counts cover every batch
     assert (resumed.cost["resumed_batches"], clean.cost["resumed_batches"]) == (1, 0)
+
+
+SWEEP_DAMAGE = [  # what a crash, a hand edit or a copy from another grid leaves of the first kept batch
+    ("one row", lambda p: np.save(p, np.load(p)[:, :1]), r"holds float32 of shape \(8, 1, 32\), not the float32 "
+                                                         r"of shape \(8, 4, 32\)"),
+    ("one column short", lambda p: np.save(p, np.load(p)[..., :-1]), r"shape \(8, 4, 31\)"),
+    ("record a list", lambda p: p.with_suffix(".json").write_text("[]"),
+     "without a valid 'blocks_computed', 'blocks_naive', 'seconds'"),
+    ("a count as a text", lambda p: p.with_suffix(".json").write_text(
+        '{"rows": 4, "blocks_computed": "8", "blocks_naive": 64, "seconds": 0.1}'), "without a valid 'blocks_computed'"),
+]
+
+
+@pytest.mark.parametrize("damage, said", [case[1:] for case in SWEEP_DAMAGE], ids=[case[0] for case in SWEEP_DAMAGE])
+def test_a_damaged_kept_batch_is_named_never_scored(tiny, data: Path, tmp_path: Path, monkeypatch, damage,
+                                                    said: str) -> None:
+    """A kept batch is read back only as the (points, rows, E) array and counts its run wrote: before, a batch of
+    one row was broadcast over its four sentences and scored, one column short and a damaged record were
+    tracebacks. Each is named with the batch to delete; the same call then recomputes it alone."""
+    from minidecoder.errors import MinidecoderError
+    from minidecoder.evaluation import sweep
+    from minidecoder.running.jobs import JobInterrupted
+
+    method, axes = build_method("cp"), {"layer": [3, 4], "steer_layer": [0, 2], "alpha": [0.5, 2.0]}
+    clean = sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False)
+    real, calls = sweep.sweep_points, []
+
+    def stop_at_the_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    work = tmp_path / "kept"
+    monkeypatch.setattr(sweep, "sweep_points", stop_at_the_second)
+    with pytest.raises(JobInterrupted):
+        sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False, work=work)
+    monkeypatch.setattr(sweep, "sweep_points", real)
+    batch = work / "chunk-000000.npy"
+    damage(batch)
+    with pytest.raises(MinidecoderError, match=f"chunk 0 in {work} .*{said}") as refused:
+        sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False, work=work)
+    assert refused.value.fix == f"delete {batch} and rerun to recompute it"
+    batch.unlink()
+    resumed = sweep_sts(tiny, method, axes, data_dir=data, batch_size=BATCH, progress=False, work=work)
+    assert resumed.points == clean.points
 
 
 def test_grid_helpers() -> None:

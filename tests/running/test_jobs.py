@@ -162,6 +162,59 @@ def test_existing_output_is_never_overwritten_without_overwrite(model, tmp_path:
     assert metadata["model"]["config_sha256"] and metadata["dtype"] == "float32"
 
 
+# ---- damaged kept chunks --------------------------------------------------------------------------------
+def _wider(path: Path) -> None:
+    array = np.load(path)
+    np.save(path, np.hstack([array, array[:, :1]]))
+
+
+def _one_row_nan(path: Path) -> None:
+    array = np.load(path)
+    array[0] = np.nan
+    np.save(path, array)
+
+
+DAMAGE = [  # what a full disk, a crash, a hand edit or a copy between machines leaves of chunk 1 (rows 4-7)
+    ("npy empty", lambda p: p.write_bytes(b""), "chunk 1 .* is unreadable"),
+    ("one row short", lambda p: np.save(p, np.load(p)[:-1]), r"chunk 1 .* holds float32 of shape \(3, 32\), not "
+                                                            r"the float32 of shape \(4, 32\)"),
+    ("one column wider", _wider, r"shape \(4, 33\), not the float32 of shape \(4, 32\)"),
+    ("float64", lambda p: np.save(p, np.load(p).astype(np.float64)), "holds float64 of shape"),
+    ("int", lambda p: np.save(p, np.load(p).astype(np.int64)), "holds int64 of shape"),
+    ("NaN row", _one_row_nan, "chunk 1 .* holds NaN or inf"),
+    ("record missing", lambda p: p.with_suffix(".json").unlink(), "chunk 1 .* has an unreadable record"),
+    ("record empty", lambda p: p.with_suffix(".json").write_text(""), "chunk 1 .* has an unreadable record"),
+    ("record a list", lambda p: p.with_suffix(".json").write_text("[]"), "without a valid 'truncated_rows'"),
+    ("record without cuts", lambda p: p.with_suffix(".json").write_text('{"rows": 4}'),
+     "without a valid 'truncated_rows'"),
+    ("record cuts a row of another chunk", lambda p: p.with_suffix(".json").write_text(
+        '{"rows": 4, "truncated_rows": {"abc": 9}}'), "naming a truncated row 'abc': 9 that is not one of its rows 4-7"),
+]
+
+
+@pytest.mark.parametrize("damage, said", [case[1:] for case in DAMAGE], ids=[case[0] for case in DAMAGE])
+def test_a_damaged_kept_chunk_is_named_never_stitched_in(model, tmp_path: Path, damage, said: str) -> None:
+    """A kept chunk is read back only if it is what the job writes: a float32 (rows, E) array of finite values
+    and a record of its cuts. Before, a chunk one column wider (or one row short, the next one row long) was
+    stitched into a wrong output, a float64 or int one cast, a NaN one kept, and a damaged record was a
+    traceback. Each is named with the one chunk to delete; deleting it recomputes it alone, to the same bytes."""
+    source = write_lines(tmp_path / "in.txt", 10)
+    clean = run_embedding_job(model, "prompteol", source, tmp_path / "clean.npy", chunk_size=4, batch_size=4)
+    output = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):  # all three chunks kept, the output never assembled
+        run_embedding_job(model, "prompteol", source, output, chunk_size=4, batch_size=4, progress=interrupt_after(3))
+    chunk = tmp_path / ".out.npy.partial" / "chunk-000001.npy"
+    damage(chunk)
+    with pytest.raises(minidecoder.MinidecoderError, match=said) as refused:
+        run_embedding_job(model, "prompteol", source, output, chunk_size=4, batch_size=4)
+    assert refused.value.fix == f"delete {chunk} and rerun to recompute it"
+    assert not output.exists()
+    chunk.unlink()
+    summary = run_embedding_job(model, "prompteol", source, output, chunk_size=4, batch_size=4)
+    assert (summary["chunks_reused"], summary["chunks_computed"]) == (2, 1) and clean["chunks_computed"] == 3
+    assert output.read_bytes() == (tmp_path / "clean.npy").read_bytes()
+
+
 def test_kept_chunks_without_their_manifest_are_refused_not_adopted(model, tmp_path: Path) -> None:
     """The manifest is written before any chunk, so chunks without one were kept under settings no one can tell:
     a run used to write its own manifest over them and stitch in another method's vectors."""
