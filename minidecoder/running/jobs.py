@@ -171,8 +171,8 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     finished chunk there and the same call resumes from them (`minidecoder eval` uses it). Returns the
     (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back, unless
     `keep`: then the finished table stays there (`embeddings.npy`, counted as kept work), a later call with
-    the same texts and settings reads it back instead of embedding again, and the caller removes `work`
-    when it is done with them (an eval command, once its report is written: a Ctrl-C while it scores
+    the same texts and settings reads it back instead of embedding again (one damaged since is embedded
+    again), and the caller removes `work` when it is done with them (an eval command, once its report is written: a Ctrl-C while it scores
     loses no embedding). `truncate=N` keeps the first N tokens of a text past it (the summary counts
     "truncated_rows").
 
@@ -196,25 +196,29 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
         raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
                           "free space or fix permissions there, then run the same command again") from None
     output = work / FINISHED_TABLE
-    summary = _finished_job(model, method, source, output, chunk_size, batch_size, truncate) if keep else None
-    if summary is None:
+    finished = _finished_job(model, method, source, output, chunk_size, batch_size, truncate) if keep else None
+    if finished is None:
         with warnings.catch_warnings():  # the job names rows by lines of its own file, which tell a caller nothing
             warnings.simplefilter("ignore", TruncationWarning)
             summary = run_embedding_job(model, method, source, output, chunk_size=chunk_size, batch_size=batch_size,
                                         progress=progress, overwrite=True, truncate=truncate)
+        table = np.load(output)  # (N, E)
+    else:
+        table, summary = finished
     if summary["truncated_rows"]:
         warnings.warn(f"truncate={truncate}: {summary['truncated_rows']} of {len(texts)} texts were cut to their first "
                       f"{truncate} tokens", TruncationWarning, stacklevel=2)
-    vectors = torch.from_numpy(np.load(output))  # (N, E)
+    vectors = torch.from_numpy(table)  # (N, E)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     return vectors, summary
 
 
 def _finished_job(model, method, source: Path, output: Path, chunk_size: int, batch_size: int | None,
-                  truncate: int | None) -> dict[str, Any] | None:
-    """The summary of the job that already wrote `output` from `source` with these settings, all of it
-    reused; None where no job finished there. A table made with other settings is refused, as an
+                  truncate: int | None) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The (N, E) table the job that already wrote `output` from `source` with these settings left, and that
+    job's summary, all of it reused; None where no job finished there, or what it left is damaged (cut short,
+    edited): the job then runs again and replaces it. A table made with other settings is refused, as an
     interrupted job's chunks are, naming what differs."""
     if not output.is_file():
         return None
@@ -222,17 +226,23 @@ def _finished_job(model, method, source: Path, output: Path, chunk_size: int, ba
         metadata = load_metadata(output)
     except (OSError, ValueError):  # no sidecar: the table was never published whole
         return None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("truncated_rows"), dict):
+        return None
     manifest = _jsonable(job_manifest(model, method, batch_size, truncate, chunk_size, scan_input(source)))
     made = {key: metadata.get(key) for key in manifest}
     if made != manifest:
         raise _other_settings(output.parent, "finished embeddings made with other settings, so they cannot be used",
                               "use them", made, manifest)
-    with open(output, "rb") as handle:  # the header alone (`_assemble_to` writes format 1.0)
-        np.lib.format.read_magic(handle)
-        rows, dim = np.lib.format.read_array_header_1_0(handle)[0]
-    return {"output": str(output), "rows": rows, "dim": dim, "chunks_computed": 0,
-            "chunks_reused": -(-rows // chunk_size), "rows_computed": 0,
-            "truncated_rows": len(metadata.get("truncated_rows") or {})}
+    rows, dim = manifest["input"]["rows"], model.config.hidden_size
+    try:
+        table = np.load(output)  # read whole, as a kept chunk is: a memory map of a cut-short file is a SIGBUS
+    except (OSError, ValueError, EOFError):
+        return None
+    if table.dtype != np.float32 or table.shape != (rows, dim) or not np.isfinite(table).all():
+        return None  # a run never writes one: embed refuses NaN
+    return table, {"output": str(output), "rows": rows, "dim": dim, "chunks_computed": 0,
+                   "chunks_reused": -(-rows // chunk_size), "rows_computed": 0,
+                   "truncated_rows": len(metadata["truncated_rows"])}
 
 
 def check_output_free(output_path: Path, overwrite: bool) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -341,6 +342,37 @@ def test_a_kept_table_is_read_back_with_its_cuts_and_refused_under_other_setting
         numpy_sized, _ = embed_resumably(model, "mean", texts, work, truncate=np.int64(10), chunk_size=np.int64(1024),
                                          keep=True)
     assert torch.equal(numpy_sized, first)
+
+
+TABLE_DAMAGE = [  # what a crash, a hand edit or a copy between machines leaves of a kept table or its sidecar
+    ("table empty", lambda w: (w / "embeddings.npy").write_bytes(b"")),
+    ("table cut short", lambda w: (w / "embeddings.npy").write_bytes((w / "embeddings.npy").read_bytes()[:200])),
+    ("table one row short", lambda w: np.save(w / "embeddings.npy", np.load(w / "embeddings.npy")[:-1])),
+    ("table one column short", lambda w: np.save(w / "embeddings.npy", np.load(w / "embeddings.npy")[:, :-1])),
+    ("table float64", lambda w: np.save(w / "embeddings.npy", np.load(w / "embeddings.npy").astype(np.float64))),
+    ("table NaN", lambda w: np.save(w / "embeddings.npy", np.full((3, 32), np.nan, dtype=np.float32))),
+    ("sidecar a list", lambda w: (w / "embeddings.npy.json").write_text("[]")),
+    ("sidecar cuts a text", lambda w: (w / "embeddings.npy.json").write_text(json.dumps(
+        {**json.loads((w / "embeddings.npy.json").read_text()), "truncated_rows": "x"}))),
+]
+
+
+@pytest.mark.parametrize("damage", [case[1] for case in TABLE_DAMAGE], ids=[case[0] for case in TABLE_DAMAGE])
+def test_a_damaged_kept_table_is_embedded_again(model, tmp_path: Path, damage) -> None:
+    """A kept table is derived work in the command's own folder: one that is not what the job wrote is embedded
+    again, to the same vectors. Before, a table cut short was a traceback, one row or column
+    short, float64 or NaN was returned as the texts' vectors, and a sidecar of the wrong shape a traceback or a
+    false warning of cut texts."""
+    from minidecoder.running.jobs import embed_resumably
+
+    texts, work = ["short", "a cat sat on the mat", "dogs run"], tmp_path / "work"
+    clean, _ = embed_resumably(model, "mean", texts, tmp_path / "clean")
+    embed_resumably(model, "mean", texts, work, keep=True)
+    damage(work)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cut is said: none was made
+        again, summary = embed_resumably(model, "mean", texts, work, keep=True)
+    assert summary["chunks_computed"] == 1 and again.dtype == torch.float32 and torch.equal(again, clean)
 
 
 def test_a_row_with_its_own_context_and_a_context_for_every_row_is_named_at_the_scan(model, tmp_path: Path) -> None:
