@@ -67,11 +67,13 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -397,12 +399,12 @@ class KeptWork:
         now: read from the kept ones when they cover every text (a resumed run asks only for the tasks not yet
         scored), with the seconds kept beside them (None where an older version kept none), else computed,
         timed and kept in their place."""
-        if self.vectors_path.is_file() and self.texts_path.is_file():
-            record = json.loads(self.texts_path.read_text())
-            row = {text: k for k, text in enumerate(record.get("texts", []))}
-            if record.get("identity") == self.identity_sha256 and all(text in row for text in texts):
-                vectors = torch.from_numpy(np.load(self.vectors_path)[[row[text] for text in texts]])
-                return vectors, record.get("seconds"), False
+        kept = self._kept_embeddings()
+        if kept is not None:
+            table, record = kept
+            row = {text: k for k, text in enumerate(record["texts"])}
+            if all(text in row for text in texts):
+                return torch.from_numpy(table[[row[text] for text in texts]]), record.get("seconds"), False
         start = time.perf_counter()
         vectors = compute()
         seconds = time.perf_counter() - start
@@ -411,6 +413,25 @@ class KeptWork:
             {"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
         return vectors, seconds, True
 
+    def _kept_embeddings(self) -> tuple[np.ndarray, dict] | None:
+        """The kept (N, E) table and its record, when both are whole and kept under this identity. Kept ones that
+        are not what `embeddings` writes (cut short, edited; a table that is not one finite row per text written
+        beside it: `encode_sentences` refuses NaN) are None, and computed again as missing ones are: they are
+        this folder's own derived work."""
+        record = _kept_json(self.texts_path)
+        if not isinstance(record, dict) or record.get("identity") != self.identity_sha256:
+            return None
+        texts, seconds = record.get("texts"), record.get("seconds")
+        if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts) or not _is_seconds(seconds):
+            return None
+        try:
+            table = np.load(self.vectors_path)
+        except (OSError, ValueError, EOFError):  # missing, a folder, cut short, not a .npy
+            return None
+        if table.ndim != 2 or len(table) != len(texts) or table.dtype.kind != "f" or not np.isfinite(table).all():
+            return None
+        return table, record
+
     def _task_path(self, name: str) -> Path:
         return self.folder / f"task-{name}.kept.json"
 
@@ -418,28 +439,47 @@ class KeptWork:
         return hashlib.sha256((self.identity + key).encode()).hexdigest()
 
     def task_result(self, name: str, key: str) -> dict | None:
-        """The kept result of task `name`, if one was kept under the same identity and `key`."""
-        path = self._task_path(name)
-        if path.is_file():
-            kept = json.loads(path.read_text())
-            if kept.get("key") == self._task_key(key):
-                return kept["result"]
-        return None
+        """The kept result of task `name`, if one was kept whole under the same identity and `key` (one cut short
+        or edited is trained again, as a missing one is)."""
+        kept = _kept_json(self._task_path(name))
+        if not isinstance(kept, dict) or kept.get("key") != self._task_key(key) or not _is_seconds(
+                kept.get("encode_seconds")):
+            return None
+        result = kept.get("result")
+        return result if isinstance(result, dict) else None
 
     def kept_task_names(self, keys: dict[str, str]) -> list[str]:
         """The names of the tasks (name -> `task_key`) whose result this folder keeps under this identity."""
         return [name for name, key in keys.items() if self.task_result(name, key) is not None]
 
     def task_encode_seconds(self, name: str) -> float | None:
-        """The embedding seconds kept beside task `name`'s result (None: kept by a version that kept none)."""
-        path = self._task_path(name)
-        return json.loads(path.read_text()).get("encode_seconds") if path.is_file() else None
+        """The embedding seconds kept beside task `name`'s result, read once `task_result` found it whole (None:
+        kept by a version that kept none)."""
+        kept = _kept_json(self._task_path(name))
+        return kept.get("encode_seconds") if isinstance(kept, dict) else None
 
     def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
         """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
         seconds its embedding took."""
         _keep(self._task_path(name), lambda handle: handle.write(json.dumps(
             {"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
+
+
+def _kept_json(path: Path) -> Any:
+    """A kept file's JSON, or None where it is missing, unreadable or cut short."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_seconds(value: Any) -> bool:
+    """A kept time: a number, or None where a version kept none."""
+    return value is None or _is_number(value)
 
 
 def _keep(path: Path, write: Callable) -> None:

@@ -397,6 +397,39 @@ def test_a_later_sitting_embeds_only_the_tasks_not_kept(tmp_path: Path, monkeypa
     assert resumed["tasks"] == whole["tasks"] and resumed["texts"] == whole["texts"]
 
 
+KEPT_DAMAGE = [  # what a full disk, a crash, a hand edit or a copy between machines leaves in the kept folder
+    ("embeddings cut short", "embeddings.kept.npy", lambda p: p.write_bytes(p.read_bytes()[:200])),
+    ("embeddings empty", "embeddings.kept.npy", lambda p: p.write_bytes(b"")),
+    ("embeddings one row short", "embeddings.kept.npy", lambda p: np.save(p, np.load(p)[:-1])),
+    ("embeddings NaN", "embeddings.kept.npy", lambda p: np.save(p, np.full_like(np.load(p), np.nan))),
+    ("texts cut short", "embeddings.kept.json", lambda p: p.write_text(p.read_text()[:30])),
+    ("texts a list", "embeddings.kept.json", lambda p: p.write_text("[]")),
+    ("seconds a text", "embeddings.kept.json", lambda p: p.write_text(json.dumps(
+        {**json.loads(p.read_text()), "seconds": "1.5"}))),
+    ("task cut short", "task-SST2.kept.json", lambda p: p.write_text(p.read_text()[:40])),
+    ("task a list", "task-SST2.kept.json", lambda p: p.write_text("[]")),
+    ("task without its result", "task-SST2.kept.json", lambda p: p.write_text(json.dumps(
+        {key: value for key, value in json.loads(p.read_text()).items() if key != "result"}))),
+]
+
+
+@pytest.mark.parametrize("name, damage", [case[1:] for case in KEPT_DAMAGE], ids=[case[0] for case in KEPT_DAMAGE])
+def test_damaged_kept_work_is_computed_again(tmp_path: Path, name: str, damage) -> None:
+    """A kept file is this folder's own derived work: one that is not what a run writes is computed again, to the
+    scores of a clean run. Before, a file cut short was a JSON or NumPy traceback, a list an AttributeError, a
+    result missing a KeyError, a table one row short or NaN was read back as the texts' embeddings, and
+    seconds kept as a text were reported as the embedding time."""
+    root = write_folder(tmp_path / "data")
+    tasks = load_transfer_tasks(["SST2", "TREC"], root)
+    whole = transfer.evaluate_transfer(bag_of_words, tasks, progress=False)
+    kept = tmp_path / "kept"
+    transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept)
+    damage(kept / name)
+    (kept / "task-TREC.kept.json").unlink()  # TREC to score again: the kept embeddings are read back for it
+    again = transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept)
+    assert again["tasks"] == whole["tasks"] and isinstance(again["encode_seconds"], float)
+
+
 def test_kept_embeddings_serve_any_texts_they_cover_and_only_under_their_identity(tmp_path: Path) -> None:
     store, texts = transfer.KeptWork(tmp_path, "model A"), ["a b", "c", "d e f"]
     vectors, seconds, computed = store.embeddings(texts, lambda: bag_of_words(texts))
