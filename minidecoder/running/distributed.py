@@ -142,8 +142,8 @@ def embed_sharded(model, method, input_path: str | Path, output_path: str | Path
                                "shard_reused": False}
     if end > start:  # (more ranks than chunks: a rank may have none)
         expected = job_manifest(model, method, batch_size, truncate, chunk_size, scanned, (start, end))
-        if _finished_shard(shard, expected):
-            summary.update(shard_reused=True, chunks_reused=-(-(end - start) // chunk_size), dim=_columns(shard))
+        if _finished_shard(shard, expected, (end - start, model.config.hidden_size)):
+            summary.update(shard_reused=True, chunks_reused=-(-(end - start) // chunk_size))
         else:
             summary.update(run_embedding_job(model, method, input_path, shard, chunk_size=chunk_size,
                                              overwrite=overwrite, batch_size=batch_size, progress=progress,
@@ -172,15 +172,17 @@ def embed_sharded(model, method, input_path: str | Path, output_path: str | Path
     return summary
 
 
-def _finished_shard(shard: Path, expected: dict[str, Any]) -> bool:
-    """Whether `shard` is a finished shard of this very job (its metadata holds `expected`)."""
+def _finished_shard(shard: Path, expected: dict[str, Any], shape: tuple[int, int]) -> bool:
+    """Whether `shard` is a finished shard of this very job (its metadata holds `expected`), whole (an array of
+    `shape`). One damaged since (cut short, edited) is not: the job then names it, never replacing it unasked."""
     if not shard.is_file():
         return False
     try:
         metadata = load_metadata(shard)
     except (OSError, ValueError):
         return False
-    return all(metadata.get(key) == value for key, value in expected.items())
+    return (isinstance(metadata, dict) and all(metadata.get(key) == value for key, value in expected.items())
+            and _shape(shard) == shape)
 
 
 def load_sharded(output: str | Path) -> np.ndarray:
@@ -204,13 +206,17 @@ def load_sharded(output: str | Path) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty((0, listing["dim"]), dtype=np.float32)
 
 
-def _columns(path: Path) -> int:
-    """A shard's embedding dimension, read from its header (the rows are not read)."""
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-        with safe_open(str(path), framework="np") as handle:
-            return int(handle.get_slice("embeddings").get_shape()[1])
-    return int(np.load(path, mmap_mode="r").shape[1])
+def _shape(path: Path) -> tuple[int, ...] | None:
+    """A shard's array shape, read from its header (the rows are not read), where the file is as long as the
+    header says; None where it is not (cut short, not an array)."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="np") as handle:
+                return tuple(handle.get_slice("embeddings").get_shape())
+        return np.load(path, mmap_mode="r").shape  # a map longer than the file is refused: a ValueError
+    except (OSError, ValueError, EOFError, KeyError, SafetensorError):
+        return None
 
 
 def _load_array(path: Path) -> np.ndarray:

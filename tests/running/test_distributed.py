@@ -57,6 +57,34 @@ def test_without_a_process_group_it_is_plain_embed(tmp_path: Path) -> None:
                  minidecoder.embed(model, TEXTS[:5], "prompteol"))
 
 
+SHARD_DAMAGE = [  # what a full disk or a hand edit leaves of a finished shard (one process: one shard) or its sidecar
+    ("shard cut short", lambda shard: shard.write_bytes(shard.read_bytes()[:200])),
+    ("shard one row short", lambda shard: np.save(shard, np.load(shard)[:-1])),
+    ("sidecar a list", lambda shard: shard.with_name(shard.name + ".json").write_text("[]")),
+]
+
+
+@pytest.mark.parametrize("damage", [case[1] for case in SHARD_DAMAGE], ids=[case[0] for case in SHARD_DAMAGE])
+def test_a_damaged_finished_shard_is_named_not_reused(tmp_path: Path, damage) -> None:
+    """A finished shard is reused only whole: before, one cut short was a ValueError traceback from its memory map,
+    a sidecar of the wrong shape an AttributeError, and one a row short was taken as finished (load_sharded
+    refused it later). Now the job refuses to replace it unasked, naming it and the way out."""
+    from minidecoder.running.distributed import embed_sharded
+
+    tiny_checkpoint("llama", tmp_path / "model")
+    model = minidecoder.load(tmp_path / "model", progress=False)
+    source, output = tmp_path / "in.txt", tmp_path / "out.npy"
+    source.write_text("".join(text + "\n" for text in TEXTS[:7]), encoding="utf-8")
+    embed_sharded(model, "prompteol", source, output, chunk_size=3)
+    shard = tmp_path / "out-00000-of-00001.npy"
+    damage(shard)
+    (tmp_path / "out.npy.shards.json").unlink()
+    with pytest.raises(minidecoder.MinidecoderError) as refused:
+        embed_sharded(model, "prompteol", source, output, chunk_size=3)
+    assert str(refused.value) == (f"output {shard} already exists; it is never overwritten silently\n"
+                                  "  fix: choose another output path, delete it, or pass overwrite=True (--overwrite)")
+
+
 @pytest.mark.parametrize("method,option", [("prompteol", None), ("mean", "layer=2")])
 def test_two_gloo_processes_equal_one_process(tmp_path: Path, method: str, option: str | None) -> None:
     folder = tmp_path / "model"
