@@ -172,9 +172,9 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
     (N, E) float32 embeddings and the job's summary; `work` is removed once they are read back, unless
     `keep`: then the finished table stays there (`embeddings.npy`, counted as kept work), a later call with
     the same texts and settings reads it back instead of embedding again (one damaged since is embedded
-    again), and the caller removes `work` when it is done with them (an eval command, once its report is written: a Ctrl-C while it scores
-    loses no embedding). `truncate=N` keeps the first N tokens of a text past it (the summary counts
-    "truncated_rows").
+    again), and the caller removes `work` when it is done with them (an eval command, once its report is
+    written: a Ctrl-C while it scores loses no embedding). `truncate=N` keeps the first N tokens of a text
+    past it (the summary counts "truncated_rows").
 
     The texts are written as JSON Lines with ASCII escapes, so no character inside a text (a line
     break, U+2028) can split a row."""
