@@ -27,7 +27,7 @@ def top_next_tokens(model, prompt: str, k: int) -> list[tuple[str, float]]:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab:
         raise InputError(f"top-k {k!r} must be between 1 and the vocabulary size {vocab}", "e.g. --top-k 10")
     with torch.inference_mode():
-        logits = model(ids).logits[0, -1].float()
+        logits = model(ids, logits_to_keep=1).logits[0, -1].float()  # the next token's alone
     if not torch.isfinite(logits).all():
         from minidecoder.running.embedding import nonfinite_hint
         raise NumericsError(f"the next-token logits after {prompt[:40]!r} hold NaN or inf", nonfinite_hint(model))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from minidecoder.errors import ArgumentTypeError, InputError
+from minidecoder.errors import ArgumentTypeError, InputError, is_whole_number
 
 
-def check_forward_inputs(model, input_ids, attention_mask, inputs_embeds, cache) -> None:
+def check_forward_inputs(model, input_ids, attention_mask, inputs_embeds, cache, logits_to_keep: int = 0) -> None:
     """What a caller of `model(...)` can get wrong, named before torch's own error from deep inside (an
     IndexError "index out of range in self" on a CPU; on a GPU a device-side assert that ends the process),
     and what would otherwise run silently wrong: ids that disagree with the `inputs_embeds` that replace them,
@@ -15,6 +15,9 @@ def check_forward_inputs(model, input_ids, attention_mask, inputs_embeds, cache)
     from the device once a call: the method loop never calls `forward`, and `generate` reads every new token
     back anyway."""
     one = "e.g. model(torch.tensor([model.tokenizer.encode(text)]))"
+    if not is_whole_number(logits_to_keep, 0):
+        raise InputError(f"logits_to_keep={logits_to_keep!r} is not a count of positions",
+                         "pass 0 (every position's logits, the default) or N (the last N positions'), e.g. 1")
     if inputs_embeds is not None:
         if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != model.config.hidden_size:
             raise InputError(f"inputs_embeds has shape {tuple(inputs_embeds.shape)}; the model takes (B, T, "

@@ -405,8 +405,10 @@ class Decoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
                 position_ids: torch.Tensor | None = None, cache: KVCache | None = None,
-                inputs_embeds: torch.Tensor | None = None) -> DecoderOutput:
-        check_forward_inputs(self, input_ids, attention_mask, inputs_embeds, cache)  # named, never run wrong
+                inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0) -> DecoderOutput:
+        """logits_to_keep: the logits of the last N positions only (transformers' argument; 0 = every position).
+        A next-token call keeps 1: the (B, T, V) logits of a long prompt are gigabytes (Gemma's V = 262,144)."""
+        check_forward_inputs(self, input_ids, attention_mask, inputs_embeds, cache, logits_to_keep)
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
         B, T, _ = h.shape
         ctx = self.context(attention_mask, T, B, cache, position_ids)
@@ -423,7 +425,7 @@ class Decoder(nn.Module):
         if output_hidden_states:
             hidden_states[-1] = h  # transformers' convention: the last entry is after the final norm
         return DecoderOutput(
-            logits=self.unembed(h),
+            logits=self.unembed(h if logits_to_keep == 0 else h[:, -logits_to_keep:]),
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
             cache=cache,

@@ -48,7 +48,7 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
             length=ids.shape[1] + max_new_tokens, limit=limit)
     eos = _eos_ids(model)
     cache = KVCache.empty(model.num_layers)
-    logits = model(ids, cache=cache).logits[:, -1]  # (1, V)
+    logits = model(ids, cache=cache, logits_to_keep=1).logits[:, -1]  # (1, V): the prompt's other logits unneeded
     if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
         static = model.device.type == "cuda" or bool(fast_paths_of(model).for_device(model.device).graphs)
     elif static and not static_decoding_applies(model):  # asked for by name: say why it is not taken

@@ -46,6 +46,49 @@ def test_cached_step_logits_equal_full_forward() -> None:
     torch.testing.assert_close(stepped, full, atol=5e-5, rtol=1e-5)
 
 
+def test_logits_to_keep_gives_the_last_positions_logits_alone() -> None:
+    """transformers' `logits_to_keep`: the last N positions' logits, those of the full forward (Gemma2's softcap
+    included); 0 keeps every position."""
+    _, folder = checkpoint("gemma2")
+    model = minidecoder.load(folder)
+    ids = random_ids(2, 9)
+    with torch.no_grad():
+        full = model(ids).logits
+        assert model(ids, logits_to_keep=0).logits.shape == full.shape
+        for kept in (1, 3):
+            last = model(ids, logits_to_keep=kept).logits
+            assert last.shape == (2, kept, model.config.vocab_size)
+            torch.testing.assert_close(last, full[:, -kept:], atol=1e-6, rtol=1e-6)
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(InputError, match=f"logits_to_keep={bad!r} is not a count of positions"):
+            model(ids, logits_to_keep=bad)
+
+
+def test_a_next_token_call_computes_one_positions_logits(capsys) -> None:
+    """`generate`'s prefill and `minidecoder logits` computed the (1, T, V) logits of the whole prompt to read the
+    last row: a long prompt's are gigabytes on a large vocabulary (Gemma's 262,144 x 4 bytes a token). Each
+    unembeds one position now."""
+    from cli_runner import cli
+
+    _, folder = checkpoint("llama")
+    model = minidecoder.load(folder)
+    positions = []
+    unembed = type(model).unembed
+
+    def counted(self, h):
+        positions.append(h.shape[1])
+        return unembed(self, h)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(model), "unembed", counted)
+        minidecoder.generate(model, random_ids(1, 12, seed=2)[0].tolist(), max_new_tokens=3, stop_at_eos=False,
+                             static=False)
+        assert positions == [1, 1, 1]  # the prompt's last position, then each new token
+        positions.clear()
+        assert cli(capsys, "logits", "--model", str(folder), "a prompt of a few tokens")[0] == 0
+        assert positions == [1]
+
+
 @pytest.mark.parametrize("name", ["llama", "mistral_window", "qwen2_window", "gemma2", "gemma3"])
 def test_static_cache_decoding_equals_the_dynamic_cache(name: str) -> None:
     """The static cache and its one-token step (what a GPU captures and replays): the same tokens as the
