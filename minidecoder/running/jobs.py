@@ -578,6 +578,9 @@ def check_work_owner(work: str | Path, command: str, settings: dict[str, Any] | 
     owner = work_owner(work)
     if owner is not None and owner.get("command") == command:
         kept = owner.get("settings") or {}
+        if not isinstance(kept, dict):  # hand-edited: what the kept work was made with can no longer be checked
+            raise InputError(f"{work / OWNER_FILE} records the settings {kept!r}, not the flags `{command}` was given, "
+                             "so its kept work cannot be checked before it is resumed", f"delete {work} to start over")
         changed = [f"{flag} was {kept.get(flag)!r}, now {value!r}" for flag, value in (settings or {}).items()
                    if flag in kept and kept[flag] != value]
         if changed:

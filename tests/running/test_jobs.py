@@ -412,3 +412,17 @@ def test_hundred_thousand_texts_stream_with_bounded_memory(model, tmp_path: Path
     assert out.shape == (rows, model.config.hidden_size)
     last = source.read_text().splitlines()[-1]
     assert np.array_equal(out[-1], HashMethod().embed_batch(model, [last])[0].numpy())
+
+
+@pytest.mark.parametrize("settings", ["--limit 5", ["--limit", 5]])
+def test_an_owner_record_whose_settings_were_edited_is_named(tmp_path: Path, settings) -> None:
+    """owner.json's settings hand-edited into a text or a list failed as a TypeError (string indices) when the
+    command's flags were compared with them."""
+    from minidecoder.running.jobs import OWNER_FILE, check_work_owner
+
+    work = tmp_path / ".out.json.partial"
+    work.mkdir()
+    np.save(work / "embeddings.npy", np.zeros((1, 2), dtype=np.float32))  # kept work to protect
+    (work / OWNER_FILE).write_text(json.dumps({"command": "minidecoder eval sts", "settings": settings}))
+    with pytest.raises(InputError, match=f"records the settings .*cannot be checked.*\n.*delete {work}"):
+        check_work_owner(work, "minidecoder eval sts", {"--limit": 5})
