@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from minidecoder.errors import InputError, MinidecoderError
 from minidecoder.fast.forking import embed_points
-from minidecoder.evaluation.family import checked_count
+from minidecoder.evaluation.family import checked_count, refuse_reading_options
 from minidecoder.evaluation.report import _fmt
 from minidecoder.evaluation.sts import StsScorer, StsTask, load_tasks, unique_sentences
 from minidecoder.fast.options import fast_paths_of
@@ -261,7 +261,8 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
               work: str | Path | None = None) -> SweepResult:
     """Score every point of the grid on STS-B dev (and nothing else). Invalid points (e.g. a TP end
     past the output layer) are listed with the reason they were skipped. `dev`: the task already loaded
-    (its own limit is the run's), else it is loaded from `data_dir` with `limit`.
+    (its own limit is the run's; `data_dir` and `limit` are then refused), else it is loaded from `data_dir`
+    with `limit`.
 
     work: a folder that keeps every finished batch (see `embed_grid`), bound to everything the vectors
     depend on (`kept_manifest`): Ctrl-C raises running.jobs.JobInterrupted and the same call resumes;
@@ -273,6 +274,9 @@ def sweep_sts(model, method: Method, axes: dict[str, list[Any]], data_dir=None, 
                          f"give it one value or more, e.g. axes={{{empty[0]!r}: [...]}}, or leave it out")
     if dev is None:
         (dev,) = load_tasks([DEV_TASK], data_dir, limit)
+    else:  # dev was read with its own folder and limit: these would be ignored
+        refuse_reading_options("sweep_sts", f"load_tasks([{DEV_TASK!r}], data_dir, limit)", data_dir=data_dir,
+                               limit=limit)
     if dev.name != DEV_TASK:
         raise InputError(f"a sweep tunes on {DEV_TASK} only, not {dev.name}", "never tune on a test split")
     records, valid, refusals = [], [], []

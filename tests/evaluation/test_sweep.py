@@ -122,6 +122,17 @@ def test_sweep_refuses_a_test_split(tiny, data: Path) -> None:
         sweep_sts(tiny, build_method("prompteol"), {"layer": [4]}, dev=test, progress=False)
 
 
+def test_sweep_refuses_reading_options_beside_a_loaded_dev(tiny, data: Path) -> None:
+    """Found: `sweep_sts(..., dev=load_tasks([...])[0], limit=2)` swept every pair of dev: `limit` and `data_dir`
+    only say how to read dev, and beside a dev read already they were ignored without a word."""
+    (dev,) = load_tasks(["STSBenchmark-dev"], data)
+    with pytest.raises(InputError, match=r"sweep_sts was given data read already and limit, which only say how"):
+        sweep_sts(tiny, build_method("prompteol"), {"layer": [4]}, dev=dev, limit=2, progress=False)
+    with pytest.raises(InputError, match=r"and data_dir, which only") as error:
+        sweep_sts(tiny, build_method("prompteol"), {"layer": [4]}, dev=dev, data_dir=data, progress=False)
+    assert "load_tasks(['STSBenchmark-dev'], data_dir, limit)" in error.value.fix
+
+
 def test_kept_batches_resume_to_the_same_scores_and_cost(tiny, data: Path, tmp_path: Path, monkeypatch) -> None:
     """Ctrl-C during a batch keeps the batches finished before it in the work folder; the same call computes
     only the others, and its scores and counts equal an uninterrupted run's exactly. A call with other
