@@ -33,7 +33,8 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     device's token budget (minidecoder.running.embedding).
 
     An input longer than the model's context is an error; `truncate=N` keeps the first N tokens of each
-    text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass).
+    text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass; without
+    `truncate` it records truncate None and no rows).
     """
     from minidecoder.running.embedding import embed as _embed
     return _embed(model, texts, method, batch_size=batch_size, progress=progress, truncate=truncate, report=report,

@@ -48,8 +48,11 @@ def embed(model, texts: list[str], method: str | Method = "prompteol", batch_siz
     Length policy: an input longer than the model's context (tokenizer_config.json `model_max_length`)
     is an error naming the text. `truncate=N` keeps the first N tokens of each TEXT (never of the
     template) instead; it is never silent: a warning says how many rows were cut, and `report` (a dict
-    you pass) receives `truncate` and `truncated_rows` ({row: tokens before cutting}) for your metadata.
+    you pass) receives `truncate` and `truncated_rows` ({row: tokens before cutting}) for your metadata;
+    without `truncate` it receives truncate None and no rows: the record of a run that cut nothing.
     """
+    if truncate is None and isinstance(report, dict):  # left empty, it would hold no record of the run at all
+        report.update(truncate=None, truncated_rows={})
     return embed_rows(model, texts, method, batch_size, progress, truncate, report, context, text_row, **options)
 
 

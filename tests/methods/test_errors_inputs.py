@@ -130,6 +130,14 @@ def test_truncate_cuts_the_text_not_the_template_and_says_so(short_context) -> N
     torch.testing.assert_close(got, expected)  # the template survived whole; only the text was cut
 
 
+def test_a_report_without_truncate_records_that_nothing_was_cut(model) -> None:
+    """Found: `embed(..., report=report)` without `truncate` left the dict empty, so a caller that always passes
+    one and reads `report["truncated_rows"]` for its metadata failed with a KeyError on every uncut run."""
+    report: dict = {"mine": 1}
+    minidecoder.embed(model, ["a short text."], "mean", report=report)
+    assert report == {"mine": 1, "truncate": None, "truncated_rows": {}}
+
+
 def test_an_explicit_max_length_is_a_limit_too(model) -> None:
     with pytest.raises(InputError, match=r"more than max_length = 8"):
         encode_prompts(model.tokenizer, "{text}", ["twelve chars"], max_length=8)
