@@ -10,9 +10,9 @@ string gives one vector (E,), a list gives (N, E); numpy float32 by default, a t
 `convert_to_tensor=True` (which wins over `convert_to_numpy`), a list of per-sentence tensors when both
 are False (tensors on the model's device, on the CPU once quantized by `precision`, as there); `prompt`
 (or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`) is put before every text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim`
-keeps the first N dimensions, then `normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 /
-binary / ubinary quantizes with sentence-transformers' own `quantize_embeddings` (which needs it
-installed), in its order;
+keeps the first N dimensions (an N past the width keeps them all, as there, with a warning), then
+`normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
+sentence-transformers' own `quantize_embeddings` (which needs it installed), in its order;
 `show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there. Beyond sentence-transformers:
 `context=` (one string, or one per input) is read by the model before each text and never pooled, unlike
 `prompt`, which is joined to the text and pooled with it (`minidecoder.embed`'s context).
@@ -26,6 +26,7 @@ device, not moved), and any other keyword (sentence-transformers passes those to
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,11 @@ class SentenceEncoder:
             raise InputError(f"encode(truncate_dim={truncate_dim!r}) must be a positive number of dimensions",
                              f"e.g. truncate_dim=256 keeps the first 256 of {self.embedding_dim}")
         truncate_dim = None if truncate_dim is None else int(truncate_dim)  # a NumPy integer is one too
+        if truncate_dim is not None and truncate_dim > self.embedding_dim:
+            # kept, not refused: sentence-transformers slices past the width without a word, and its code runs here
+            warnings.warn(f"encode(truncate_dim={truncate_dim}) is more than the {self.embedding_dim} dimensions this "
+                          f"encoder gives: every vector keeps all {self.embedding_dim} (pass truncate_dim="
+                          f"{self.embedding_dim} or less, or leave it out)", UserWarning, stacklevel=2)
         # as sentence-transformers decides: a list, tuple or numpy array of strings is a batch, anything else one input
         batch = isinstance(inputs, (list, tuple)) or (isinstance(inputs, np.ndarray) and inputs.ndim >= 1
                                                       and inputs.dtype.kind in ("U", "O"))
@@ -181,7 +187,6 @@ class SentenceEncoder:
             if not isinstance(prompt, str):
                 raise ArgumentTypeError(f"encode(prompt={prompt!r}) must be a text", "e.g. prompt='query: '")
             if prompt_name is not None:  # the prompt wins, as in sentence-transformers, which says so too
-                import warnings
                 warnings.warn(f"encode() got both prompt={prompt!r} and prompt_name={prompt_name!r}: prompt_name is "
                               "ignored in favour of prompt, as sentence-transformers does; pass one of them",
                               stacklevel=3)

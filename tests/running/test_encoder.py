@@ -139,6 +139,16 @@ def test_encode_takes_a_numpy_integer_as_truncate_dim(encoder):
                                   encoder.encode(TEXTS[:2], truncate_dim=8))
 
 
+def test_a_truncate_dim_past_the_width_warns_that_it_keeps_every_dimension(encoder):
+    """Found: `encode(truncate_dim=1024)` on a 32-wide encoder gave 32 dimensions without a word (as
+    sentence-transformers does, so it is kept): the caller asked for a width it never got."""
+    width = encoder.embedding_dim
+    with pytest.warns(UserWarning, match=rf"encode\(truncate_dim={width + 1}\) is more than the {width} dimensions "
+                                         rf"this encoder gives: every vector keeps all {width}"):
+        got = encoder.encode(TEXTS[:2], truncate_dim=width + 1)
+    np.testing.assert_array_equal(got, encoder.encode(TEXTS[:2]))
+
+
 def test_similarity_of_vectors_of_two_widths_is_named(encoder):
     for a, b in ((np.zeros((2, 3)), np.zeros((2, 4))), (np.zeros((2, 3, 3)), np.zeros((2, 3, 3)))):
         with pytest.raises(InputError, match="similarity needs two sets of vectors of one width"):
