@@ -44,7 +44,7 @@ from minidecoder.evaluation.family import (Family, Kept, add_family_options, che
                                            family_parser, instruction_for, instructions_line, limit_that_cut,
                                            limited_note, markdown_report, numbered_lines, parse_names, require_file,
                                            require_rows, resolve_data_folder)
-from minidecoder.running.texts import with_instruction
+from minidecoder.running.texts import refuse_placement_without_instruction, with_instruction
 
 
 EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")  # dair-ai/emotion's ClassLabel order
@@ -195,11 +195,13 @@ def texts_needed(data: ClassificationSet, instruction: str | None, placement: st
 
 def evaluate_classification(encode: Encoder, data: ClassificationSet, instruction: str | None = None,
                             progress: bool = True, chunk_size: int = 256, placement: str = "context") -> dict:
-    """Run mteb's classification evaluator on `data` with `encode`'s embeddings. Returns {"task", "accuracy":
-    {"score", "ci95"}, "f1": ..., "n_experiments", "samples_per_label", "experiments": mteb's per-experiment
-    scores, "test_items", "instruction", "instruction_placement", plus the stamp's data facts}; scores x100."""
+    """Run mteb's classification evaluator on `data` with `encode`'s embeddings, each text under `instruction`
+    (none by default) placed as `placement` says ("context", the default, or "pooled", refused without one).
+    Returns {"task", "accuracy": {"score", "ci95"}, "f1": ..., "n_experiments", "samples_per_label",
+    "experiments": mteb's per-experiment scores, "test_items", "instruction", "instruction_placement", plus the stamp's data facts}; scores x100."""
     from minidecoder.evaluation.mteb_lookup import PrecomputedEncoder
 
+    refuse_placement_without_instruction("evaluate_classification", instruction, placement)
     texts = texts_needed(data, instruction, placement)
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (N, E)
     task = mteb_task(data, instruction, placement)

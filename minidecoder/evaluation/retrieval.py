@@ -47,7 +47,7 @@ from minidecoder.evaluation.family import (Family, Kept, add_family_options, che
                                            encode_sentences, family_parser, field, instruction_for, instructions_line,
                                            json_line, limit_that_cut, limited_note, markdown_report, numbered_lines,
                                            refuse_repeats, require_file, resolve_data_folder)
-from minidecoder.running.texts import with_instruction
+from minidecoder.running.texts import refuse_placement_without_instruction, with_instruction
 
 
 # HTP Table 10: each set's query instruction (docs/spec.md section 11)
@@ -226,11 +226,13 @@ def summarize(per_query: dict[str, dict[str, float]]) -> dict[str, dict]:
 def evaluate_retrieval(encode: Encoder, data: BeirSet, instruction: str | None = None, progress: bool = True,
                        chunk_size: int = 256, top_k: int = TOP_K, placement: str = "context",
                        own_method: bool = False) -> dict:
-    """Embed the queries (with `instruction`, placed as `placement` says) and the documents, search, score.
+    """Embed the queries (with `instruction`, placed as `placement` says: "context", the default, or "pooled",
+    refused without an instruction) and the documents, search, score.
     Returns {"set", "metrics": {"nDCG@10": {"score", "ci95"}, ...}, "per_query": {qid: {measure: value}},
     "queries", "documents", "instruction", "instruction_placement", "encode_seconds", "search_seconds", plus
     the stamp's data facts}."""
     top_k = checked_count(top_k, "top_k", "documents a query keeps", TOP_K)  # 0 would score every query 0
+    refuse_placement_without_instruction("evaluate_retrieval", instruction, placement)
     texts = query_texts(data, instruction, placement, own_method) + data.documents
     start = time.perf_counter()
     vectors = encode_sentences(encode, texts, chunk_size=chunk_size, progress=progress)  # (Q + M, E)
@@ -314,8 +316,10 @@ def texts(loaded: list, args: argparse.Namespace) -> list:
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
     from minidecoder.evaluation.family import run_limit
 
+    # a set with no instruction of its own (under --instruction auto) has none to place
     sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
-                                          placement=args.instruction_placement, own_method=bool(args.query_opt))
+                                          placement=args.instruction_placement if _instruction(args, data)
+                                          else "context", own_method=bool(args.query_opt))
             for data in loaded}
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):

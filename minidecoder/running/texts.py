@@ -81,6 +81,16 @@ def check_context(context: object, where: str) -> str:
 PLACEMENTS = ("context", "pooled")  # where an instruction goes: unpooled context, or joined to the text
 
 
+def refuse_placement_without_instruction(call: str, instruction: str | None, placement: str) -> None:
+    """placement="pooled" says where an instruction goes: given with none, it would change nothing (the CLI
+    refuses `--instruction-placement pooled` without one alike)."""
+    if placement == "pooled" and not instruction:
+        raise InputError(f"{call}(placement='pooled') places the instruction, and instruction={instruction!r} "
+                         "gives none: the placement would change nothing",
+                         f"leave placement out, or give the instruction: {call}(..., instruction='...', "
+                         "placement='pooled')")
+
+
 def with_instruction(texts: list[str], instruction: str | None, placement: str = "context") -> list:
     """The texts as embedded under an instruction: (instruction, text) pairs, the instruction read as unpooled
     context (HTP's code, `embed_mask = 0`), or with placement "pooled" the joined string "{instruct} {text}"

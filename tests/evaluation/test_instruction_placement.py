@@ -59,6 +59,29 @@ def test_classification_embeds_pairs_and_mteb_asks_for_the_bare_texts(tmp_path: 
                                    placement="pooled")["instruction_placement"] == "pooled"
 
 
+def test_a_pooled_placement_without_an_instruction_is_refused_from_python(tmp_path: Path) -> None:
+    """Found: `evaluate_retrieval(encode, data, placement="pooled")` (and evaluate_classification's) took the
+    placement, embedded the bare texts and changed nothing: with no instruction there is nothing to place (the CLI
+    refuses `--instruction-placement pooled` without one already)."""
+    beir = load_beir_set("toy", write_beir(tmp_path / "beir"))
+    with pytest.raises(InputError, match=r"evaluate_retrieval\(placement='pooled'\) places the instruction, and "
+                                         r"instruction=None gives none: the placement would change nothing"):
+        evaluate_retrieval(Recording(), beir, progress=False, placement="pooled")
+    emotion = load_classification_set("Emotion", write_emotion(tmp_path / "mteb"), limit=12)
+    with pytest.raises(InputError, match=r"evaluate_classification\(placement='pooled'\) places the instruction"):
+        evaluate_classification(Recording(), emotion, "", progress=False, placement="pooled")
+
+
+def test_a_set_with_no_instruction_of_its_own_runs_under_a_pooled_placement(tiny_llama: Path, tmp_path: Path) -> None:
+    """The CLI's placement is the run's; under --instruction auto a set with no instruction of its own ("toy")
+    has none to place, so the set runs as it would without the flag, and is not refused as the API call is."""
+    prefix = tmp_path / "run"
+    assert run_cli("eval", "retrieval", "--model", str(tiny_llama), "--method", "mean", "--sets", "toy",
+                   "--data", str(write_beir(tmp_path / "data")), "--instruction-placement", "pooled",
+                   "--output", str(prefix), "--no-progress") == 0
+    assert json.loads(prefix.with_suffix(".json").read_text())["results"]["sets"]["toy"]["instruction_placement"] is None
+
+
 def test_cli_placements_differ_and_are_recorded(tiny_llama: Path, tmp_path: Path) -> None:
     folder = write_beir(tmp_path / "data")
     runs = {}
