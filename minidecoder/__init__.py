@@ -30,7 +30,7 @@ def embed(model: Decoder, texts: list[str], method: "str | object" = "prompteol"
     every text, or a list with one per text ("" for none); a text may also be given as a (context, text) pair.
 
     batch_size: sentences per batch; None (the default, as `encode` and the CLI) fills each batch up to the
-    device's token budget (minidecoder.running.embedding).
+    device's token budget (minidecoder.running.embedding). progress: a tqdm bar on stderr (off by default).
 
     An input longer than the model's context is an error; `truncate=N` keeps the first N tokens of each
     text (the template stays whole), warns, and lists the cut rows in `report` (a dict you pass; without
@@ -54,7 +54,9 @@ def explain(model: Decoder, text: str, method: "str | object" = "tp", truncate: 
 def generate(model: Decoder, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
              stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
     """Greedy continuation of one prompt with a KV cache: the ids of up to `max_new_tokens` new tokens
-    (minidecoder.running.generation; a batch of prompts is refused: one call per prompt). static: a static
-    cache and a captured decode step, kept across calls (None: where the model's graphs are on)."""
+    (minidecoder.running.generation; a batch of prompts is refused: one call per prompt). stop_at_eos (True):
+    stop after the first end-of-sequence id (config.json's and the tokenizer's), which is kept in the result;
+    False runs all `max_new_tokens`. static: a static cache and a captured decode step, kept across calls
+    (None: on a GPU, or where the model's graphs are on)."""
     from minidecoder.running.generation import greedy
     return greedy(model, input_ids, max_new_tokens, stop_at_eos, static)

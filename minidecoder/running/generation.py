@@ -30,6 +30,8 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
     a list of ids, a list holding one list of ids, or a NumPy integer array).
+    stop_at_eos: stop after the first end-of-sequence id (`_eos_ids`), kept as the last id; False: every one of
+        `max_new_tokens`.
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on; a dynamic-NTK model decodes over the dynamic cache, with a warning where static=True)."""
     require_loaded(model, "generate", "ids")
