@@ -11,7 +11,6 @@ from __future__ import annotations
 import posixpath
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 from repo_paths import REPO
@@ -179,35 +178,3 @@ def test_every_model_the_docs_and_helps_name_is_known():
     unknown = sorted(name for name in named
                      if not is_known(name) and not re.search(r"[A-Z<>{}$/]", name) and not name.startswith("."))
     assert len(named) > 3 and not unknown, unknown
-
-
-def cited_line_ranges(text: str) -> list[tuple[str, int, int, str]]:
-    """Each `path.py:A-B` (`Name`) the text cites: the lines a reader is sent to, and the definition they hold."""
-    return [(path, int(first), int(last), name) for path, first, last, name
-            in re.findall(r"`([\w/]+\.py):(\d+)-(\d+)` \(`([\w.]+)`", text)]
-
-
-def definition_lines(path: Path, dotted: str) -> tuple[int, int] | None:
-    """The first and last line of the class or function `dotted` (`CopyRows.before`: a class's method) in `path`;
-    None where the file defines no such name."""
-    import ast
-
-    scope = ast.parse(path.read_text(encoding="utf-8")).body
-    node = None
-    for part in dotted.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part), None)
-        if node is None:
-            return None
-        scope = node.body
-    return node.lineno, node.end_lineno
-
-
-def test_the_readmes_line_ranges_hold_the_definitions_they_name():
-    """README's methods table sends a reader to lines (`methods/tp.py:55-73` (`TPStep`)): an edit above them
-    would send the reader elsewhere, unsaid, so each range must be its definition's lines, first to last."""
-    cited = cited_line_ranges((REPO / "README.md").read_text(encoding="utf-8"))
-    assert len(cited) >= 10  # the table still cites its lines (a changed form would check nothing)
-    wrong = [f"`{path}:{first}-{last}` (`{name}`): the definition is at {found or 'no line'}"
-             for path, first, last, name in cited
-             if (found := definition_lines(PACKAGE / path, name)) != (first, last)]
-    assert not wrong, "move the README's ranges to the lines now holding them:\n" + "\n".join(wrong)
