@@ -164,7 +164,7 @@ def run_row(model, row: dict, donor: dict | None, dev, plan: PiecePlan, scorer, 
     if "sweep" not in progress:
         print(f"\n== {row['label']}: sweep {axes and {k: (v if len(v) < 6 else f'{v[0]}..{v[-1]} ({len(v)})') for k, v in axes.items()}}",
               file=sys.stderr)
-        sweep = sweep_sts(model, method, axes, limit=args.dev_limit, batch_size=args.batch_size,
+        sweep = sweep_sts(model, method, axes, batch_size=args.batch_size,  # dev: read with --dev-limit
                           progress=not args.no_progress, dev=dev)
         progress["sweep"] = {
             "options": sweep.best["options"], "dev": sweep.best["score"], "axes": sweep.axes, "rule": sweep.rule,
