@@ -198,7 +198,8 @@ def evaluate_classification(encode: Encoder, data: ClassificationSet, instructio
     """Run mteb's classification evaluator on `data` with `encode`'s embeddings, each text under `instruction`
     (none by default) placed as `placement` says ("context", the default, or "pooled", refused without one).
     Returns {"task", "accuracy": {"score", "ci95"}, "f1": ..., "n_experiments", "samples_per_label",
-    "experiments": mteb's per-experiment scores, "test_items", "instruction", "instruction_placement", plus the stamp's data facts}; scores x100."""
+    "experiments": mteb's per-experiment scores, "test_items", "instruction", "instruction_placement", plus the
+    stamp's data facts}; scores x100."""
     from minidecoder.evaluation.mteb_lookup import PrecomputedEncoder
 
     refuse_placement_without_instruction("evaluate_classification", instruction, placement)

@@ -9,9 +9,10 @@ code written for sentence-transformers runs unchanged: `inputs` (or the older `s
 string gives one vector (E,), a list gives (N, E); numpy float32 by default, a torch tensor with
 `convert_to_tensor=True` (which wins over `convert_to_numpy`), a list of per-sentence tensors when both
 are False (tensors on the model's device, on the CPU once quantized by `precision`, as there); `prompt`
-(or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`) is put before every text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim`
-keeps the first N dimensions (an N past the width keeps them all, as there, with a warning), then
-`normalize_embeddings` L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
+(or `prompt_name`, a key of the constructor's `prompts`, else `default_prompt_name`) is put before every
+text, as there (given both, `prompt` wins with a warning, as there); `truncate_dim` keeps the first N
+dimensions (an N past the width keeps them all, as there, with a warning), then `normalize_embeddings`
+L2-normalizes, then `precision` int8 / uint8 / binary / ubinary quantizes with
 sentence-transformers' own `quantize_embeddings` (which needs it installed), in its order;
 `show_progress_bar=None` shows a bar when logging is at INFO or DEBUG, as there. Beyond sentence-transformers:
 `context=` (one string, or one per input) is read by the model before each text and never pooled, unlike

@@ -92,10 +92,12 @@ def _byte_level_tokenizer(metadata: dict[str, Any]) -> tuple[Tokenizer, list[str
     vocab = {token: index for index, token in enumerate(tokens)}
     try:
         tokenizer = Tokenizer(
-            BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+            BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="",
+                fuse_unk=False, byte_fallback=False)
         )
     except Exception as error:  # tokenizers reports a merge of tokens outside the vocabulary as a plain Exception
-        raise CheckpointError(f"the GGUF's merges (tokenizer.ggml.merges) do not fit its vocabulary: {error}", _DAMAGED_FIX) from None
+        raise CheckpointError(f"the GGUF's merges (tokenizer.ggml.merges) do not fit its vocabulary: {error}",
+                              _DAMAGED_FIX) from None
     pre_tokenizer, normalizer = _byte_level_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizer
@@ -107,7 +109,8 @@ def _merges(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     """tokenizer.ggml.merges as (left, right) pairs: each stored as the two pieces and one space between."""
     stored = metadata.get("tokenizer.ggml.merges", [])
     if not isinstance(stored, list):
-        raise CheckpointError(f"GGUF metadata 'tokenizer.ggml.merges' is a {type(stored).__name__}, not a list", _DAMAGED_FIX)
+        raise CheckpointError(f"GGUF metadata 'tokenizer.ggml.merges' is a {type(stored).__name__}, not a list",
+                              _DAMAGED_FIX)
     for index, merge in enumerate(stored):
         if not isinstance(merge, str) or len(merge.split(" ")) != 2:
             raise CheckpointError(f"GGUF merge {index} (tokenizer.ggml.merges) is {merge!r}, not two pieces and a space",
@@ -140,7 +143,8 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
         priority = {token: -index for index, token in enumerate(tokens)}
     else:
         if "tokenizer.ggml.scores" not in metadata:
-            raise CheckpointError("the GGUF's SentencePiece vocabulary has no scores (tokenizer.ggml.scores)", _DAMAGED_FIX)
+            raise CheckpointError("the GGUF's SentencePiece vocabulary has no scores (tokenizer.ggml.scores)",
+                                  _DAMAGED_FIX)
         priority = dict(zip(tokens, metadata["tokenizer.ggml.scores"]))  # as long as tokens: _check_vocabulary
     vocab = {token: index for index, token in enumerate(tokens)}
     tokenizer = Tokenizer(
