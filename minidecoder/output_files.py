@@ -363,6 +363,15 @@ def write_kept(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def read_kept_json(path: str | Path) -> Any:
+    """A kept JSON file's value, or None where it is missing, unreadable or cut short: kept work is the run's own
+    derived work, so its caller checks the value's shape and recomputes (or names) what is not whole."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def write_chunk(array_path: Path, array: np.ndarray, record_path: Path, record: dict[str, Any]) -> None:
     """One kept chunk: its JSON record, then its array (`.npy`). The array goes last, so a chunk whose array
     exists is whole; a kill between the two leaves a record that the chunk's next computation rewrites."""

@@ -316,11 +316,11 @@ def texts(loaded: list, args: argparse.Namespace) -> list:
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:  # the job's table is its kept work
     from minidecoder.evaluation.family import run_limit
 
-    # a set with no instruction of its own (under --instruction auto) has none to place
-    sets = {data.name: evaluate_retrieval(encode, data, _instruction(args, data), progress=False,
-                                          placement=args.instruction_placement if _instruction(args, data)
-                                          else "context", own_method=bool(args.query_opt))
-            for data in loaded}
+    sets = {}
+    for data in loaded:
+        instruction = _instruction(args, data)  # a set with none of its own (under --instruction auto) places none
+        sets[data.name] = evaluate_retrieval(encode, data, instruction, progress=False, own_method=bool(args.query_opt),
+                                             placement=args.instruction_placement if instruction else "context")
     for result in sets.values():
         for key in ("data_dir", "data_files", "encode_seconds", "documents_per_second"):
             result.pop(key)  # the stamp has the data; the job's own time is results["embedding"]

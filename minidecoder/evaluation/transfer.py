@@ -87,7 +87,7 @@ from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_opt
                                            require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
-from minidecoder.output_files import write_streamed
+from minidecoder.output_files import read_kept_json, write_streamed
 
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -418,7 +418,7 @@ class KeptWork:
         are not what `embeddings` writes (cut short, edited; a table that is not one finite row per text written
         beside it: `encode_sentences` refuses NaN) are None, and computed again as missing ones are: they are
         this folder's own derived work."""
-        record = _kept_json(self.texts_path)
+        record = read_kept_json(self.texts_path)
         if not isinstance(record, dict) or record.get("identity") != self.identity_sha256:
             return None
         texts, seconds = record.get("texts"), record.get("seconds")
@@ -441,7 +441,7 @@ class KeptWork:
     def task_result(self, name: str, key: str) -> dict | None:
         """The kept result of task `name`, if one was kept whole under the same identity and `key` (one cut short
         or edited is trained again, as a missing one is)."""
-        kept = _kept_json(self._task_path(name))
+        kept = read_kept_json(self._task_path(name))
         if not isinstance(kept, dict) or kept.get("key") != self._task_key(key) or not _is_seconds(
                 kept.get("encode_seconds")):
             return None
@@ -455,7 +455,7 @@ class KeptWork:
     def task_encode_seconds(self, name: str) -> float | None:
         """The embedding seconds kept beside task `name`'s result, read once `task_result` found it whole (None:
         kept by a version that kept none)."""
-        kept = _kept_json(self._task_path(name))
+        kept = read_kept_json(self._task_path(name))
         return kept.get("encode_seconds") if isinstance(kept, dict) else None
 
     def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
@@ -465,21 +465,9 @@ class KeptWork:
             {"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
 
 
-def _kept_json(path: Path) -> Any:
-    """A kept file's JSON, or None where it is missing, unreadable or cut short."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _is_seconds(value: Any) -> bool:
-    """A kept time: a number, or None where a version kept none."""
-    return value is None or _is_number(value)
+    """A kept time: a finite number, or None where a version kept none."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
 def _keep(path: Path, write: Callable) -> None:

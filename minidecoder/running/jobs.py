@@ -56,8 +56,8 @@ import numpy as np
 from minidecoder.errors import (InputError, Interrupted, MinidecoderError, OutputError, TruncationWarning,
                                 describe_unusable_file, is_whole_number)
 from minidecoder.fast.options import fast_paths_of
-from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, write_chunk, write_kept,
-                                      write_streamed, write_whole)
+from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, read_kept_json, write_chunk,
+                                      write_kept, write_streamed, write_whole)
 from minidecoder.running.texts import check_context, check_text
 from minidecoder.sources.checksums import model_identity
 
@@ -560,10 +560,7 @@ def holds_kept_work(work: str | Path) -> bool:
 
 def work_owner(work: str | Path) -> dict[str, Any] | None:
     """The owner recorded in `work` ({"command": ..., "command_line": ...}), or None when none is."""
-    try:
-        owner = json.loads((Path(work) / OWNER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    owner = read_kept_json(Path(work) / OWNER_FILE)
     return owner if isinstance(owner, dict) else None
 
 

@@ -188,7 +188,7 @@ DAMAGE = [  # what a full disk, a crash, a hand edit or a copy between machines 
     ("record a list", lambda p: p.with_suffix(".json").write_text("[]"), "without a valid 'truncated_rows'"),
     ("record without cuts", lambda p: p.with_suffix(".json").write_text('{"rows": 4}'),
      "without a valid 'truncated_rows'"),
-    ("record cuts a row of another chunk", lambda p: p.with_suffix(".json").write_text(
+    ("record cuts a row that is none of its rows", lambda p: p.with_suffix(".json").write_text(
         '{"rows": 4, "truncated_rows": {"abc": 9}}'), "naming a truncated row 'abc': 9 that is not one of its rows 4-7"),
 ]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minidecoder.sources.convert.gguf_reader import GGUFFile
+from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX, GGUFFile
 from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer
 from minidecoder.sources.convert.hf_config import build_config
 from minidecoder.sources.convert.names import expected_hf_names, hf_name
@@ -200,7 +200,7 @@ def _check_shapes(gguf: GGUFFile, gguf_of: dict[str, str], config: dict[str, Any
             raise CheckpointError(
                 f"{gguf.path.name}: tensor {gguf_name!r} has shape {shape}, but the metadata (hidden size, head "
                 f"counts, feed-forward length) implies {expected}",
-                "the file is damaged or its metadata was edited: download it again and compare its sha256",
+                DAMAGED_FIX,
             )
 
 

@@ -27,7 +27,9 @@ SUPPORTED_QUANT_TYPES = (
 
 _ROW_BLOCK_ELEMENTS = 1 << 22  # values unpacked per step (16 MiB of float32)
 
-_DAMAGED_FIX = "the file is damaged or incomplete: download it again and compare its sha256 with the published one"
+# the way out of every damaged-GGUF error: its reader's, its metadata's, its vocabulary's, its tensors'
+DAMAGED_FIX = ("the file is damaged, incomplete or written by a faulty converter: download it again (compare its "
+               "sha256 with the published one) or re-export it")
 
 
 class _CutShort(ValueError):
@@ -78,9 +80,9 @@ class GGUFFile:
         try:
             self._reader = _strict_reader_class()(self.path)
         except _CutShort as error:
-            raise CheckpointError(f"{self.path} is cut short or its header is damaged: {error}", _DAMAGED_FIX) from error
+            raise CheckpointError(f"{self.path} is cut short or its header is damaged: {error}", DAMAGED_FIX) from error
         except KeyError as error:  # gguf-py's word for a metadata key written twice
-            raise CheckpointError(f"{self.path} is damaged: {error.args[0]}", _DAMAGED_FIX) from error
+            raise CheckpointError(f"{self.path} is damaged: {error.args[0]}", DAMAGED_FIX) from error
         except (ValueError, OSError, IndexError) as error:
             raise CheckpointError(
                 f"{self.path} is not a readable GGUF file ({error})",
@@ -113,7 +115,7 @@ class GGUFFile:
             elif offset < end:
                 problem = f"starts at offset {offset}, inside tensor {previous!r} (which ends at {end})"
             if problem:
-                raise CheckpointError(f"{self.path} is damaged: tensor {tensor.name!r} {problem}", _DAMAGED_FIX)
+                raise CheckpointError(f"{self.path} is damaged: tensor {tensor.name!r} {problem}", DAMAGED_FIX)
             end, previous = offset + tensor.n_bytes, tensor.name
 
     def _read_metadata(self) -> dict[str, Any]:
@@ -126,7 +128,7 @@ class GGUFFile:
                 metadata[key] = field.contents()
             except UnicodeDecodeError as error:
                 raise CheckpointError(f"{self.path}: metadata key {key!r} holds text that is not UTF-8 ({error})",
-                                      _DAMAGED_FIX) from error
+                                      DAMAGED_FIX) from error
         return metadata
 
     @property

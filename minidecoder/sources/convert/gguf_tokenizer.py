@@ -25,8 +25,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_
 from tokenizers.models import BPE
 
 from minidecoder.errors import CheckpointError
-
-_DAMAGED_FIX = "the file is damaged or was written by a faulty converter: download it again or re-export it"
+from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX
 
 # llama.cpp token types (`llama_token_type`): 3 = control (special), 4 = user-defined (added, not special).
 _CONTROL, _USER_DEFINED = 3, 4
@@ -97,7 +96,7 @@ def _byte_level_tokenizer(metadata: dict[str, Any]) -> tuple[Tokenizer, list[str
         )
     except Exception as error:  # tokenizers reports a merge of tokens outside the vocabulary as a plain Exception
         raise CheckpointError(f"the GGUF's merges (tokenizer.ggml.merges) do not fit its vocabulary: {error}",
-                              _DAMAGED_FIX) from None
+                              DAMAGED_FIX) from None
     pre_tokenizer, normalizer = _byte_level_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
     tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizer
@@ -110,11 +109,11 @@ def _merges(metadata: dict[str, Any]) -> list[tuple[str, str]]:
     stored = metadata.get("tokenizer.ggml.merges", [])
     if not isinstance(stored, list):
         raise CheckpointError(f"GGUF metadata 'tokenizer.ggml.merges' is a {type(stored).__name__}, not a list",
-                              _DAMAGED_FIX)
+                              DAMAGED_FIX)
     for index, merge in enumerate(stored):
         if not isinstance(merge, str) or len(merge.split(" ")) != 2:
             raise CheckpointError(f"GGUF merge {index} (tokenizer.ggml.merges) is {merge!r}, not two pieces and a space",
-                                  _DAMAGED_FIX)
+                                  DAMAGED_FIX)
     return [tuple(merge.split(" ")) for merge in stored]
 
 
@@ -144,7 +143,7 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
     else:
         if "tokenizer.ggml.scores" not in metadata:
             raise CheckpointError("the GGUF's SentencePiece vocabulary has no scores (tokenizer.ggml.scores)",
-                                  _DAMAGED_FIX)
+                                  DAMAGED_FIX)
         priority = dict(zip(tokens, metadata["tokenizer.ggml.scores"]))  # as long as tokens: _check_vocabulary
     vocab = {token: index for index, token in enumerate(tokens)}
     tokenizer = Tokenizer(
@@ -175,18 +174,25 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
     return tokenizer, tokens
 
 
+SPECIAL_NAMES = ("bos", "eos", "unknown", "padding")  # tokenizer.ggml.<name>_token_id
+
+
 def _special_token(metadata: dict[str, Any], tokens: list[str], name: str) -> str | None:
-    """The token a special id names; None where the file names none, or one past its vocabulary (as llama.cpp,
-    which warns and goes on: the tokenizer then has no such token, said here)."""
-    key = f"tokenizer.ggml.{name}_token_id"
-    token_id = metadata.get(key)
-    if token_id is None:
-        return None
-    if not 0 <= token_id < len(tokens):
-        warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: the converted "
-                      f"tokenizer has no {name} token", stacklevel=2)
-        return None
-    return tokens[token_id]
+    """The token a special id names; None where the file names none, or one past its vocabulary (as llama.cpp
+    reads it; `_warn_ids_past_vocabulary` says so)."""
+    token_id = metadata.get(f"tokenizer.ggml.{name}_token_id")
+    return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
+
+
+def _warn_ids_past_vocabulary(metadata: dict[str, Any], tokens: list[str]) -> None:
+    """A special id past the vocabulary leaves the tokenizer without that token (with add_bos_token, every id
+    sequence loses its BOS): converted as llama.cpp goes on, but said, once per id."""
+    for name in SPECIAL_NAMES:
+        key = f"tokenizer.ggml.{name}_token_id"
+        token_id = metadata.get(key)
+        if token_id is not None and not 0 <= token_id < len(tokens):
+            warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: the "
+                          f"converted tokenizer has no {name} token", stacklevel=3)
 
 
 def _check_vocabulary(metadata: dict[str, Any]) -> None:
@@ -198,13 +204,13 @@ def _check_vocabulary(metadata: dict[str, Any]) -> None:
     if not isinstance(tokens, list) or not tokens or not all(isinstance(token, str) for token in tokens):
         found = "missing" if tokens is None else f"{type(tokens).__name__} {str(tokens)[:60]}"
         raise CheckpointError(f"the GGUF's vocabulary (tokenizer.ggml.tokens) is {found}, not a non-empty list of "
-                              "token strings", _DAMAGED_FIX)
+                              "token strings", DAMAGED_FIX)
     for key in ("tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
         values = metadata.get(key, tokens)  # absent: nothing to disagree with
         if not isinstance(values, list) or len(values) != len(tokens):
             found = f"{len(values)} entries" if isinstance(values, list) else f"a {type(values).__name__}"
             raise CheckpointError(f"the GGUF's {key} holds {found} for {len(tokens)} tokens (tokenizer.ggml.tokens)",
-                                  _DAMAGED_FIX)
+                                  DAMAGED_FIX)
 
 
 def build_tokenizer(metadata: dict[str, Any], architecture: str) -> tuple[Tokenizer, dict[str, Any]]:
@@ -223,7 +229,8 @@ def build_tokenizer(metadata: dict[str, Any], architecture: str) -> tuple[Tokeni
             "supported: 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)",
         )
 
-    special = {name: _special_token(metadata, tokens, name) for name in ("bos", "eos", "unknown", "padding")}
+    _warn_ids_past_vocabulary(metadata, tokens)
+    special = {name: _special_token(metadata, tokens, name) for name in SPECIAL_NAMES}
     stored = metadata["tokenizer.ggml.tokens"]
     token_types = metadata.get("tokenizer.ggml.token_type") or [1] * len(stored)
     # Control tokens are matched whole and are special. In a byte-level vocabulary a "control" token

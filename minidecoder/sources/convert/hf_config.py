@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from minidecoder.sources.convert.gguf_reader import GGUFFile
+from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX, GGUFFile
 from minidecoder.errors import CheckpointError, is_whole_number
 
 # Keys that describe the model but change nothing a dense forward pass computes, or that are
@@ -42,7 +42,6 @@ _REAL_KEYS = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor",
     "attn_logit_softcapping", "final_logit_softcapping",
 }
-_DAMAGED_FIX = "the GGUF is damaged or was written by a faulty converter; download it again or re-export it"
 
 _EXTRA_KEYS = {
     "llama": set(),
@@ -104,7 +103,7 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
         )
     if not is_whole_number(metadata.get("split.count", 1), 1):
         raise CheckpointError(f"{gguf.path.name}: metadata key 'split.count' = {metadata['split.count']!r} is not a "
-                              "whole number of at least 1", _DAMAGED_FIX)
+                              "whole number of at least 1", DAMAGED_FIX)
     if metadata.get("split.count", 1) > 1:
         raise CheckpointError(
             f"{gguf.path.name} is one part of a split GGUF ({metadata['split.count']} files)",
@@ -116,7 +115,7 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
     num_layers = key("block_count")
     if num_layers > len(gguf.tensor_names):  # every layer has several tensors
         raise CheckpointError(f"{gguf.path.name}: {arch}.block_count = {num_layers}, but the file holds only "
-                              f"{len(gguf.tensor_names)} tensors", _DAMAGED_FIX)
+                              f"{len(gguf.tensor_names)} tensors", DAMAGED_FIX)
     head_dim = key("attention.key_length", hidden_size // num_heads)
     value_dim = key("attention.value_length", head_dim)
     rotary_dim = key("rope.dimension_count", head_dim)
@@ -189,7 +188,7 @@ def _checked(gguf: GGUFFile, full: str, name: str) -> Any:
         kind = "number"
     else:
         return value
-    raise CheckpointError(f"{gguf.path.name}: metadata key {full!r} = {value!r} is not a {kind}", _DAMAGED_FIX)
+    raise CheckpointError(f"{gguf.path.name}: metadata key {full!r} = {value!r} is not a {kind}", DAMAGED_FIX)
 
 
 def _check_keys(gguf: GGUFFile) -> None:
@@ -237,6 +236,6 @@ def _gemma_layer_types(arch: str, num_layers: int, pattern: Any) -> list[str]:
         return ["sliding_attention" if sliding else "full_attention" for sliding in pattern]
     if pattern is not None and not is_whole_number(pattern, 1):  # a period of 0 would divide by zero
         raise CheckpointError(f"sliding_window_pattern = {pattern!r} is neither one flag per layer nor a whole number "
-                              "of at least 1", _DAMAGED_FIX)
+                              "of at least 1", DAMAGED_FIX)
     period = int(pattern) if pattern is not None else _SLIDING_WINDOW_PERIOD[arch]
     return ["full_attention" if (layer + 1) % period == 0 else "sliding_attention" for layer in range(num_layers)]
