@@ -731,10 +731,14 @@ def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any], 
                     _chunk_path(work, k, ".json"), info)
     except OSError as error:
         saved = sum(_chunk_done(work, j) for j in range(num_chunks))
-        raise OutputError(f"writing chunk {k} into {work} failed: {error.strerror or error}; the {saved} finished "
-                          f"chunk(s) of {num_chunks} are kept there",
-                          "free space (or fix the folder), then run the same command again: it resumes from them") \
-            from None
+        # A folder where the chunk's file belongs (a copy gone wrong) fails the final rename: freeing space
+        # would not help, so name the folder.
+        in_the_way = (error.filename2 or error.filename) if isinstance(error, IsADirectoryError) else None
+        failed = f"{error.strerror or error}" + (f" ({in_the_way})" if in_the_way else "")
+        fix = f"remove the folder {in_the_way}" if in_the_way else "free space (or fix the folder)"
+        raise OutputError(f"writing chunk {k} into {work} failed: {failed}; the {saved} finished chunk(s) of "
+                          f"{num_chunks} are kept there", f"{fix}, then run the same command again: it resumes "
+                          "from them") from None
 
 
 def _load_chunk(work: Path, k: int) -> np.ndarray:

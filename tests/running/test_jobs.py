@@ -232,6 +232,24 @@ def test_kept_chunks_without_their_manifest_are_refused_not_adopted(model, tmp_p
     assert not output.exists() and (work / "chunk-000000.npy").is_file()  # the kept chunk is left to the user
 
 
+@pytest.mark.parametrize("suffix", [".npy", ".json"])
+def test_a_folder_where_a_chunk_file_belongs_is_named_as_the_way_out(model, tmp_path: Path, suffix: str) -> None:
+    """A folder in a chunk file's place (a copy gone wrong) fails the chunk's final rename. The message used to
+    say only "Is a directory" and advise freeing space; it names the folder, whose removal lets the job resume."""
+    source = write_lines(tmp_path / "in.txt", 10)
+    output = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):
+        run_embedding_job(model, "mean", source, output, chunk_size=4, batch_size=4, progress=interrupt_after(1))
+    in_the_way = tmp_path / ".out.npy.partial" / f"chunk-000001{suffix}"
+    in_the_way.mkdir()
+    with pytest.raises(minidecoder.MinidecoderError) as refused:
+        run_embedding_job(model, "mean", source, output, chunk_size=4, batch_size=4)
+    assert f"({in_the_way}); the 1 finished chunk(s) of 3 are kept" in refused.value.problem
+    assert refused.value.fix.startswith(f"remove the folder {in_the_way}, then run the same command again")
+    in_the_way.rmdir()
+    assert run_embedding_job(model, "mean", source, output, chunk_size=4, batch_size=4)["chunks_reused"] == 1
+
+
 # ---- input problems --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, content, problem", [
     ("bad.txt", b"fine\n\xff\xfe broken\n", "line 2 is not valid UTF-8"),
