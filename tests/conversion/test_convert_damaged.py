@@ -219,7 +219,10 @@ def test_an_unknown_token_id_past_the_vocabulary_is_ignored_like_the_other_speci
     ("llama", {"llama.attention.layer_norm_rms_epsilon": "x"}, "'llama.attention.layer_norm_rms_epsilon' = 'x' is not a number"),
     ("llama", {"split.count": "2"}, "'split.count' = '2' is not a whole number"),
     ("llama", {"llama.block_count": 2**31}, "llama.block_count = 2147483648, but the file holds only 20 tensors"),
-    ("gemma3", {"gemma3.attention.sliding_window_pattern": 0}, "sliding_window_pattern = 0 is neither one flag per layer"),
+    ("gemma3", {"gemma3.attention.sliding_window_pattern": 0},
+     "damaged.gguf: metadata key 'gemma3.attention.sliding_window_pattern' = 0 is neither one flag per layer"),
+    ("gemma3", {"gemma3.attention.sliding_window_pattern": [True]},
+     "damaged.gguf: metadata key 'gemma3.attention.sliding_window_pattern' has 1 entries for 2 layers"),
 ])
 def test_metadata_numbers_that_cannot_be_are_refused(tmp_path: Path, arch: str, metadata: dict, problem: str) -> None:
     """They used to end in a ZeroDivisionError, TypeError, ValueError, or a list of 2**31 layer names

@@ -162,7 +162,7 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
             hidden_size // num_heads if num_layers == _GEMMA_27B_LAYERS[arch] else head_dim
         )
         config["sliding_window"] = key("attention.sliding_window")
-        config["layer_types"] = _gemma_layer_types(arch, num_layers, key("attention.sliding_window_pattern", None))
+        config["layer_types"] = _gemma_layer_types(gguf, num_layers, key("attention.sliding_window_pattern", None))
         softcaps = _GEMMA2_SOFTCAPS if arch == "gemma2" else {}
         for name in ("attn_logit_softcapping", "final_logit_softcapping"):
             value = key(name, softcaps.get(name))
@@ -225,17 +225,16 @@ def _rope_parameters(gguf: GGUFFile, key: Any, rope_theta: float) -> dict[str, A
     }
 
 
-def _gemma_layer_types(arch: str, num_layers: int, pattern: Any) -> list[str]:
+def _gemma_layer_types(gguf: GGUFFile, num_layers: int, pattern: Any) -> list[str]:
     """Which layers attend within the sliding window. The GGUF may state it per layer (a list of
     booleans, true = sliding) or as a period; llama.cpp's hard-coded period applies otherwise."""
+    stated = f"{gguf.path.name}: metadata key '{gguf.architecture}.attention.sliding_window_pattern'"
     if isinstance(pattern, list):
         if len(pattern) != num_layers:
-            raise CheckpointError(
-                f"sliding_window_pattern has {len(pattern)} entries for {num_layers} layers", "re-export the GGUF"
-            )
+            raise CheckpointError(f"{stated} has {len(pattern)} entries for {num_layers} layers", DAMAGED_FIX)
         return ["sliding_attention" if sliding else "full_attention" for sliding in pattern]
     if pattern is not None and not is_whole_number(pattern, 1):  # a period of 0 would divide by zero
-        raise CheckpointError(f"sliding_window_pattern = {pattern!r} is neither one flag per layer nor a whole number "
-                              "of at least 1", DAMAGED_FIX)
-    period = int(pattern) if pattern is not None else _SLIDING_WINDOW_PERIOD[arch]
+        raise CheckpointError(f"{stated} = {pattern!r} is neither one flag per layer nor a whole number of at "
+                              "least 1", DAMAGED_FIX)
+    period = int(pattern) if pattern is not None else _SLIDING_WINDOW_PERIOD[gguf.architecture]
     return ["full_attention" if (layer + 1) % period == 0 else "sliding_attention" for layer in range(num_layers)]
