@@ -184,6 +184,16 @@ def test_merges_that_do_not_fit_are_refused(tmp_path: Path, merge: str, problem:
         convert_gguf(path, tmp_path / "out", progress=False)
 
 
+@pytest.mark.parametrize("template, found", [(5, "int 5"), ([1, 2], r"list \[1, 2\]")])
+def test_a_chat_template_that_is_not_text_is_refused(tmp_path: Path, template: object, found: str) -> None:
+    """It was copied into tokenizer_config.json as is, and only loading the converted folder refused it."""
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", extra_metadata={"tokenizer.chat_template": template})
+    with pytest.raises(CheckpointError, match=rf"'tokenizer.chat_template' is {found}, not a Jinja template"):
+        convert_gguf(path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("tokens, found", [(None, "missing"), ([], r"list \[\]"), ("hello", "str hello"), ([1, 2], r"list \[1, 2\]")])
 def test_a_vocabulary_that_is_not_a_list_of_tokens_is_refused(tokens: object, found: str) -> None:
     from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer

@@ -264,8 +264,12 @@ def build_tokenizer(metadata: dict[str, Any], architecture: str) -> tuple[Tokeni
         "add_eos_token": add_eos,
         "clean_up_tokenization_spaces": False,
     }
-    if "tokenizer.chat_template" in metadata:
-        config["chat_template"] = metadata["tokenizer.chat_template"]
+    template = metadata.get("tokenizer.chat_template")
+    if template is not None and not isinstance(template, str):  # copied as is, it failed only at load
+        raise CheckpointError(f"GGUF metadata 'tokenizer.chat_template' is {type(template).__name__} {template!r:.40}, "
+                              "not a Jinja template", DAMAGED_FIX)
+    if template is not None:
+        config["chat_template"] = template
     return tokenizer, config
 
 
