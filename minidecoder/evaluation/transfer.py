@@ -438,25 +438,19 @@ class KeptWork:
     def _task_key(self, key: str) -> str:
         return hashlib.sha256((self.identity + key).encode()).hexdigest()
 
-    def task_result(self, name: str, key: str) -> dict | None:
-        """The kept result of task `name`, if one was kept whole under the same identity and `key` (one cut short
-        or edited is trained again, as a missing one is)."""
+    def kept_task(self, name: str, key: str) -> tuple[dict, float | None] | None:
+        """The result of task `name` kept whole under the same identity and `key`, and the seconds its embedding
+        took (None: kept by a version that kept none), read in one go so both come from one sitting; None where
+        none was kept (one cut short or edited is trained again, as a missing one is)."""
         kept = read_kept_json(self._task_path(name))
         if not isinstance(kept, dict) or kept.get("key") != self._task_key(key) or not _is_seconds(
-                kept.get("encode_seconds")):
+                kept.get("encode_seconds")) or not isinstance(kept.get("result"), dict):
             return None
-        result = kept.get("result")
-        return result if isinstance(result, dict) else None
+        return kept["result"], kept.get("encode_seconds")
 
     def kept_task_names(self, keys: dict[str, str]) -> list[str]:
         """The names of the tasks (name -> `task_key`) whose result this folder keeps under this identity."""
-        return [name for name, key in keys.items() if self.task_result(name, key) is not None]
-
-    def task_encode_seconds(self, name: str) -> float | None:
-        """The embedding seconds kept beside task `name`'s result, read once `task_result` found it whole (None:
-        kept by a version that kept none)."""
-        kept = read_kept_json(self._task_path(name))
-        return kept.get("encode_seconds") if isinstance(kept, dict) else None
+        return [name for name, key in keys.items() if self.kept_task(name, key) is not None]
 
     def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
         """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
@@ -514,7 +508,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         loaded = load_transfer_tasks(list(tasks), data_dir, limit)
     store = KeptWork(kept, kept_identity) if kept is not None else None
     keys = {task.name: task_key(task, config) for task in loaded}
-    done = {task.name: store.task_result(task.name, keys[task.name]) for task in loaded} if store else {}
+    done = {task.name: store.kept_task(task.name, keys[task.name]) for task in loaded} if store else {}
 
     def embedded(of: list[TransferTask]) -> tuple[Callable[[list[str]], np.ndarray], float | None, bool]:
         """`rows(texts)`: each text's (N, E) embedding, the texts of `of` embedded (or read back) once; the
@@ -540,8 +534,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
     task_seconds: dict[str, float | None] = {}
     for task in loaded:
         if done.get(task.name) is not None:
-            results["tasks"][task.name] = done[task.name]
-            task_seconds[task.name] = store.task_encode_seconds(task.name)
+            results["tasks"][task.name], task_seconds[task.name] = done[task.name]
             continue
         rows, seconds, _ = (rows_of_run, None, False) if rows_of_run else embedded([task])
         with tqdm(total=fits_needed(task.scheme, KFOLD), unit="fold", desc=f"{task.name} L2 grid",

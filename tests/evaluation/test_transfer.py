@@ -462,7 +462,7 @@ def test_a_kept_task_waits_for_another_sittings_lock_and_leaves_nothing_beside_i
     with lock_held(tmp_path / "task-TREC.kept.json", 1.5, let_go):
         store.keep_task("TREC", "key", {"acc": 91.0}, encode_seconds=2.0)
         assert let_go.exists()  # it wrote only once the holder had finished
-    assert store.task_result("TREC", "key") == {"acc": 91.0} and store.task_encode_seconds("TREC") == 2.0
+    assert store.kept_task("TREC", "key") == ({"acc": 91.0}, 2.0)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["task-TREC.kept.json"]
 
 
