@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 from minidecoder.core.config import check_types
-from minidecoder.errors import TokenizerError, file_is_there
+from minidecoder.errors import InputError, TokenizerError, file_is_there
 from minidecoder.output_files import sha256_files
 
 
@@ -119,6 +119,7 @@ class Tokenizer:
 
     # ---- encoding ------------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        _refuse_lone_surrogate(text)
         if self._fast is not None:
             ids = self._fast.encode(text, add_special_tokens=False).ids
         else:
@@ -128,6 +129,8 @@ class Tokenizer:
         return ids
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        for text in texts:
+            _refuse_lone_surrogate(text)
         if self._fast is not None:
             encoded = [e.ids for e in self._fast.encode_batch(texts, add_special_tokens=False)]
             if not add_special_tokens:
@@ -139,6 +142,7 @@ class Tokenizer:
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids without special tokens, and each id's [start, end) character span in `text`."""
+        _refuse_lone_surrogate(text)
         if self._fast is not None:
             encoding = self._fast.encode(text, add_special_tokens=False)
             return encoding.ids, [tuple(span) for span in encoding.offsets]
@@ -278,6 +282,22 @@ def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
             i += 1
     out.append((text[start:], None))
     return out
+
+
+def _refuse_lone_surrogate(text: str) -> None:
+    """A str can hold a lone surrogate ("\\ud800": half a UTF-16 pair, from JSON or from an argv or file decoded with
+    surrogateescape) that UTF-8 cannot: tokenizers refuses it with a bare TypeError naming nothing, sentencepiece with a
+    UnicodeEncodeError, so `minidecoder generate`, `logits` and a method's template text were tracebacks. Named here
+    for every caller; `running/texts.py` names the row first where there are rows."""
+    if not isinstance(text, str):
+        return  # the backend's own TypeError names the type
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(f"the text {text[:40]!r} holds a lone surrogate {text[error.start]!r} at character "
+                         f"{error.start}, which is not Unicode text (no tokenizer takes it)",
+                         "decode its source with errors='replace' (or fix its bytes), or remove the character; a "
+                         "lone surrogate is half of a UTF-16 pair, not a character") from None
 
 
 def _load_sentencepiece(path: Path):

@@ -354,6 +354,20 @@ def test_10_a_lone_surrogate_is_named_by_its_row_at_every_text_entry_point(tiny_
         run_embedding_job(model, "mean", source, tmp_path / "v.npy")
 
 
+def test_10_a_lone_surrogate_in_a_prompt_or_a_template_is_named_not_a_traceback(tiny_llama, capsys) -> None:
+    model = minidecoder.load(tiny_llama, progress=False)
+    for call in (lambda: model.tokenizer.encode("a\udcff"), lambda: model.tokenizer.encode_batch(["ok", "\ud800"]),
+                 lambda: model.tokenizer.encode_with_offsets("\ud800"),
+                 lambda: minidecoder.embed(model, ["fine"], "mean", template="\udcff {text}")):
+        with pytest.raises(InputError, match="lone surrogate"):  # was tokenizers' bare TypeError
+            call()
+    # A byte that is not UTF-8 in argv arrives as a lone surrogate (surrogateescape): named before the model loads.
+    for argv in (["generate", "a\udcff"], ["generate", "--chat", "hi", "--system", "\udcff"], ["logits", "\udcff"],
+                 ["demo", "--prompt", "\udcff"]):
+        code, err = cli(capsys, *argv, "--model", NO_MODEL)
+        assert code == 2 and "holds a lone surrogate '\\udcff'" in err and "Traceback" not in err, (argv, err)
+
+
 # ---- 11. sentence-transformers 6.2's encode, argument for argument --------------------------------------------
 @pytest.fixture(scope="module")
 def encoders(tiny_llama: Path):
