@@ -413,27 +413,27 @@ def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple
 
 
 def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ...], source: str) -> dict[str, RopeSpec]:
-    """RoPE per layer type. Gemma3 rotates local and global layers with different bases."""
-    params = raw.get("rope_parameters")
-    if model_type == "gemma3_text":
-        if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
-            check_types(params, {"full_attention": "dict?", "sliding_attention": "dict?"}, f"{source} rope_parameters")
-            full = dict(params.get("full_attention") or {})
-            local = dict(params.get("sliding_attention") or {})
-        else:  # v4 layout: rope_theta + rope_scaling for global layers, rope_local_base_freq for local ones
-            full = dict(raw.get("rope_scaling") or params or {})
-            full.setdefault("rope_theta", raw.get("rope_theta", 1_000_000.0))
-            local = {"rope_type": "default", "rope_theta": raw.get("rope_local_base_freq", 10_000.0)}
-        full.setdefault("rope_theta", 1_000_000.0)
-        local.setdefault("rope_theta", 10_000.0)
+    """RoPE per layer type, from the keys transformers reads, in its order (`convert_rope_params_to_dict`): a set
+    `rope_scaling` wins over `rope_parameters` (both transformers 4 and 5 take it), and a theta the dict lacks
+    comes from the top-level `rope_theta` (Gemma3's local layers: `rope_local_base_freq`), else the default."""
+    params, scaling = raw.get("rope_parameters"), raw.get("rope_scaling")
+    if model_type == "gemma3_text":  # local and global layers rotate with different bases
+        if params and not {"full_attention", "sliding_attention"} & set(params):
+            raise ConfigError(f"{source}: a gemma3 rope_parameters must be keyed by layer type (full_attention, "
+                              f"sliding_attention), not {sorted(params)}; transformers ignores a flat one",
+                              'write {"full_attention": {...}, "sliding_attention": {...}}, or put the scaling of '
+                              "the global layers in rope_scaling")
+        params = params or {}
+        check_types(params, {"full_attention": "dict?", "sliding_attention": "dict?"}, f"{source} rope_parameters")
+        full = {**(params.get("full_attention") or {}), **(scaling or {})}  # rope_scaling updates the global layers
+        full.setdefault("rope_theta", raw.get("rope_theta", 1_000_000.0))
+        local = dict(params.get("sliding_attention") or {})
+        local.setdefault("rope_theta", raw.get("rope_local_base_freq", 10_000.0))
         return {"full_attention": _rope_spec(full, raw, f"{source} RoPE of full_attention layers"),
                 "sliding_attention": _rope_spec(local, raw, f"{source} RoPE of sliding_attention layers")}
-    if isinstance(params, dict) and params:
-        merged = dict(params)
-    else:
-        merged = dict(raw.get("rope_scaling") or {})
-        merged.setdefault("rope_theta", raw.get("rope_theta", 10_000.0))
-    spec = _rope_spec(merged, raw, f"{source} {'rope_parameters' if params else 'rope_scaling'}")
+    merged = dict(scaling or params or {})
+    merged.setdefault("rope_theta", raw.get("rope_theta", 10_000.0))
+    spec = _rope_spec(merged, raw, f"{source} {'rope_scaling' if scaling else 'rope_parameters'}")
     return {kind: spec for kind in set(layer_types)}
 
 
