@@ -20,7 +20,7 @@ SENTENCES = [
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="see the default model work: next tokens, a continuation, "
-                                                "sentence similarities", description=__doc__.splitlines()[0])
+                                                "sentence similarities", description=__doc__)
     parser.add_argument("--prompt", default="The capital of France is")
     parser.add_argument("--method", default="prompteol", help="embedding method for the similarities")
     add_model_options(parser)

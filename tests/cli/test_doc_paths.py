@@ -178,3 +178,20 @@ def test_every_model_the_docs_and_helps_name_is_known():
     unknown = sorted(name for name in named
                      if not is_known(name) and not re.search(r"[A-Z<>{}$/]", name) and not name.startswith("."))
     assert len(named) > 3 and not unknown, unknown
+
+
+def test_every_help_description_is_whole_sentences():
+    """Found: `demo --help` printed "... the default model if needed," (`__doc__.splitlines()[0]` cut its
+    docstring's first sentence at the line's end). A description a parser prints ends as a sentence does."""
+    import argparse
+
+    from minidecoder.cli import build_parser
+
+    cut, parsers = [], [build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        if parser.description and not parser.description.rstrip().endswith((".", ")")):
+            cut.append(f"{parser.prog}: ...{parser.description.rstrip()[-40:]!r}")
+        parsers += [choice for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                    for choice in action.choices.values()]
+    assert not cut, cut
