@@ -11,8 +11,8 @@ Paper: arXiv 2502.20726 (docs/spec.md section 7). Reference code: cqdyf099/ReBA,
 
 Only one (B, T, T) running maximum is kept (A is B*T*T*4 bytes, 64 MiB per row at T = 4096): the
 loop hands each block's patterns to the step's `fold`, which folds them into A and drops them
-(for long inputs the loop hands them over a head at a time, minidecoder.fast.blocked_fusion; a max
-does not depend on the grouping). Padded keys and queries are zeroed in A, so a
+(from 256 tokens on, the executor beneath the loop hands them over a head at a time,
+minidecoder.fast.blocked_fusion; a max does not depend on the grouping). Padded keys and queries are zeroed in A, so a
 padded row equals its unpadded self up to float rounding.
 
 Pooling (see `weight_vector`), rows R and weights w_k, embedding = sum_k w_k h_k:
