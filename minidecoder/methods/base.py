@@ -17,8 +17,9 @@ says so (`takes_context`) and takes `passes(model, texts, contexts)`; `contexts=
 (minidecoder.evaluation.sweep) fork the same passes, and the audit view (minidecoder.audit.explain)
 watches them, so nothing outside this package restates a method.
 
-Each field's `metadata["help"]` is its one-line documentation; the CLI's `--help` and the README's
-method table are generated from it, so the options a user sees are exactly the fields that exist.
+Each field's `metadata["help"]` is its one-line documentation; `minidecoder embed --help` lists every
+method's options from it, so the options a user sees there are exactly the fields that exist (the README's
+method table and docs/methods.md are written by hand).
 """
 from __future__ import annotations
 
