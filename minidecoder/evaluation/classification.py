@@ -240,9 +240,9 @@ COMMAND_HELP = """`minidecoder eval classification`: MTEB classification (HTP Ta
 Banking77 and Emotion from their original files, scored by the installed mteb's own task classes and
 evaluator (logistic regression on per-label train samples, n_experiments repeats, mteb's seed): accuracy
 x100, mean over the experiments, with a 95% bootstrap interval over test items. Texts take HTP Table 11's
-instruction for mean, last, echo, htp and reba (--instruction), read as unpooled context (--instruction-placement
-pooled joins it as "{instruct} {text}"). Resumable: the same
-command (same --output) resumes from the chunks an interrupted run kept.
+instruction for mean, last, echo, htp, reba and tp with pooling=mean (--instruction), read as unpooled context
+(--instruction-placement pooled joins it as "{instruct} {text}"). Resumable: the same command (same --output)
+resumes from the chunks an interrupted run kept.
 """
 
 

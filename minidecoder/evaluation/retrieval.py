@@ -267,8 +267,9 @@ COMMAND_HELP = """`minidecoder eval retrieval`: BEIR retrieval (HTP Table 1) of 
 
 nDCG@10 x100 (headline), MAP@100 and recall@100/1000 by pytrec_eval over the judged test queries, exact
 cosine search over the whole corpus (minidecoder.evaluation.retrieval), each with a 95% bootstrap interval
-over queries. Queries take the set's HTP instruction for mean, last, echo, htp and reba (--instruction),
-read as unpooled context (--instruction-placement pooled joins it as "{instruct} {text}"); documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
+over queries. Queries take the set's HTP instruction for mean, last, echo, htp, reba and tp with pooling=mean
+(--instruction), read as unpooled context (--instruction-placement pooled joins it as "{instruct} {text}");
+documents are title + " " + text, cut to their first 512 tokens (--truncate) as HTP did.
 --query-opt gives the queries options of their own over --opt (HTP's code's query and document templates).
 Resumable: the same command (same --output) resumes from the chunks an interrupted run kept.
 """

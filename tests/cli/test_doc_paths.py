@@ -195,3 +195,14 @@ def test_every_help_description_is_whole_sentences():
         parsers += [choice for action in parser._actions if isinstance(action, argparse._SubParsersAction)
                     for choice in action.choices.values()]
     assert not cut, cut
+
+
+def test_the_families_helps_name_every_method_that_takes_the_instruction():
+    """Found: `eval retrieval --help` and `eval classification --help` said the instruction goes to "mean,
+    last, echo, htp and reba", leaving out tp with pooling=mean, which `family.instruction_for` gives it."""
+    from minidecoder.evaluation import classification, retrieval
+    from minidecoder.evaluation.family import INSTRUCT_METHODS
+
+    said = ", ".join(INSTRUCT_METHODS[:-1]) + f", {INSTRUCT_METHODS[-1]} and tp with pooling=mean"
+    stale = [module.__name__ for module in (retrieval, classification) if said not in module.COMMAND_HELP]
+    assert not stale, f"{stale} do not say the instruction goes to {said}"
