@@ -71,6 +71,18 @@ _ROPE_KEY_TYPES = {
     "low_freq_factor": "float", "high_freq_factor": "float", "beta_fast": "float?", "beta_slow": "float?",
     "attention_factor": "float?", "mscale": "float?", "mscale_all_dim": "float?", "truncate": "bool",
 }
+# What a key left out of config.json means, where transformers' config classes differ by family: one default for
+# all ran a Gemma2 without its soft-capping, a Mistral without its 4,096-token window, and a Qwen2's dynamic or
+# YaRN RoPE against another context. A null is kept: it means what transformers reads it as (no window, no cap).
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"max_position_embeddings": 2048},
+    "mistral": {"max_position_embeddings": 4096 * 32, "sliding_window": 4096, "num_key_value_heads": 8},
+    "qwen2": {"max_position_embeddings": 32768, "sliding_window": 4096, "num_key_value_heads": 32},
+    "gemma2": {"max_position_embeddings": 8192, "sliding_window": 4096, "num_key_value_heads": 4, "head_dim": 256,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3_text": {"max_position_embeddings": 131_072, "sliding_window": 4096, "num_key_value_heads": 4,
+                    "head_dim": 256},
+}
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false (a JSON boolean)", "str": "a string",
                "dict": "an object", "list": "a list"}
 
@@ -283,6 +295,7 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
             "otherwise this checkpoint needs support that minidecoder lacks",
         )
     check_types(raw, _KEY_TYPES, source)
+    raw = {**_FAMILY_DEFAULTS[model_type], **raw}
     is_gemma = model_type.startswith("gemma")
     get = _getter(raw, source)
 
@@ -321,7 +334,7 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
         num_kv_heads=int(num_kv_heads),
         head_dim=int(head_dim),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+        max_position_embeddings=int(raw["max_position_embeddings"]),
         hidden_act="gelu_pytorch_tanh" if hidden_act == "gelu_tanh" else hidden_act,
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", is_gemma)),  # transformers' defaults
         qkv_bias=True if model_type == "qwen2" else attention_bias,

@@ -23,6 +23,10 @@ def _set(**keys) -> Callable[[dict], None]:
     return lambda config: config.update(keys)
 
 
+def _drop(*keys: str, **then) -> Callable[[dict], None]:
+    return lambda config: [config.pop(key, None) for key in keys] and config.update(then)
+
+
 # case -> (variant, edit of its config.json). The edits keep each variant's weights valid.
 CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
     # transformers fills a theta rope_parameters lacks from the top-level rope_theta (minidecoder took 10,000)
@@ -36,6 +40,11 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0},
                          "sliding_attention": {"rope_type": "default"}}, rope_theta=500.0, rope_local_base_freq=50.0)),
     "gemma3_rope_scaling_beside_rope_parameters": ("gemma3", _set(rope_scaling={"rope_type": "linear", "factor": 8.0})),
+    # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
+    # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
+    "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
+    "qwen2_context_left_out_under_yarn": ("qwen2", _drop("max_position_embeddings", rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})),
 }
 
 
@@ -65,3 +74,30 @@ def test_a_flat_gemma3_rope_parameters_is_refused(tmp_path: Path) -> None:
     folder = _edited_copy("gemma3", _set(rope_parameters={"rope_type": "linear", "factor": 8.0}), tmp_path / "model")
     with pytest.raises(minidecoder.errors.ConfigError, match="keyed by layer type.*full_attention"):
         minidecoder.load(folder)
+
+
+# Sizes at which every family default below differs from what the other keys would give (64 heads of 16).
+_SIZES = dict(vocab_size=128, hidden_size=1024, intermediate_size=64, num_hidden_layers=4, num_attention_heads=64)
+_DEFAULTED = {"max_position_embeddings": "max_position_embeddings", "sliding_window": "sliding_window",
+              "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim",
+              "attn_logit_softcapping": "attn_logit_softcap", "final_logit_softcapping": "final_logit_softcap"}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gemma2", "gemma3_text"])
+def test_keys_left_out_mean_the_familys_transformers_defaults(model_type: str) -> None:
+    """One default for all families ran a Gemma2 without soft-capping, a Mistral without its window, and dynamic
+    or YaRN RoPE against another context (the parity suite shows these values drive the forward as there)."""
+    import transformers
+
+    from minidecoder.core.config import parse_config
+
+    qwen2 = {"use_sliding_window": True, "max_window_layers": 2} if model_type == "qwen2" else {}
+    raw = dict(_SIZES, model_type=model_type, **qwen2)
+    ours, theirs = parse_config(raw), transformers.AutoConfig.for_model(**raw)
+    for key, field in _DEFAULTED.items():
+        if not hasattr(theirs, key):  # a key the family does not read (Llama's window, soft-capping)
+            continue
+        want = getattr(theirs, key)
+        if key == "sliding_window" and "sliding_attention" not in getattr(theirs, "layer_types", ["sliding_attention"]):
+            want = None  # no block slides (Mistral's blocks all slide when a window is set)
+        assert getattr(ours, field) == want, key
