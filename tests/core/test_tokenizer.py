@@ -71,6 +71,30 @@ def test_placeholder_ids_equal_autotokenizer_after_add_tokens(backend: str, sent
         assert ours.encode(text) == theirs(text)["input_ids"], text
 
 
+def test_special_token_text_in_a_sentencepiece_text_is_its_id_as_in_transformers(tmp_path: Path) -> None:
+    """transformers 5 makes a tokenizer.model's control, unknown and user-defined pieces added tokens, matched
+    in a text before anything else: "<s>" in a text was spelled out as "<", "s", ">", and decoded to ""."""
+    import sentencepiece
+    import transformers
+
+    buffer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=400, model_type="bpe", byte_fallback=True,
+        character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1, add_dummy_prefix=True,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, control_symbols=["<ctl>"],
+        user_defined_symbols=["<user>"], minloglevel=2)
+    (tmp_path / "tokenizer.model").write_bytes(buffer.getvalue())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False}))
+    ours, theirs = Tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["<s>", "a</s>b", "Hello </s> world", "<unk>", "<s> Hello", "x<s>", "<ctl>dog", "<user>", "a <user> b"]:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode(text) == ids, text
+        for skip in (False, True):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), (text, skip)
+
+
 def test_special_token_policy_is_read_from_the_folder(char_folder: Path, tmp_path: Path) -> None:
     tokenizer = Tokenizer(char_folder)
     assert tokenizer.add_bos and not tokenizer.add_eos
