@@ -309,9 +309,11 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
         raise ConfigError(f"num_attention_heads={num_heads} is not a multiple of num_key_value_heads={num_kv_heads}",
                           "fix config.json")
 
-    hidden_act = raw.get("hidden_activation") or raw.get("hidden_act") or ("gelu_pytorch_tanh" if is_gemma else "silu")
+    # Gemma's modeling reads `hidden_activation` alone, the others `hidden_act` alone: each ignores the other key
+    act_key, default_act = ("hidden_activation", "gelu_pytorch_tanh") if is_gemma else ("hidden_act", "silu")
+    hidden_act = raw.get(act_key) or default_act
     if hidden_act not in ACTIVATIONS:
-        raise ConfigError(f"unsupported activation {hidden_act!r} (hidden_act/hidden_activation)",
+        raise ConfigError(f"unsupported activation {hidden_act!r} ({act_key})",
                           f"supported: {sorted(ACTIVATIONS)}")
     if raw.get("use_bidirectional_attention"):
         raise ConfigError("use_bidirectional_attention=true (an embedding-model variant) is not supported",

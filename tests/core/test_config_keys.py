@@ -40,6 +40,9 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0},
                          "sliding_attention": {"rope_type": "default"}}, rope_theta=500.0, rope_local_base_freq=50.0)),
     "gemma3_rope_scaling_beside_rope_parameters": ("gemma3", _set(rope_scaling={"rope_type": "linear", "factor": 8.0})),
+    # Gemma reads hidden_activation alone, the others hidden_act alone (minidecoder took hidden_activation first)
+    "gemma2_hidden_act_beside_no_hidden_activation": ("gemma2", _drop("hidden_activation", hidden_act="silu")),
+    "llama_hidden_activation_beside_hidden_act": ("llama", _set(hidden_activation="gelu_pytorch_tanh")),
     # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
     # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
     "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
