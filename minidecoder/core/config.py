@@ -408,7 +408,9 @@ def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple
     elif model_type == "gemma2":  # even blocks slide, odd blocks are global
         types = tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(num_layers))
     elif model_type == "gemma3_text":  # every `pattern`-th block is global (default 6)
-        pattern = int(raw.get("sliding_window_pattern", raw.get("_sliding_window_pattern", 6)))
+        # transformers reads `sliding_window_pattern` alone: the `_sliding_window_pattern` it saves is its private
+        # copy, overwritten on reading (a file holding only that one runs with 6 there)
+        pattern = int(raw.get("sliding_window_pattern", 6))
         types = tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers))
     elif model_type == "qwen2":  # blocks from max_window_layers on slide, when sliding is on at all
         first = int(raw.get("max_window_layers", 28))

@@ -43,6 +43,10 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
     # Gemma reads hidden_activation alone, the others hidden_act alone (minidecoder took hidden_activation first)
     "gemma2_hidden_act_beside_no_hidden_activation": ("gemma2", _drop("hidden_activation", hidden_act="silu")),
     "llama_hidden_activation_beside_hidden_act": ("llama", _set(hidden_activation="gelu_pytorch_tanh")),
+    # Gemma3 without layer_types: transformers takes its pattern from sliding_window_pattern alone, never from the
+    # private copy it saves (minidecoder read `_sliding_window_pattern`: 3 here, where transformers runs 6)
+    "gemma3_private_sliding_window_pattern": ("gemma3", _drop("layer_types", "sliding_window_pattern",
+                                                              _sliding_window_pattern=3)),
     # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
     # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
     "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
