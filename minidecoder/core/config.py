@@ -400,7 +400,13 @@ def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple
     window = raw.get("sliding_window")
     if model_type == "qwen2" and not raw.get("use_sliding_window", False):
         window = None  # Qwen2 ignores sliding_window unless use_sliding_window is set
-    if raw.get("layer_types") is not None:
+    if model_type == "llama":  # transformers' Llama reads neither sliding_window nor layer_types: no block slides
+        if window is not None or "sliding_attention" in (raw.get("layer_types") or ()):
+            raise ConfigError(f"a llama config with sliding_window={window} or sliding_attention in layer_types: "
+                              "transformers' Llama applies neither", "remove them, or set model_type to mistral "
+                              "if the model slides")
+        return ("full_attention",) * num_layers, None
+    if raw.get("layer_types") is not None:  # a mistral config with them is read as Ministral, which honors them
         types = tuple(raw["layer_types"])
         if len(types) != num_layers or set(types) - {"full_attention", "sliding_attention"}:
             raise ConfigError(f"layer_types {list(types)} must name full_attention/sliding_attention for each of "
@@ -416,13 +422,8 @@ def _layer_types(raw: dict[str, Any], model_type: str, num_layers: int) -> tuple
         first = int(raw.get("max_window_layers", 28))
         types = tuple("sliding_attention" if window is not None and i >= first else "full_attention"
                       for i in range(num_layers))
-    elif model_type == "mistral":  # every block slides when a window is set
+    else:  # mistral: every block slides when a window is set
         types = tuple("sliding_attention" if window is not None else "full_attention" for _ in range(num_layers))
-    else:  # llama: no sliding window
-        if window is not None:
-            raise ConfigError(f"sliding_window={window} on a llama config is not applied by transformers' Llama",
-                              "remove sliding_window, or set model_type to mistral if the model slides")
-        types = tuple("full_attention" for _ in range(num_layers))
     if "sliding_attention" in types and (window is None or int(window) <= 0):
         raise ConfigError("layer_types has sliding_attention layers but sliding_window is not a positive integer",
                           "set sliding_window in config.json")

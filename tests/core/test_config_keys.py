@@ -108,3 +108,11 @@ def test_keys_left_out_mean_the_familys_transformers_defaults(model_type: str) -
         if key == "sliding_window" and "sliding_attention" not in getattr(theirs, "layer_types", ["sliding_attention"]):
             want = None  # no block slides (Mistral's blocks all slide when a window is set)
         assert getattr(ours, field) == want, key
+
+
+def test_a_llama_config_whose_layer_types_slide_is_refused(tmp_path: Path) -> None:
+    """transformers' Llama reads neither layer_types nor sliding_window; minidecoder refused sliding_window alone,
+    but with layer_types beside it slid the blocks those named."""
+    folder = _edited_copy("llama", _set(layer_types=["sliding_attention"] * 4, sliding_window=5), tmp_path / "model")
+    with pytest.raises(minidecoder.errors.ConfigError, match="llama config.*layer_types.*applies neither"):
+        minidecoder.load(folder)
