@@ -71,8 +71,11 @@ class Tokenizer:
                     if special:
                         self._sp_special.add(found)
         # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
-        check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?"},
-                    str(folder / "tokenizer_config.json"), TokenizerError)
+        check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?",
+                             "split_special_tokens": "bool?"}, str(folder / "tokenizer_config.json"), TokenizerError)
+        # transformers reads split_special_tokens (default false) for every encode, a chat template's rendered text
+        # included: a special token's text in a text is then spelled out as ordinary text, never its id.
+        self.split_special_tokens: bool = bool(config.get("split_special_tokens"))
         processor_adds_bos = self._post_processor_adds_bos(template_bos)
         add_bos, add_eos = config.get("add_bos_token"), config.get("add_eos_token")  # null: not set
         self.add_bos: bool = (processor_adds_bos if add_bos is None else add_bos) and self.bos_id is not None
@@ -93,6 +96,7 @@ class Tokenizer:
         if self._fast is not None:
             # The policy above is the single source of truth: the post-processor adds nothing.
             self._fast.post_processor = None
+            self._fast.encode_special_tokens = self.split_special_tokens
         self.checksum = sha256_files(files)
         from minidecoder.core.chat_template import find_chat_template
         self.chat_template: str | None = find_chat_template(folder, config)
@@ -165,7 +169,8 @@ class Tokenizer:
             encoding = self._fast.encode(text, add_special_tokens=False)
             return encoding.ids, [tuple(span) for span in encoding.offsets]
         ids, offsets, base = [], [], 0
-        added = {**self._sp_added, **self._placeholders}
+        added = {token: i for token, i in self._sp_added.items()
+                 if not (self.split_special_tokens and i in self._sp_special)} | self._placeholders
         for piece, added_token in _split_on(text, list(added)):
             char_of_byte = _char_index_of_bytes(piece)
             for token in self._sp_segment(piece, at_start=base == 0):  # begin/end are UTF-8 byte offsets
@@ -214,6 +219,7 @@ class Tokenizer:
                 from tokenizers import AddedToken
                 from tokenizers import Tokenizer as FastTokenizer
                 derived._fast = FastTokenizer.from_str(self._fast.to_str())
+                derived._fast.encode_special_tokens = self.split_special_tokens  # a setting to_str does not keep
                 # transformers' add_tokens(["<PST>"]) makes a non-special AddedToken; normalized=False keeps
                 # byte-level normalizers from touching it, which is what its fast tokenizer stores.
                 derived._fast.add_tokens([AddedToken(t, normalized=False, special=False) for t in tokens

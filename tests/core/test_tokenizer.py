@@ -95,6 +95,22 @@ def test_special_token_text_in_a_sentencepiece_text_is_its_id_as_in_transformers
             assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), (text, skip)
 
 
+@pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
+def test_split_special_tokens_in_the_config_spells_their_text_out_as_in_transformers(
+        backend: str, sentencepiece_folder: Path, char_folder: Path, tmp_path: Path) -> None:
+    """tokenizer_config.json's `split_special_tokens: true` was ignored: "<s>" in a text stayed the BOS id."""
+    import transformers
+
+    for item in (sentencepiece_folder if backend == "sentencepiece" else char_folder).iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "split_special_tokens": True}))
+    ours, theirs = Tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["<s>", "a</s>b", "Hello <s> world"]:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+        assert ours.with_placeholders("<PST>").encode(text) == ours.encode(text), text  # a copy keeps the setting
+
+
 def test_special_token_policy_is_read_from_the_folder(char_folder: Path, tmp_path: Path) -> None:
     tokenizer = Tokenizer(char_folder)
     assert tokenizer.add_bos and not tokenizer.add_eos
