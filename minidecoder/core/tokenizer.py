@@ -128,6 +128,14 @@ class Tokenizer:
         The template writes its own special tokens, so none are added here (as in transformers)."""
         from minidecoder.core.chat_template import render_chat
 
+        # Arguments transformers' apply_chat_template takes itself: here they would reach the template as variables
+        # it never reads, so continue_final_message=True still closed the final message, silently.
+        unsupported = [f"{key}={value!r}" for key, value in kwargs.items() if key in _TRANSFORMERS_ONLY and value]
+        if unsupported:
+            raise InputError(f"apply_chat_template({', '.join(unsupported)}): minidecoder's returns the rendered text "
+                             "or its ids (transformers' return_dict=False) and does not implement this",
+                             "leave it out; edit the text from tokenize=False (e.g. cut it after the final message's "
+                             "content to continue it), and pad, cut or make tensors of the ids yourself")
         template = chat_template or self.chat_template
         if template is None:
             raise TokenizerError(f"the tokenizer in {self.folder} has no chat template",
@@ -270,6 +278,11 @@ class Tokenizer:
         if self._fast is None:
             return self._sp.bos_id() >= 0 and self.bos_id is not None
         return template_bos is not None and template_bos == self.bos_token
+
+
+# transformers' apply_chat_template arguments that change its result and that Tokenizer.apply_chat_template lacks.
+_TRANSFORMERS_ONLY = ("continue_final_message", "sanitize_control_tokens", "return_assistant_tokens_mask", "padding",
+                      "truncation", "max_length", "return_tensors", "return_dict", "tokenizer_kwargs")
 
 
 class MissingTokenizer:

@@ -73,6 +73,20 @@ def test_template_errors_are_input_errors(tiny_chat_folder: Path):
         tokenizer.apply_chat_template("hello")
 
 
+def test_transformers_arguments_it_lacks_are_refused_not_handed_to_the_template(tiny_chat_folder: Path):
+    """They reached the template as variables it never reads: continue_final_message=True closed the final
+    message, sanitize_control_tokens=True left control tokens in, truncation=True cut nothing, unsaid."""
+    tokenizer = Tokenizer(tiny_chat_folder)
+    plain = tokenizer.apply_chat_template(CHATS[1])
+    for argument in ({"continue_final_message": True}, {"sanitize_control_tokens": True}, {"return_tensors": "pt"},
+                     {"truncation": True, "max_length": 4}, {"return_dict": True}):
+        with pytest.raises(InputError, match=f"apply_chat_template\\({next(iter(argument))}="):
+            tokenizer.apply_chat_template(CHATS[1], **argument)
+    # What they do by default (transformers' return_dict=False is what this one returns) stays taken.
+    assert tokenizer.apply_chat_template(CHATS[1], continue_final_message=False, return_dict=False, padding=False,
+                                         max_length=None) == plain
+
+
 def test_template_cannot_reach_python_internals(tiny_chat_folder: Path):
     """The sandbox refuses attribute access to internals, as transformers' environment does."""
     import jinja2
