@@ -48,12 +48,18 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
     if not isinstance(messages, (list, tuple)) or not all(isinstance(m, dict) for m in messages):
         raise InputError(f"messages must be a list of dicts, got {messages!r:.80}",
                          "pass e.g. [{'role': 'user', 'content': 'Hello'}]")
+    if not messages:  # rendered, most templates give "" (or a lone default system turn): no prompt to continue
+        raise InputError("messages is empty: there is no conversation to render",
+                         "pass at least one message, e.g. [{'role': 'user', 'content': 'Hello'}]")
     for number, message in enumerate(messages):
         if not isinstance(message.get("role"), str):
             raise InputError(f"message {number} has the role {message.get('role')!r}, not a text",
                              "give every message a role such as 'system', 'user' or 'assistant'")
+    # transformers 5 drops the keys whose value is None (an OpenAI-style content=None), so that a template sees
+    # them undefined: `content | trim` is "" there, "None" if they were kept.
+    messages = [{key: value for key, value in m.items() if value is not None} for m in messages]
     try:
-        return _compile(template).render(messages=[dict(m) for m in messages], tools=kwargs.pop("tools", None),
+        return _compile(template).render(messages=messages, tools=kwargs.pop("tools", None),
                                          documents=kwargs.pop("documents", None),
                                          add_generation_prompt=add_generation_prompt, **{**special_tokens, **kwargs})
     except jinja2.exceptions.SecurityError:

@@ -87,6 +87,17 @@ def test_transformers_arguments_it_lacks_are_refused_not_handed_to_the_template(
                                          max_length=None) == plain
 
 
+def test_a_none_value_is_left_out_and_an_empty_conversation_refused_as_in_transformers(tiny_chat_folder: Path):
+    """content=None rendered as "None" (transformers drops the key: `content | trim` is ""); [] rendered the
+    template around nothing, where transformers refuses it."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": None}]
+    tokenizer = Tokenizer(tiny_chat_folder)
+    assert tokenizer.apply_chat_template(messages) == _transformers_ids(tiny_chat_folder, messages, False)
+    assert messages[1]["content"] is None  # the caller's messages are untouched
+    with pytest.raises(InputError, match="messages is empty"):
+        tokenizer.apply_chat_template([], add_generation_prompt=True)
+
+
 def test_template_cannot_reach_python_internals(tiny_chat_folder: Path):
     """The sandbox refuses attribute access to internals, as transformers' environment does."""
     import jinja2
