@@ -6,8 +6,9 @@ released before the next tensor is read, so two copies of the weights never coex
 unpickled: safetensors and JSON only.
 
 The only load-time transforms (docs/style.md, rule 2): `lm_head.weight` is tied to the embedding when the
-config says so, rotary buffers are ignored, and a multimodal Gemma3 checkpoint's text weights are
-found under their prefix (its vision tower is skipped).
+config says so and the checkpoint stores no other head (`_tie_as_transformers`), rotary buffers are
+ignored, and a multimodal Gemma3 checkpoint's text weights are found under their prefix (its vision
+tower is skipped).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import contextlib
 import json
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +120,10 @@ def load_weights(config: ModelConfig, folder: Path, dtype: torch.dtype, device: 
     A NaN can hide behind a one-token prompt (single-key attention never mixes it in) and print finite
     numbers; checking costs one pass over the weights (docs/reliability.md gives the figure).
     """
+    config, locations = _tie_as_transformers(config, folder, _locate(config, folder, weight_files(folder)))
     with torch.device("meta"):
         model = Decoder(config)
     expected = {name: p for name, p in model.named_parameters()}
-    locations = _locate(config, folder, weight_files(folder))
     missing = sorted(set(expected) - set(locations))
     unexpected = sorted(set(locations) - set(expected))
     if missing or unexpected:
@@ -161,9 +163,9 @@ def checkpoint_parameters(config: ModelConfig, folder: Path, dtype: torch.dtype)
     """(name, tensor) of every parameter `load_weights` would give the Decoder of `config`, in the Decoder's
     parameter order, each read alone onto the CPU and cast to `dtype`: a checkpoint compared with a loaded
     model (a sentence-transformers save checks it gives the model back) without a second model in memory."""
+    config, locations = _tie_as_transformers(config, folder, _locate(config, folder, weight_files(folder)))
     with torch.device("meta"):
         names = [name for name, _ in Decoder(config).named_parameters()]
-    locations = _locate(config, folder, weight_files(folder))
     if missing := [name for name in names if name not in locations]:
         raise CheckpointError(f"weights in {folder} do not match the config: missing {_short(missing)}",
                               "check that config.json belongs to these weights")
@@ -184,8 +186,8 @@ def _locate(config: ModelConfig, folder: Path, files: list[Path]) -> dict[str, t
     for path in files:
         for stored in _tensor_names(path):
             name = _checkpoint_name(stored, config.weight_prefixes)
-            if name is None or (name == "lm_head.weight" and config.tie_word_embeddings):
-                continue  # a tied checkpoint may still store lm_head; the embedding is the source of truth
+            if name is None:
+                continue
             if name in locations:
                 first = locations[name][0]
                 named = _index_names(folder).get(stored)
@@ -195,6 +197,35 @@ def _locate(config: ModelConfig, folder: Path, files: list[Path]) -> dict[str, t
                                       "to), or download the checkpoint again")
             locations[name] = (path, stored)
     return locations
+
+
+def _tie_as_transformers(config: ModelConfig, folder: Path, locations: dict[str, tuple[Path, str]]
+                         ) -> tuple[ModelConfig, dict[str, tuple[Path, str]]]:
+    """(config, locations) with the head transformers 5 runs. It ties lm_head to the embedding only where the
+    checkpoint stores no lm_head.weight or an equal one (`PreTrainedModel.tie_weights`): a tied config whose file
+    holds another head runs that head there, with a warning; taking the embedding gave other logits, unsaid."""
+    head, embedding = locations.get("lm_head.weight"), locations.get("model.embed_tokens.weight")
+    if not config.tie_word_embeddings or head is None:
+        return config, locations
+    if embedding is not None and not _equal(_read_tensor(*head), _read_tensor(*embedding)):
+        warnings.warn(f"{folder}: config.json sets tie_word_embeddings, but {head[0].name} stores an lm_head.weight "
+                      "unlike the embedding; that head is used, as transformers 5 does (4 used the embedding): set "
+                      "tie_word_embeddings to false to silence this, or remove lm_head.weight if it is stale",
+                      stacklevel=4)
+        return replace(config, tie_word_embeddings=False), locations
+    return config, {name: where for name, where in locations.items() if name != "lm_head.weight"}
+
+
+def _read_tensor(path: Path, stored: str) -> torch.Tensor:
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            return handle.get_tensor(stored)
+    except Exception as error:  # safetensors raises several types for truncated/corrupt files
+        raise _read_failure(path, stored, torch.device("cpu"), error) from None
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a, b.to(a.dtype))
 
 
 def _read_failure(path: Path, stored: str, device: torch.device, error: Exception) -> CheckpointError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -116,3 +117,28 @@ def test_a_llama_config_whose_layer_types_slide_is_refused(tmp_path: Path) -> No
     folder = _edited_copy("llama", _set(layer_types=["sliding_attention"] * 4, sliding_window=5), tmp_path / "model")
     with pytest.raises(minidecoder.errors.ConfigError, match="llama config.*layer_types.*applies neither"):
         minidecoder.load(folder)
+
+
+@pytest.mark.parametrize("name", ["llama_mha_tied_bias", "gemma2"])
+def test_a_tied_config_runs_a_different_head_its_checkpoint_stores_as_transformers(name: str, tmp_path: Path) -> None:
+    """transformers 5 ties lm_head to the embedding only where the file stores no other head; minidecoder always
+    took the embedding, so a tied config beside a stored, different lm_head.weight gave other logits, unsaid."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    ids = random_ids()
+    for head, warns in (("equal", False), ("different", True)):
+        folder = _edited_copy(name, _set(), tmp_path / head)
+        weights = load_file(folder / "model.safetensors")
+        embedding = weights["model.embed_tokens.weight"]
+        weights["lm_head.weight"] = embedding.clone() if head == "equal" else torch.randn_like(embedding) * 0.2
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+        reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                                      attn_implementation="eager").eval()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            model = minidecoder.load(folder)
+        assert any("tie_word_embeddings" in str(w.message) for w in said) == warns, head
+        assert (model.lm_head is None) == (not warns), head
+        with torch.no_grad():
+            assert_close(model(ids).logits, reference(ids).logits, atol=ATOL, rtol=RTOL, msg=head)
