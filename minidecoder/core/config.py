@@ -320,7 +320,10 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
                           "use a causal Gemma3 checkpoint")
 
     layer_types, sliding_window = _layer_types(raw, model_type, num_layers)
-    attention_bias = bool(raw.get("attention_bias", False))
+    # A key the family's transformers modeling never reads is not read here either: soft-capping on a Llama, or
+    # biases on a Mistral (its projections have none) or on any MLP but Llama's, run there without them.
+    attention_bias = model_type in ("llama", "gemma2", "gemma3_text") and bool(raw.get("attention_bias", False))
+    softcaps = {key: raw.get(key) if is_gemma else None for key in ("attn_logit_softcapping", "final_logit_softcapping")}
     scalar = float(raw.get("query_pre_attn_scalar", 256 if is_gemma else head_dim)) if is_gemma else head_dim
     if not scalar > 0:  # a negative one has a complex square root: refused by name, not by a TypeError later
         raise ConfigError(f"query_pre_attn_scalar is {scalar!r}; the attention scale is its inverse square root, so it "
@@ -341,14 +344,14 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", is_gemma)),  # transformers' defaults
         qkv_bias=True if model_type == "qwen2" else attention_bias,
         o_bias=False if model_type == "qwen2" else attention_bias,
-        mlp_bias=bool(raw.get("mlp_bias", False)),
+        mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),
         norm_unit_offset=is_gemma,
         sandwich_norms=is_gemma,
         scale_embeddings=is_gemma,
         qk_norm=model_type == "gemma3_text",
         attn_scale=attn_scale,
-        attn_logit_softcap=_positive_or_none(raw.get("attn_logit_softcapping"), "attn_logit_softcapping"),
-        final_logit_softcap=_positive_or_none(raw.get("final_logit_softcapping"), "final_logit_softcapping"),
+        attn_logit_softcap=_positive_or_none(softcaps["attn_logit_softcapping"], "attn_logit_softcapping"),
+        final_logit_softcap=_positive_or_none(softcaps["final_logit_softcapping"], "final_logit_softcapping"),
         layer_types=layer_types,
         sliding_window=sliding_window,
         rope=_rope_specs(raw, model_type, layer_types, source),

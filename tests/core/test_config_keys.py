@@ -48,6 +48,9 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
     # private copy it saves (minidecoder read `_sliding_window_pattern`: 3 here, where transformers runs 6)
     "gemma3_private_sliding_window_pattern": ("gemma3", _drop("layer_types", "sliding_window_pattern",
                                                               _sliding_window_pattern=3)),
+    # keys the family's transformers never reads (minidecoder soft-capped a Llama's logits and a Qwen2's scores)
+    "llama_final_logit_softcapping": ("llama", _set(final_logit_softcapping=3.0)),
+    "qwen2_attn_logit_softcapping": ("qwen2", _set(attn_logit_softcapping=3.0)),
     # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
     # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
     "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
@@ -142,3 +145,22 @@ def test_a_tied_config_runs_a_different_head_its_checkpoint_stores_as_transforme
         assert (model.lm_head is None) == (not warns), head
         with torch.no_grad():
             assert_close(model(ids).logits, reference(ids).logits, atol=ATOL, rtol=RTOL, msg=head)
+
+
+@pytest.mark.parametrize("name, key, where", [("qwen2", "mlp_bias", "mlp.up_proj"),
+                                              ("mistral_window", "attention_bias", "self_attn.q_proj")])
+def test_biases_a_family_never_reads_are_refused_not_added(name: str, key: str, where: str, tmp_path: Path) -> None:
+    """Qwen2's MLP and Mistral's projections have no bias in transformers, whatever config.json says; minidecoder
+    read mlp_bias / attention_bias for every family and added the stored biases (transformers drops them)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _edited_copy(name, _set(**{key: True}), tmp_path / "model")
+    weights = load_file(folder / "model.safetensors")
+    for tensor in [tensor for tensor in weights if tensor.endswith(f"{where}.weight")]:
+        weights[tensor.replace(".weight", ".bias")] = torch.randn(weights[tensor].shape[0])
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(minidecoder.errors.CheckpointError, match=f"unexpected: model.layers.0.{where}.bias"):
+        minidecoder.load(folder)
+    (folder / "model.safetensors").unlink()
+    shutil.copy(checkpoint(name)[1] / "model.safetensors", folder)  # the family's weights alone: they load
+    minidecoder.load(folder)
