@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -454,6 +455,12 @@ def _rope_specs(raw: dict[str, Any], model_type: str, layer_types: tuple[str, ..
                 "sliding_attention": _rope_spec(local, raw, f"{source} RoPE of sliding_attention layers")}
     merged = dict(scaling or params or {})
     merged.setdefault("rope_theta", raw.get("rope_theta", 10_000.0))
+    # A rope_scaling added to a v5 file (as some model cards say to) hides its rope_parameters, theta included, in
+    # transformers too, which the file's author rarely means: said
+    if scaling and params and {**merged, **params} != merged:
+        warnings.warn(f"{source} holds both rope_scaling and rope_parameters: rope_scaling is read (with rope_theta "
+                      f"{merged['rope_theta']}), as transformers does, and rope_parameters {params} ignored; move "
+                      "the scaling into rope_parameters (or remove it) to say which is meant")
     spec = _rope_spec(merged, raw, f"{source} {'rope_scaling' if scaling else 'rope_parameters'}")
     return {kind: spec for kind in set(layer_types)}
 

@@ -75,8 +75,14 @@ def test_an_edited_config_gives_transformers_logits(case: str, tmp_path: Path) -
     reference = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                                   attn_implementation="eager").eval()
     ids = random_ids()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model = minidecoder.load(folder)
     with torch.no_grad():
-        assert_close(minidecoder.load(folder)(ids).logits, reference(ids).logits, atol=ATOL, rtol=RTOL)
+        assert_close(model(ids).logits, reference(ids).logits, atol=ATOL, rtol=RTOL)
+    # where rope_scaling shadows rope_parameters, transformers drops the latter's settings: that is said
+    shadowed = [str(w.message) for w in said if "rope_parameters" in str(w.message)]
+    assert bool(shadowed) == (case == "rope_scaling_beside_rope_parameters"), shadowed
 
 
 def test_a_flat_gemma3_rope_parameters_is_refused(tmp_path: Path) -> None:
