@@ -486,6 +486,10 @@ def _rope_spec(params: dict[str, Any], raw: dict[str, Any], where: str) -> RopeS
         if rope_type == "llama3":
             raise ConfigError("llama3 RoPE needs original_max_position_embeddings", "add it to rope_scaling")
         original = raw.get("max_position_embeddings")
+    if rope_type == "llama3" and {"low_freq_factor", "high_freq_factor"} - set(params):
+        # not guessed from Llama 3.1's values: transformers refuses such a config too
+        raise ConfigError(f"{where}: llama3 RoPE needs low_freq_factor and high_freq_factor",
+                          "add both to rope_scaling / rope_parameters (Llama 3.1 uses 1.0 and 4.0)")
     if rope_type == "yarn" and "factor" not in params:
         factor = float(raw.get("max_position_embeddings")) / float(original)
     return RopeSpec(

@@ -170,3 +170,12 @@ def test_biases_a_family_never_reads_are_refused_not_added(name: str, key: str, 
     (folder / "model.safetensors").unlink()
     shutil.copy(checkpoint(name)[1] / "model.safetensors", folder)  # the family's weights alone: they load
     minidecoder.load(folder)
+
+
+def test_llama3_rope_without_its_frequency_factors_is_refused(tmp_path: Path) -> None:
+    """transformers refuses a llama3 RoPE without low_freq_factor and high_freq_factor; minidecoder ran it with
+    Llama 3.1's 1.0 and 4.0, guessed."""
+    folder = _edited_copy("llama_rope_llama3", lambda config: config["rope_parameters"].pop("low_freq_factor"),
+                          tmp_path / "model")
+    with pytest.raises(minidecoder.errors.ConfigError, match="llama3 RoPE needs low_freq_factor and high_freq_factor"):
+        minidecoder.load(folder)
