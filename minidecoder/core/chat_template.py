@@ -55,11 +55,17 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
         if not isinstance(message.get("role"), str):
             raise InputError(f"message {number} has the role {message.get('role')!r}, not a text",
                              "give every message a role such as 'system', 'user' or 'assistant'")
+    tools = kwargs.pop("tools", None)
+    for tool in tools or []:  # transformers turns a function into its schema (utils.get_json_schema); not done here
+        if not isinstance(tool, dict):
+            raise InputError(f"tools holds {tool!r:.60}, a {type(tool).__name__}, where a chat template takes a JSON "
+                             "schema (a dict)", "pass each tool's schema, e.g. transformers.utils.get_json_schema("
+                             "function), or {'type': 'function', 'function': {'name': ..., 'parameters': ...}}")
     # transformers 5 drops the keys whose value is None (an OpenAI-style content=None), so that a template sees
     # them undefined: `content | trim` is "" there, "None" if they were kept.
     messages = [{key: value for key, value in m.items() if value is not None} for m in messages]
     try:
-        return _compile(template).render(messages=messages, tools=kwargs.pop("tools", None),
+        return _compile(template).render(messages=messages, tools=tools,
                                          documents=kwargs.pop("documents", None),
                                          add_generation_prompt=add_generation_prompt, **{**special_tokens, **kwargs})
     except jinja2.exceptions.SecurityError:

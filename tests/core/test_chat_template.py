@@ -98,6 +98,22 @@ def test_a_none_value_is_left_out_and_an_empty_conversation_refused_as_in_transf
         tokenizer.apply_chat_template([], add_generation_prompt=True)
 
 
+def test_a_function_as_a_tool_is_named_not_blamed_on_the_messages(tiny_chat_folder: Path):
+    """transformers turns a Python function into its JSON schema; here it failed as "Object of type function is
+    not JSON serializable", with the fix "give every message's content as a text"."""
+    def get_weather(city: str) -> str:
+        return "sunny"
+
+    template = "{{ tools | tojson }}{{ messages[0]['content'] }}"
+    tokenizer = Tokenizer(tiny_chat_folder)
+    with pytest.raises(InputError, match="tools holds <function .*, a function, where a chat template takes a JSON schema") as caught:
+        tokenizer.apply_chat_template(CHATS[0], chat_template=template, tools=[get_weather])
+    assert "get_json_schema" in str(caught.value) and "content" not in str(caught.value)
+    schema = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    assert tokenizer.apply_chat_template(CHATS[0], chat_template=template, tools=[schema], tokenize=False) \
+        == json.dumps([schema]) + CHATS[0][0]["content"]
+
+
 def test_template_cannot_reach_python_internals(tiny_chat_folder: Path):
     """The sandbox refuses attribute access to internals, as transformers' environment does."""
     import jinja2
