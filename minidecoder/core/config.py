@@ -321,10 +321,12 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
                           "use a causal Gemma3 checkpoint")
 
     layer_types, sliding_window = _layer_types(raw, model_type, num_layers)
-    # A key the family's transformers modeling never reads is not read here either: soft-capping on a Llama, or
-    # biases on a Mistral (its projections have none) or on any MLP but Llama's, run there without them.
+    # A key the family's transformers modeling never reads is not read here either: soft-capping on a Llama (or of
+    # a Gemma3's attention scores: its attention never passes the cap on), or biases on a Mistral (its projections
+    # have none) or on any MLP but Llama's, run there without them.
     attention_bias = model_type in ("llama", "gemma2", "gemma3_text") and bool(raw.get("attention_bias", False))
-    softcaps = {key: raw.get(key) if is_gemma else None for key in ("attn_logit_softcapping", "final_logit_softcapping")}
+    softcaps = {"attn_logit_softcapping": raw.get("attn_logit_softcapping") if model_type == "gemma2" else None,
+                "final_logit_softcapping": raw.get("final_logit_softcapping") if is_gemma else None}
     scalar = float(raw.get("query_pre_attn_scalar", 256 if is_gemma else head_dim)) if is_gemma else head_dim
     if not scalar > 0:  # a negative one has a complex square root: refused by name, not by a TypeError later
         raise ConfigError(f"query_pre_attn_scalar is {scalar!r}; the attention scale is its inverse square root, so it "

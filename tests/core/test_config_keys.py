@@ -51,6 +51,8 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
     # keys the family's transformers never reads (minidecoder soft-capped a Llama's logits and a Qwen2's scores)
     "llama_final_logit_softcapping": ("llama", _set(final_logit_softcapping=3.0)),
     "qwen2_attn_logit_softcapping": ("qwen2", _set(attn_logit_softcapping=3.0)),
+    "gemma3_attn_logit_softcapping": ("gemma3", _set(attn_logit_softcapping=3.0)),  # its final cap is read
+    "gemma3_final_logit_softcapping": ("gemma3", _set(final_logit_softcapping=3.0)),
     # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
     # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
     "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
