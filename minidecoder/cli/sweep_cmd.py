@@ -2,7 +2,7 @@
 
     minidecoder sweep --model smollm2-135m-instruct --method prompteol --layers all --plot
     minidecoder sweep --method tp --opt prompt=pretended_cot --layers 20,25,-2,-1 --tp-end 2,3,4,5,6,7
-    minidecoder sweep --method cp --cp-steer 3,4,5,6,7 --cp-alpha 0.25,0.5,1,2 --layers -2,-1 --limit 200
+    minidecoder sweep --method cp --cp-steer 3,4,5,6,7 --cp-alpha 0.25,0.5,1,2 --layers=-2,-1 --limit 200
 
 One forward pass yields every output layer; TP's end layers fork one copying forward; CP's auxiliary
 pass and unsteered trunk are shared by every steer layer and alpha (minidecoder.evaluation.sweep).
