@@ -10,7 +10,6 @@ side tokenizes as it would in the reference code after `tokenizer.add_tokens([..
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import re
 import warnings
@@ -31,6 +30,7 @@ class Tokenizer:
         self._placeholders: dict[str, int] = {}  # sentencepiece backend only
         self._sp_added: dict[str, int] = {}  # sentencepiece backend: the model's own added tokens (below)
         self._sp_special: set[int] = set()  # ... of which special: dropped by decode(skip_special_tokens=True)
+        self._sp_split: tuple[dict[str, int], re.Pattern | None] | None = None  # built on first use: _sp_matched
         self._derived: dict[tuple[str, ...], Tokenizer] = {}  # `with_placeholders` copies
         if (folder / "tokenizer.json").is_file():
             from tokenizers import Tokenizer as FastTokenizer
@@ -177,9 +177,8 @@ class Tokenizer:
             encoding = self._fast.encode(text, add_special_tokens=False)
             return encoding.ids, [tuple(span) for span in encoding.offsets]
         ids, offsets, base = [], [], 0
-        added = {token: i for token, i in self._sp_added.items()
-                 if not (self.split_special_tokens and i in self._sp_special)} | self._placeholders
-        for piece, added_token in _split_on(text, list(added)):
+        added, pattern = self._sp_matched()
+        for piece, added_token in _split_on(text, pattern):
             char_of_byte = _char_index_of_bytes(piece)
             for token in self._sp_segment(piece, at_start=base == 0):  # begin/end are UTF-8 byte offsets
                 ids.append(token.id)
@@ -222,7 +221,7 @@ class Tokenizer:
         key = tuple(tokens)
         if key not in self._derived:
             derived = copy.copy(self)
-            derived._derived = {}
+            derived._derived, derived._sp_split = {}, None
             if self._fast is not None:
                 from tokenizers import AddedToken
                 from tokenizers import Tokenizer as FastTokenizer
@@ -239,6 +238,16 @@ class Tokenizer:
                         derived._placeholders[t] = self._sp.GetPieceSize() + len(derived._placeholders)
             self._derived[key] = derived
         return self._derived[key]
+
+    def _sp_matched(self) -> tuple[dict[str, int], re.Pattern | None]:
+        """The texts matched whole before sentencepiece runs (the model's added tokens, its special ones unless
+        split_special_tokens, and the placeholders), their ids, and one pattern for them, built once: a
+        tokenizer.model can hold thousands, and building these per text made each encode 8 times slower."""
+        if self._sp_split is None:
+            added = {token: i for token, i in self._sp_added.items()
+                     if not (self.split_special_tokens and i in self._sp_special)} | self._placeholders
+            self._sp_split = added, _token_pattern(list(added))
+        return self._sp_split
 
     def _sp_segment(self, piece: str, at_start: bool):
         """Encode one segment as transformers 5 does (Metaspace, prepend_scheme="first"): the "▁"
@@ -309,21 +318,21 @@ class MissingTokenizer:
         return f"MissingTokenizer({self.folder})"
 
 
-def _split_on(text: str, tokens: list[str]) -> list[tuple[str, str | None]]:
-    """'a<P>b' -> [('a', '<P>'), ('b', None)], matching the longest token first at each position."""
+def _split_on(text: str, pattern: re.Pattern | None) -> list[tuple[str, str | None]]:
+    """'a<P>b' -> [('a', '<P>'), ('b', None)], for a `_token_pattern` that matches '<P>'."""
     out, start = [], 0
-    for match in _token_pattern(tuple(sorted(tokens, key=len, reverse=True))).finditer(text) if tokens else ():
+    for match in pattern.finditer(text) if pattern is not None else ():
         out.append((text[start:match.start()], match.group()))
         start = match.end()
     out.append((text[start:], None))
     return out
 
 
-@functools.lru_cache(maxsize=16)
-def _token_pattern(ordered: tuple[str, ...]) -> re.Pattern:
-    """One regular expression for the tokens, longest first: a tokenizer.model can hold thousands of added pieces
-    (unused slots, markup), and trying each at every character took 4 s for 6,000 over 11,000 characters (10 ms)."""
-    return re.compile("|".join(map(re.escape, ordered)))
+def _token_pattern(tokens: list[str]) -> re.Pattern | None:
+    """One regular expression for the tokens, longest first, so that the longest matches at each position: a
+    tokenizer.model can hold thousands of added pieces (unused slots, markup), and trying each at every character
+    took 4 s for 6,000 over 11,000 characters (10 ms)."""
+    return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True)))) if tokens else None
 
 
 def _refuse_lone_surrogate(text: str) -> None:
