@@ -5,7 +5,9 @@ Special tokens are added by an explicit, inspectable policy (`add_bos`, `add_eos
 `tokenizer_config.json` (`add_bos_token` / `add_eos_token`), falling back to what `tokenizer.json`'s
 post-processor does. Placeholders that methods insert (`<PST>`, `<B-PST>`) are added tokens: a
 template is tokenized as one string in which each placeholder becomes one id and the text on each
-side tokenizes as it would in the reference code after `tokenizer.add_tokens([...])`.
+side tokenizes as it would in the reference code after `tokenizer.add_tokens([...])`. A `tokenizer.model`'s
+own control and user-defined pieces and its named special tokens are matched the same way, whole, before
+sentencepiece runs, as transformers 5 does once it has converted the model (unless `split_special_tokens`).
 """
 from __future__ import annotations
 
