@@ -421,9 +421,13 @@ def _parse_line(raw: bytes, number: int, path: Path, kind: str) -> str | tuple[s
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
+        # A UTF-16 byte order mark (what Windows PowerShell's `>` writes) names the encoding to convert from.
+        utf16 = number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        mark = "; it begins with a UTF-16 byte order mark" if utf16 else ""
         raise InputError(f"{path} line {number} is not valid UTF-8 (byte {error.start}: "
-                         f"{raw[error.start:error.start + 4]!r})",
-                         "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`") from None
+                         f"{raw[error.start:error.start + 4]!r}{mark})",
+                         f"re-encode the file as UTF-8, e.g. `iconv -f {'utf-16' if utf16 else 'latin1'} -t utf-8 "
+                         "in.txt > out.txt`") from None
     if number == 1 and line.startswith("\ufeff"):
         line = line[1:]  # a UTF-8 byte order mark is not text
     if kind == "jsonl":

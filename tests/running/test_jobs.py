@@ -266,6 +266,17 @@ def test_bad_input_files_name_the_line(model, tmp_path: Path, name: str, content
     assert not (tmp_path / "out.npy").exists()
 
 
+def test_a_utf16_file_is_named_with_the_encoding_to_convert_from(model, tmp_path: Path) -> None:
+    """Windows PowerShell's `>` writes UTF-16 with a byte order mark; the fix used to suggest converting from
+    latin1, which turns every character into two."""
+    source = tmp_path / "in.txt"
+    source.write_bytes("a cat sat.\n".encode("utf-16"))
+    with pytest.raises(InputError) as refused:
+        run_embedding_job(model, "mean", source, tmp_path / "out.npy")
+    assert "line 1 is not valid UTF-8" in refused.value.problem and "UTF-16 byte order mark" in refused.value.problem
+    assert "iconv -f utf-16 -t utf-8" in refused.value.fix
+
+
 def test_an_explicit_empty_jsonl_text_is_embedded_by_a_prompt_method_and_refused_by_a_pooling(model, tmp_path: Path) -> None:
     """{"text": ""} is the empty text a prompt read at its last token embeds (SentEval's blank lines, as the
     transfer tables read them); a blank line of a .txt file stays an error (more often a slip than a sample)."""
