@@ -2,10 +2,10 @@
 
 ReBA (arXiv 2502.20726, docs/spec.md section 7) needs, for every block and every head, the
 post-softmax attention P (T x T), symmetrized and folded by elementwise maximum into one matrix A.
-ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold`; the
-method loop either hands it each block's whole (B, H, T, T) pattern from the eager path, or, from
-`FastPaths.blocked_fusion_from` tokens on, the patterns of a few heads at a time from
-`head_group_patterns` below, for less memory:
+ReBA's step (`minidecoder.methods.reba.FoldAttention`) receives patterns through `fold`. The plain loop
+hands it each block's whole (B, H, T, T) pattern from the eager path; the executor beneath it
+(`fast.forward`), from `FastPaths.blocked_fusion_from` tokens on, hands it the patterns of one head at
+a time from `head_group_patterns` below, for less memory:
 
     block i runs on its fast path (scaled-dot-product attention, no pattern materialized),
     recording only its queries and keys (B, H, T, D) through `Sites`;
