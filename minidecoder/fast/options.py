@@ -1,9 +1,9 @@
 """Which fast paths the method loop may take, per model: an explicit setting, never a global switch.
 
 `minidecoder.load(compile=..., pack_weights=..., graphs=...)` fills `model.fast_paths`; the executor beneath
-the shared block loop (`fast.forward`, through `fast.plan`) reads it to decide, batch by batch, whether a fast path applies. Each
-fast path computes what the plain loop computes (tests/fast/); switching one off is how the tests
-and `tools/bench.py` compare against the plain loop:
+the shared block loop (`fast.forward`, through `fast.plan`) reads it to decide, batch by batch, whether a
+fast path applies. Each fast path computes what the plain loop computes (tests/fast/); switching one off is
+how the tests and `tools/bench.py` compare against the plain loop:
 
     with fast_paths_overridden(model, prefix_cache=False):
         plain = minidecoder.embed(model, texts, "tp")
