@@ -27,6 +27,7 @@ import shlex
 from pathlib import Path
 
 from minidecoder.errors import InputError
+from minidecoder.sources.registry import DEFAULT_MODEL
 
 OUTPUT_SUFFIXES = (".npy", ".safetensors")
 EMBED_FLAGS = ("model", "method", "input", "output", "dtype", "device", "batch_size", "chunk_size", "truncate",
@@ -186,5 +187,5 @@ def _chunking(args: argparse.Namespace) -> dict:
 def _command_metadata(args: argparse.Namespace) -> dict:
     from minidecoder.running.command_line import argv_of
 
-    return {"model_name": args.model if args.model is not None else "default",
+    return {"model_name": args.model if args.model is not None else DEFAULT_MODEL,  # what load(None) loads
             "command": shlex.join(["minidecoder", "embed", *argv_of(args, EMBED_FLAGS)])}

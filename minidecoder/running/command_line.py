@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minidecoder.errors import InputError, Interrupted
+from minidecoder.sources.registry import DEFAULT_MODEL
 
 # --opt integers must fit in 64 bits (torch's seeds and int64 tensors): a larger one failed deep in the
 # method after the model had loaded.
@@ -172,7 +173,7 @@ def resume_settings(args: argparse.Namespace, input_flags: tuple[str, ...] | lis
 def model_stamp(args: argparse.Namespace, model, method) -> dict:
     """The stamp's model and method part, as every eval command and the sweep write it."""
     return {
-        "model": args.model if args.model is not None else "default",
+        "model": args.model if args.model is not None else DEFAULT_MODEL,  # what load(None) loads
         "model_source": str(getattr(model, "source", args.model)),
         "dtype": args.dtype,
         "device": args.device,

@@ -178,3 +178,26 @@ def test_another_librarys_warning_keeps_its_own_format() -> None:
     theirs = "/site-packages/sklearn/model_selection/_split.py"
     said = cli_module._format_warning("least populated", UserWarning, theirs, 776)
     assert said == warnings.formatwarning("least populated", UserWarning, theirs, 776) and said.startswith(theirs)
+
+
+def test_a_run_without_model_records_the_default_models_name(tiny: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --model the output's metadata (and an eval report's stamp) said "default", which names no model
+    once the default changes; they name the model `load(None)` loads."""
+    import argparse
+
+    from minidecoder.running import load_model as loading
+    from minidecoder.running.command_line import model_stamp
+    from minidecoder.sources.registry import DEFAULT_MODEL
+
+    real_load = loading.load
+    monkeypatch.setattr(loading, "load", lambda source, **kwargs: real_load(tiny if source is None else source,
+                                                                            **kwargs))
+    source, out = tmp_path / "in.txt", tmp_path / "out.safetensors"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    assert main(["embed", "--no-progress", "--method", "mean", "--input", str(source), "--output", str(out)]) == 0
+    with safe_open(str(out), "pt") as handle:
+        assert json.loads(handle.metadata()["model_name"]) == DEFAULT_MODEL == "smollm2-135m-instruct"
+    model = real_load(tiny, progress=False)
+    args = argparse.Namespace(model=None, dtype="float32", device="cpu", batch_size=None)
+    assert model_stamp(args, model, minidecoder.methods.build_method("mean"))["model"] == DEFAULT_MODEL
