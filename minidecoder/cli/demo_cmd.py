@@ -7,7 +7,7 @@ import argparse
 from minidecoder import generate
 from minidecoder.running.command_line import add_model_options, build_cli_method, load_model
 from minidecoder.running.generation import continuation_text
-from minidecoder.running.texts import check_text
+from minidecoder.running.texts import check_argument
 from minidecoder.cli.logits_cmd import top_next_tokens
 
 SENTENCES = [
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import minidecoder
 
     method = build_cli_method(args.method, [])  # an unknown method is refused before the model loads
-    check_text(args.prompt, "--prompt")  # a byte that is not UTF-8 in argv arrives as a lone surrogate
+    check_argument(args.prompt, "--prompt")  # before the model loads
     model = load_model(args)
     method.check(model)  # and its options against this model (layers in range), before anything is printed
     print(f"model: {model.source} ({model.config.model_type}, {model.num_layers} layers, {model.dtype})")

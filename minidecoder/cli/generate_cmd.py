@@ -11,7 +11,7 @@ import argparse
 from minidecoder import generate
 from minidecoder.running.command_line import add_model_options, load_model
 from minidecoder.running.generation import continuation_text
-from minidecoder.running.texts import check_text
+from minidecoder.running.texts import check_argument
 from minidecoder.errors import InputError
 
 
@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 0:
         raise InputError(f"--max-new-tokens {args.max_new_tokens} must be 0 or more", "e.g. --max-new-tokens 32")
     for where, text in (("the prompt", args.prompt), ("--chat", args.chat), ("--system", args.system)):
-        if text is not None:  # a byte that is not UTF-8 in argv arrives as a lone surrogate: named before loading
-            check_text(text, where)
+        if text is not None:  # before the model loads
+            check_argument(text, where)
     model = load_model(args)
     if args.chat is None:
         prompt = model.tokenizer.encode(args.prompt)

@@ -6,7 +6,7 @@ import argparse
 import torch
 
 from minidecoder.running.command_line import add_model_options, load_model
-from minidecoder.running.texts import check_text
+from minidecoder.running.texts import check_argument
 from minidecoder.errors import InputError, NumericsError
 
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the prompt is empty", 'give some text, e.g. minidecoder logits "The capital of France is"')
     if args.top_k < 1:
         raise InputError(f"--top-k {args.top_k} must be at least 1", "e.g. --top-k 10")
-    check_text(args.prompt, "the prompt")  # a byte that is not UTF-8 in argv arrives as a lone surrogate
+    check_argument(args.prompt, "the prompt")  # before the model loads
     model = load_model(args)
     top = top_next_tokens(model, args.prompt, args.top_k)
     print(f"next token after {args.prompt!r}:")

@@ -30,6 +30,16 @@ def check_text(text: str, where: str) -> None:
                          "text (no tokenizer takes it)", SURROGATE_FIX)
 
 
+def check_argument(text: str, where: str) -> None:
+    """`check_text` for a command-line argument. Python decodes argv with surrogateescape, so a byte that is not
+    UTF-8 arrives as a lone surrogate U+DC80-U+DCFF: it is named as the byte the user typed."""
+    at = lone_surrogate(text)
+    if at is not None and 0xDC80 <= ord(text[at]) <= 0xDCFF:
+        raise InputError(f"{where} holds the byte 0x{ord(text[at]) - 0xDC00:02x} at character {at}, which is not "
+                         "UTF-8", "give the text in UTF-8 (a UTF-8 locale, or convert it with iconv)")
+    check_text(text, where)
+
+
 # ---- unpooled context ----------------------------------------------------------------------------------
 CONTEXT_FIX = ("give each text as a string, or as a (context, text) pair whose context the model reads and no "
                "pooling touches; or pass context= (one string for every text, or a list with one per text)")
