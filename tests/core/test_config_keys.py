@@ -1,7 +1,7 @@
 """config.json as transformers reads it: keys that fill in or override other keys, and keys a file may leave
 out. Each case edits a saved tiny checkpoint's config.json (a key transformers honors that the tiny models do
 not set), loads the folder with transformers and with minidecoder, and compares the logits in float32; each
-failed on the code before its fix (red team: config keys transformers honors).
+failed on the code before its fix, but for the guards marked so (red team: config keys transformers honors).
 """
 from __future__ import annotations
 
@@ -25,7 +25,11 @@ def _set(**keys) -> Callable[[dict], None]:
 
 
 def _drop(*keys: str, **then) -> Callable[[dict], None]:
-    return lambda config: [config.pop(key, None) for key in keys] and config.update(then)
+    def edit(config: dict) -> None:
+        for key in keys:
+            config.pop(key, None)
+        config.update(then)
+    return edit
 
 
 # case -> (variant, edit of its config.json). The edits keep each variant's weights valid.
@@ -51,8 +55,8 @@ CASES: dict[str, tuple[str, Callable[[dict], None]]] = {
     # keys the family's transformers never reads (minidecoder soft-capped a Llama's logits and a Qwen2's scores)
     "llama_final_logit_softcapping": ("llama", _set(final_logit_softcapping=3.0)),
     "qwen2_attn_logit_softcapping": ("qwen2", _set(attn_logit_softcapping=3.0)),
-    "gemma3_attn_logit_softcapping": ("gemma3", _set(attn_logit_softcapping=3.0)),  # its final cap is read
-    "gemma3_final_logit_softcapping": ("gemma3", _set(final_logit_softcapping=3.0)),
+    "gemma3_attn_logit_softcapping": ("gemma3", _set(attn_logit_softcapping=3.0)),
+    "gemma3_final_logit_softcapping": ("gemma3", _set(final_logit_softcapping=3.0)),  # guard: Gemma3 reads this one
     # keys left out mean the family's transformers default: Gemma2 soft-caps at 50 and 30 (minidecoder: none), and
     # a Qwen2's context is 32,768 (minidecoder: 2,048), which YaRN takes as its original context
     "gemma2_softcaps_left_out": ("gemma2", _drop("attn_logit_softcapping", "final_logit_softcapping")),
