@@ -9,6 +9,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -98,10 +99,13 @@ def test_float32_values_are_written_shortest() -> None:
 
 
 def test_gemma_layer_types() -> None:
-    assert _gemma_layer_types("gemma3", 7, None) == ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"]
-    assert _gemma_layer_types("gemma2", 4, None) == ["sliding_attention", "full_attention"] * 2
-    assert _gemma_layer_types("gemma3", 3, [True, False, True]) == ["sliding_attention", "full_attention", "sliding_attention"]
-    assert _gemma_layer_types("gemma3", 4, 2) == ["sliding_attention", "full_attention"] * 2
+    def gguf(arch: str) -> SimpleNamespace:  # what _gemma_layer_types reads of a GGUFFile
+        return SimpleNamespace(architecture=arch, path=Path("m.gguf"))
+
+    assert _gemma_layer_types(gguf("gemma3"), 7, None) == ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"]
+    assert _gemma_layer_types(gguf("gemma2"), 4, None) == ["sliding_attention", "full_attention"] * 2
+    assert _gemma_layer_types(gguf("gemma3"), 3, [True, False, True]) == ["sliding_attention", "full_attention", "sliding_attention"]
+    assert _gemma_layer_types(gguf("gemma3"), 4, 2) == ["sliding_attention", "full_attention"] * 2
 
 
 # ---- whole conversions against transformers' GGUF loader ---------------------------------------
