@@ -24,8 +24,8 @@ softmax(QK^T)V before the heads are concatenated into o_proj.
 Two attention kernels compute the same thing: the explicit matmul-softmax-matmul (`_eager`, the one a
 reader audits, and the one that materializes `pattern`) and PyTorch's fused scaled-dot-product
 attention. A call takes the explicit one when it needs the pattern, when Gemma2's soft-capping is on,
-or when the caller's `Context.explicit_attention` asks for it (the method loop does, for short inputs
-on a CPU: minidecoder.fast.attention); otherwise the fused one.
+or when the caller's `Context.explicit_attention` asks for it (the executor beneath the method loop does,
+for short inputs on a CPU: minidecoder.fast.attention); otherwise the fused one.
 """
 from __future__ import annotations
 
