@@ -13,7 +13,9 @@ than run as one concatenated text; call `generate` once per prompt.
 from __future__ import annotations
 
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,7 +24,8 @@ from minidecoder.core.model import KVCache
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.fast.static_cache import decode_step, one_decoder, static_decoding_applies
 from minidecoder.running.load_model import require_loaded
-from minidecoder.errors import ArgumentTypeError, ContextLengthError, InputError, is_whole_number
+from minidecoder.errors import (ArgumentTypeError, CheckpointError, ContextLengthError, InputError, file_is_there,
+                                is_whole_number)
 
 
 @torch.inference_mode()
@@ -142,11 +145,34 @@ def _is_id(x) -> bool:
 
 
 def _eos_ids(model) -> set[int]:
+    """The ids generation stops at: config.json's `eos_token_id`, the tokenizer's EOS, and generation_config.json's
+    `eos_token_id`, which is where transformers' `generate` stops (Gemma 2's instruct models list their
+    `<end_of_turn>` there alone: without it a chat reply ran on into the next turn)."""
     ids = model.config.eos_token_id
     found = set(ids) if isinstance(ids, list) else ({ids} if ids is not None else set())
     if model.tokenizer is not None and model.tokenizer.eos_id is not None:
         found.add(model.tokenizer.eos_id)
-    return found
+    return found | _generation_config_eos(getattr(model, "source", None))
+
+
+def _generation_config_eos(folder: str | None) -> set[int]:
+    """generation_config.json's `eos_token_id` (an id or a list of ids) in the model's folder; none without one."""
+    path = Path(folder) / "generation_config.json" if folder is not None else None
+    if path is None or not file_is_there(path, CheckpointError):
+        return set()
+    fix = "repair or delete the file (generation then stops at config.json's and the tokenizer's EOS)"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}", fix) from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(raw).__name__}, not an object of settings", fix)
+    ids = raw.get("eos_token_id")
+    ids = [] if ids is None else [ids] if is_whole_number(ids) else ids
+    if not isinstance(ids, list) or not all(is_whole_number(x) for x in ids):
+        raise CheckpointError(f"{path} has eos_token_id={raw['eos_token_id']!r}; it must be a token id or a list "
+                              "of them", fix)
+    return {int(x) for x in ids}
 
 
 def continuation_text(tokenizer, prompt: list[int], new: list[int]) -> str:

@@ -382,3 +382,34 @@ def test_an_edit_that_changes_its_sites_dtype_is_named() -> None:
                                              r"must return the site's torch.float32 on cpu \(end the edit with "
                                              r"\.to\(value\.dtype\)"):
             model.layers[0](h, ctx, minidecoder.Sites(edit={site: lambda x: x.double()}))
+
+
+def test_generation_stops_at_generation_config_eos_as_transformers_does(tmp_path) -> None:
+    """transformers' `generate` stops at generation_config.json's `eos_token_id` (Gemma 2's instruct models
+    list `<end_of_turn>` there alone, Qwen2.5's `<|endoftext|>`); generate read config.json and the tokenizer
+    only, so it ran past such a stop id into text transformers never writes."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from minidecoder.errors import CheckpointError
+
+    folder = tmp_path / "tiny-llama"
+    shutil.copytree(checkpoint("llama")[1], folder)
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    model = minidecoder.load(folder)
+    free = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False)
+    stop = next(token for k, token in enumerate(free) if k >= 3 and token not in free[:k] and token != 2)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, stop]}))
+    hf = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        reference = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):].tolist()
+    ours = minidecoder.generate(model, prompt, max_new_tokens=20)
+    assert ours == reference == free[:free.index(stop) + 1]
+    assert minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False) == free
+    for broken, problem in (("{", "is not valid JSON"), ('{"eos_token_id": "</s>"}', "eos_token_id='</s>'"),
+                            ("[2]", "holds a JSON list")):
+        (folder / "generation_config.json").write_text(broken)
+        with pytest.raises(CheckpointError, match=problem):
+            minidecoder.generate(model, prompt, max_new_tokens=3)
