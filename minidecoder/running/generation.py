@@ -42,6 +42,11 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
         raise ArgumentTypeError(f"max_new_tokens={max_new_tokens!r} must be an integer, 0 or more",
                                 "e.g. max_new_tokens=32 (CLI --max-new-tokens 32)")
     max_new_tokens = int(max_new_tokens)  # a NumPy integer is one too (as in input_ids)
+    for name, value in (("stop_at_eos", stop_at_eos), ("static", static)):  # "false" is true to `if`: never read so
+        if not isinstance(value, bool) and not (value is None and name == "static"):
+            raise ArgumentTypeError(f"generate({name}={value!r}): {name} is True or False"
+                                    + (" (or None: the device decides)" if name == "static" else ""),
+                                    f"e.g. minidecoder.generate(model, ids, {name}=False)")
     ids = prompt_ids(model, input_ids)  # (1, T)
     limit = getattr(model, "max_context", None)
     if limit is not None and ids.shape[1] + max_new_tokens > limit:  # refused up front, not after a long run

@@ -308,6 +308,18 @@ def test_a_numpy_integer_is_a_number_of_new_tokens() -> None:
         minidecoder.generate(model, prompt, max_new_tokens=3.0)
 
 
+def test_stop_at_eos_and_static_are_true_or_false() -> None:
+    """`stop_at_eos="false"` is true to `if`: generate stopped at the EOS the caller asked it to run past, in
+    silence (`load` refuses such switches already)."""
+    model = minidecoder.load(checkpoint("llama")[1])
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    for name, value in (("stop_at_eos", "false"), ("stop_at_eos", None), ("static", "no"), ("static", 0)):
+        with pytest.raises(ArgumentTypeError, match=f"generate\\({name}={value!r}\\): {name} is True or False"):
+            minidecoder.generate(model, prompt, max_new_tokens=3, **{name: value})
+    assert minidecoder.generate(model, prompt, max_new_tokens=3, static=None) \
+        == minidecoder.generate(model, prompt, max_new_tokens=3, static=False)
+
+
 def test_one_prompt_in_any_of_its_shapes_gives_the_same_tokens() -> None:
     import numpy as np
 
