@@ -117,9 +117,11 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
         if isinstance(input_ids, (str, bytes)) or not isinstance(input_ids, (list, tuple)):
             raise ArgumentTypeError(f"input_ids is a {type(input_ids).__name__}; generate takes token ids",
                                     "pass model.tokenizer.encode(text) (a list of ints) or a tensor of ids")
-        rows = [x for x in input_ids if isinstance(x, (list, tuple)) or isinstance(x, torch.Tensor) and x.dim() > 0]
+        # a row is a list, a tensor or an array of ids ([np.array(ids)] was "input_ids[0] is array(...)")
+        rows = [x for x in input_ids if isinstance(x, (list, tuple))
+                or isinstance(x, (torch.Tensor, np.ndarray)) and x.ndim > 0]
         if rows and len(rows) == len(input_ids) == 1:  # [[ids]]: one prompt as a batch of one
-            return prompt_ids(model, torch.as_tensor(rows[0]) if isinstance(rows[0], torch.Tensor) else rows[0])
+            return prompt_ids(model, rows[0])
         if rows and len(rows) == len(input_ids):
             lengths = sorted({len(row) for row in rows})
             raise InputError(f"input_ids is a list of {len(rows)} lists (lengths {', '.join(map(str, lengths))}): "

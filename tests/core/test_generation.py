@@ -210,6 +210,7 @@ def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where
     (random_ids(2, 6), "a batch of 2 prompts"),  # (2, T): ran as one concatenated text
     (random_ids(2, 6).tolist(), "a list of 2 lists"),
     ([[5, 6, 7], [8, 9]], "a list of 2 lists"),  # ragged: torch's raw ValueError
+    ([np.array([5, 6]), np.array([7, 8])], "a list of 2 lists"),  # was "input_ids[0] is array(...)"
     ([5, 6, 10_000], "token id 10000 is outside the model's vocabulary"),  # a raw IndexError
     (torch.tensor([[5, -1]]), "token id -1 is outside"),
     ([], "the prompt has no tokens"),
@@ -232,11 +233,13 @@ def test_generate_refuses_ids_that_are_not_integers(given) -> None:
 
 
 def test_a_numpy_array_of_ids_is_one_prompt_as_a_list_is() -> None:
-    """Found: `generate(model, np.array([5, 6]))` said "input_ids is a ndarray; generate takes token ids"."""
+    """Found: `generate(model, np.array([5, 6]))` said "input_ids is a ndarray; generate takes token ids", and
+    `[np.array(ids)]` (one prompt as a batch of one, as `[ids]` and `[tensor]` are taken) "input_ids[0] is array"."""
     model = minidecoder.load(checkpoint("llama")[1])
     prompt = random_ids(1, 6, seed=5)[0].tolist()
     want = minidecoder.generate(model, prompt, max_new_tokens=4, stop_at_eos=False)
-    for given in (np.array(prompt), np.array([prompt], dtype=np.int32), np.array(prompt, dtype=np.uint16)):
+    for given in (np.array(prompt), np.array([prompt], dtype=np.int32), np.array(prompt, dtype=np.uint16),
+                  [np.array(prompt)]):
         assert minidecoder.generate(model, given, max_new_tokens=4, stop_at_eos=False) == want
 
 
