@@ -100,6 +100,9 @@ def prompt_ids(model, input_ids) -> torch.Tensor:
         return InputError(f"token id {token} is outside the model's vocabulary of {vocab} ids (0..{vocab - 1})",
                           "encode the prompt with this model's tokenizer (model.tokenizer.encode(text))")
     if isinstance(input_ids, np.ndarray):  # an integer array as a long tensor; any other is refused below, by type
+        past = input_ids[(input_ids < 0) | (input_ids >= vocab)] if input_ids.dtype.kind in "iu" else ()
+        if len(past):  # before the cast: a uint64 id past 2**63 became a negative one, named as such
+            raise outside(int(past[0]))
         input_ids = (torch.from_numpy(input_ids.astype(np.int64)) if input_ids.dtype.kind in "iu"
                      else torch.from_numpy(input_ids) if input_ids.dtype.kind == "b" else input_ids.tolist())
     if isinstance(input_ids, torch.Tensor):

@@ -213,6 +213,7 @@ def test_the_static_cache_is_taken_where_graphs_are_on_and_the_dynamic_one_where
     ([np.array([5, 6]), np.array([7, 8])], "a list of 2 lists"),  # was "input_ids[0] is array(...)"
     ([5, 6, 10_000], "token id 10000 is outside the model's vocabulary"),  # a raw IndexError
     (torch.tensor([[5, -1]]), "token id -1 is outside"),
+    (np.array([5, 2**63 + 5], dtype=np.uint64), "token id 9223372036854775813 is outside"),  # was named as -2**63+5
     ([], "the prompt has no tokens"),
     (torch.tensor([[[5, 6, 7]]]), r"shape \(1, 1, 3\); one prompt is \(T,\) or \(1, T\)"),  # was "a batch of 1 prompts"
 ])
