@@ -7,6 +7,9 @@ On a GPU each token runs as one replay of a captured decode step over a static c
 otherwise set the pace (docs/benchmarks.md measures both); on a CPU the dynamic cache, unless graphs are on
 (`load(graphs=True)`), which runs the same static step uncaptured.
 
+As transformers' `generate(do_sample=False)` does, it reads the checkpoint's generation_config.json: its stop ids
+(`eos_token_id`) and its `repetition_penalty`; the logits processors of other keys there are warned about, not run.
+
 One sequence a call: a batch of prompts (a (B, T) tensor or a list of lists with B > 1) is refused rather
 than run as one concatenated text; call `generate` once per prompt.
 """
@@ -56,7 +59,8 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
             f"{ids.shape[1] + max_new_tokens} tokens, past the model's context of {limit}",
             f"ask for at most {room} new tokens (--max-new-tokens {room})" if room >= 0 else "shorten the prompt",
             length=ids.shape[1] + max_new_tokens, limit=limit)
-    eos = _eos_ids(model)
+    settings = _generation_config(model)
+    eos, penalty = _eos_ids(model, settings), _repetition_penalty(settings)
     cache = KVCache.empty(model.num_layers)
     logits = model(ids, cache=cache, logits_to_keep=1).logits[:, -1]  # (1, V): the prompt's other logits unneeded
     if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
@@ -68,24 +72,34 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
     if static and static_decoding_applies(model) and max_new_tokens > 1:
         with one_decoder(model):  # the step's buffers are the model's: another thread waits for them
             step = decode_step(model, cache, ids.shape[1] + max_new_tokens)  # kept across calls: captured once
-            return _continue(logits, step, ids.shape[1], max_new_tokens, eos if stop_at_eos else set())
+            return _continue(logits, step, ids, max_new_tokens, eos if stop_at_eos else set(), penalty)
 
     def advance(token: int, position: int) -> torch.Tensor:  # the dynamic cache is this call's own
         # torch.full fills on the device: no copy from the host's pageable memory each token
         return model(torch.full((1, 1), token, device=model.device), cache=cache).logits[:, -1]
-    return _continue(logits, advance, ids.shape[1], max_new_tokens, eos if stop_at_eos else set())
+    return _continue(logits, advance, ids, max_new_tokens, eos if stop_at_eos else set(), penalty)
 
 
-def _continue(logits: torch.Tensor, advance, length: int, max_new_tokens: int, eos: set[int]) -> list[int]:
+def _continue(logits: torch.Tensor, advance, ids: torch.Tensor, max_new_tokens: int, eos: set[int],
+              penalty: float = 1.0) -> list[int]:
     """The greedy loop: the argmax of `logits`, then `advance(token, position)` for the next logits, until an
-    EOS id in `eos` or `max_new_tokens` tokens."""
+    EOS id in `eos` or `max_new_tokens` tokens. A `penalty` other than 1 is transformers' repetition penalty
+    (RepetitionPenaltyLogitsProcessor): the logit of every id in the prompt or already chosen is divided by it
+    where positive, multiplied where negative, in float32 as transformers' `generate` scores."""
     new: list[int] = []
+    seen = ids  # (1, T + k): the prompt and the new ids so far, read only under a penalty
     for k in range(max_new_tokens):
+        if penalty != 1.0:
+            scores = logits.to(torch.float32)  # (1, V); a new tensor where logits are not float32: never in place
+            score = scores.gather(-1, seen)
+            logits = scores.scatter(-1, seen, torch.where(score < 0, score * penalty, score / penalty))
         next_id = int(logits.argmax(-1))
         new.append(next_id)
         if next_id in eos or k + 1 == max_new_tokens:
             break
-        logits = advance(next_id, length + k)  # the new token sits at position T + k
+        if penalty != 1.0:
+            seen = torch.cat([seen, torch.full((1, 1), next_id, device=seen.device)], dim=1)
+        logits = advance(next_id, ids.shape[1] + k)  # the new token sits at position T + k
     return new
 
 
@@ -154,7 +168,33 @@ def _is_id(x) -> bool:
     return is_whole_number(x)
 
 
-def _eos_ids(model) -> set[int]:
+_FIX = "repair or delete the file (generation then stops at config.json's and the tokenizer's EOS, unpenalized)"
+# generation_config.json keys whose logits processors transformers' greedy `generate` runs and minidecoder does not
+_UNAPPLIED = ("no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "min_length",
+              "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "sequence_bias")
+
+
+def _generation_config(model) -> dict:
+    """The model folder's generation_config.json, which transformers' `generate` reads by default ({} without one);
+    a key from `_UNAPPLIED` set to other than its neutral value is warned about."""
+    folder = getattr(model, "source", None)
+    path = Path(folder) / "generation_config.json" if folder is not None else None
+    if path is None or not file_is_there(path, CheckpointError):
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}", _FIX) from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(raw).__name__}, not an object of settings", _FIX)
+    unapplied = [f"{key}={raw[key]!r}" for key in _UNAPPLIED if raw.get(key) not in (None, 0, [], {})]
+    if unapplied:
+        warnings.warn(f"{path} sets {', '.join(unapplied)}, which transformers' generate applies and minidecoder's "
+                      "greedy decoding does not: the tokens may differ from transformers'", UserWarning, stacklevel=5)
+    return {**raw, "_path": path}
+
+
+def _eos_ids(model, settings: dict) -> set[int]:
     """The ids generation stops at: config.json's `eos_token_id`, the tokenizer's EOS, and generation_config.json's
     `eos_token_id`, which is where transformers' `generate` stops (Gemma 2's instruct models list their
     `<end_of_turn>` there alone: without it a chat reply ran on into the next turn)."""
@@ -162,27 +202,23 @@ def _eos_ids(model) -> set[int]:
     found = set(ids) if isinstance(ids, list) else ({ids} if ids is not None else set())
     if model.tokenizer is not None and model.tokenizer.eos_id is not None:
         found.add(model.tokenizer.eos_id)
-    return found | _generation_config_eos(getattr(model, "source", None))
-
-
-def _generation_config_eos(folder: str | None) -> set[int]:
-    """generation_config.json's `eos_token_id` (an id or a list of ids) in the model's folder; none without one."""
-    path = Path(folder) / "generation_config.json" if folder is not None else None
-    if path is None or not file_is_there(path, CheckpointError):
-        return set()
-    fix = "repair or delete the file (generation then stops at config.json's and the tokenizer's EOS)"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}", fix) from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(raw).__name__}, not an object of settings", fix)
-    ids = raw.get("eos_token_id")
+    ids = settings.get("eos_token_id")
     ids = [] if ids is None else [ids] if is_whole_number(ids) else ids
     if not isinstance(ids, list) or not all(is_whole_number(x) for x in ids):
-        raise CheckpointError(f"{path} has eos_token_id={raw['eos_token_id']!r}; it must be a token id or a list "
-                              "of them", fix)
-    return {int(x) for x in ids}
+        raise CheckpointError(f"{settings['_path']} has eos_token_id={settings['eos_token_id']!r}; it must be a "
+                              "token id or a list of them", _FIX)
+    return found | {int(x) for x in ids}
+
+
+def _repetition_penalty(settings: dict) -> float:
+    """generation_config.json's `repetition_penalty` (1: none), which transformers' `generate` applies with
+    do_sample=False too (Qwen2.5's instruct models set 1.05 or 1.1: without it greedy tokens were not theirs)."""
+    penalty = settings.get("repetition_penalty", 1.0)
+    penalty = 1.0 if penalty is None else penalty
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0:
+        raise CheckpointError(f"{settings['_path']} has repetition_penalty={penalty!r}; it must be a number above 0",
+                              _FIX)
+    return float(penalty)
 
 
 def continuation_text(tokenizer, prompt: list[int], new: list[int]) -> str:

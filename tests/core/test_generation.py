@@ -429,3 +429,34 @@ def test_generation_stops_at_generation_config_eos_as_transformers_does(tmp_path
         (folder / "generation_config.json").write_text(broken)
         with pytest.raises(CheckpointError, match=problem):
             minidecoder.generate(model, prompt, max_new_tokens=3)
+
+
+def test_generation_config_repetition_penalty_is_applied_as_transformers_does(tmp_path) -> None:
+    """transformers' `generate(do_sample=False)` applies generation_config.json's `repetition_penalty` (Qwen2.5's
+    instruct models set 1.05 or 1.1); generate took the plain argmax, so its tokens were not transformers'. A
+    logits processor it does not run is said; a penalty that is not a number above 0 names the file."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from minidecoder.errors import CheckpointError
+
+    folder = tmp_path / "tiny-llama"
+    shutil.copytree(checkpoint("llama")[1], folder)
+    prompt = random_ids(1, 6, seed=5)[0].tolist()
+    model = minidecoder.load(folder)
+    plain = minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False)
+    (folder / "generation_config.json").write_text(json.dumps({"repetition_penalty": 1.3, "do_sample": True}))
+    hf = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        reference = hf.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False)[0, len(prompt):].tolist()
+    for static in (False, True):
+        assert minidecoder.generate(model, prompt, max_new_tokens=20, static=static) == reference != plain
+    (folder / "generation_config.json").write_text(json.dumps({"no_repeat_ngram_size": 3, "suppress_tokens": []}))
+    with pytest.warns(UserWarning, match="sets no_repeat_ngram_size=3, which transformers' generate applies"):
+        assert minidecoder.generate(model, prompt, max_new_tokens=20, stop_at_eos=False) == plain
+    for penalty in (0, -1.0, "1.1", True):
+        (folder / "generation_config.json").write_text(json.dumps({"repetition_penalty": penalty}))
+        with pytest.raises(CheckpointError, match=f"repetition_penalty={penalty!r}; it must be a number above 0"):
+            minidecoder.generate(model, prompt, max_new_tokens=3)
