@@ -119,3 +119,28 @@ def file_is_there(path, error: type[MinidecoderError] = MinidecoderError) -> boo
     else:
         fix = "put the file itself at that path"
     raise error(f"{path} {describe_unusable_file(path)}", fix)
+
+
+# ---- texts ---------------------------------------------------------------------------------------------
+# A Python str can hold a lone surrogate ("\ud800", half a UTF-16 pair: from `json.loads`, or an argv or file
+# decoded with surrogateescape) that UTF-8 cannot: the tokenizers library refuses it with a bare TypeError naming
+# nothing, sentencepiece with a UnicodeEncodeError. `check_text` names it and where it sits.
+SURROGATE_FIX = ("decode the source with errors='replace' (or fix its bytes), or remove the character; "
+                 "a lone surrogate is half of a UTF-16 pair, not a character")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in `text`, or None when `text` is valid Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def check_text(text: str, where: str) -> None:
+    """Raise InputError naming `where` (e.g. "text 3") if `text` holds a lone surrogate."""
+    at = lone_surrogate(text)
+    if at is not None:
+        raise InputError(f"{where} holds a lone surrogate {text[at]!r} at character {at}, which is not Unicode "
+                         "text (no tokenizer takes it)", SURROGATE_FIX)

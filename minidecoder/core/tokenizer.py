@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from minidecoder.core.config import check_types
-from minidecoder.errors import InputError, TokenizerError, file_is_there
+from minidecoder.errors import InputError, TokenizerError, check_text, file_is_there
 from minidecoder.output_files import sha256_files
 
 
@@ -338,19 +338,10 @@ def _token_pattern(tokens: list[str]) -> re.Pattern | None:
 
 
 def _refuse_lone_surrogate(text: str) -> None:
-    """A str can hold a lone surrogate ("\\ud800": half a UTF-16 pair, from JSON or from an argv or file decoded with
-    surrogateescape) that UTF-8 cannot: tokenizers refuses it with a bare TypeError naming nothing, sentencepiece with a
-    UnicodeEncodeError, so `minidecoder generate`, `logits` and a method's template text were tracebacks. Named here
-    for every caller; `running/texts.py` names the row first where there are rows."""
-    if not isinstance(text, str):
-        return  # the backend's own TypeError names the type
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise InputError(f"the text {text[:40]!r} holds a lone surrogate {text[error.start]!r} at character "
-                         f"{error.start}, which is not Unicode text (no tokenizer takes it)",
-                         "decode its source with errors='replace' (or fix its bytes), or remove the character; a "
-                         "lone surrogate is half of a UTF-16 pair, not a character") from None
+    """`check_text` for every caller of the tokenizer (`minidecoder generate`, `logits`, a method's template);
+    `minidecoder.embed` and the job runner name the row first."""
+    if isinstance(text, str):  # otherwise the backend's own TypeError names the type
+        check_text(text, f"the text {text[:40]!r}")
 
 
 def _load_sentencepiece(path: Path):
