@@ -36,8 +36,8 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
            stop_at_eos: bool = True, static: bool | None = None) -> list[int]:
     """The ids of up to `max_new_tokens` greedily chosen tokens after `input_ids` (one sequence: (T,), (1, T),
     a list of ids, a list holding one list of ids, or a NumPy integer array).
-    stop_at_eos: stop after the first end-of-sequence id (`_eos_ids`), kept as the last id; False: every one of
-        `max_new_tokens`.
+    stop_at_eos: stop after the first end-of-sequence id (`_eos_ids`, and generation_config.json's), kept as the
+        last id; False: every one of `max_new_tokens`.
     static: decode over a static cache, one captured step a token (None: on a GPU, or where the model's graphs
         are on; a dynamic-NTK model decodes over the dynamic cache, with a warning where static=True)."""
     require_loaded(model, "generate", "ids")
@@ -59,8 +59,8 @@ def greedy(model, input_ids: torch.Tensor | list[int], max_new_tokens: int = 32,
             f"{ids.shape[1] + max_new_tokens} tokens, past the model's context of {limit}",
             f"ask for at most {room} new tokens (--max-new-tokens {room})" if room >= 0 else "shorten the prompt",
             length=ids.shape[1] + max_new_tokens, limit=limit)
-    settings = _generation_config(model)
-    eos, penalty = _eos_ids(model, settings), _repetition_penalty(settings)
+    stop_ids, penalty = _generation_config(model)
+    eos = _eos_ids(model) | stop_ids
     cache = KVCache.empty(model.num_layers)
     logits = model(ids, cache=cache, logits_to_keep=1).logits[:, -1]  # (1, V): the prompt's other logits unneeded
     if static is None:  # on a GPU, or where graphs are asked for (a CPU then runs the same step, uncaptured)
@@ -174,13 +174,17 @@ _UNAPPLIED = ("no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin
               "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "sequence_bias")
 
 
-def _generation_config(model) -> dict:
-    """The model folder's generation_config.json, which transformers' `generate` reads by default ({} without one);
-    a key from `_UNAPPLIED` set to other than its neutral value is warned about."""
+def _generation_config(model) -> tuple[set[int], float]:
+    """The stop ids and the repetition penalty of the model folder's generation_config.json, which transformers'
+    `generate` reads by default (none and 1.0 without one). Its `eos_token_id` is where transformers stops (Gemma
+    2's instruct models list their `<end_of_turn>` there alone: without it a chat reply ran on into the next turn);
+    its `repetition_penalty` applies with do_sample=False too (Qwen2.5's instruct models set 1.05 or 1.1: without
+    it greedy tokens were not theirs). A key from `_UNAPPLIED` set to other than its neutral value is warned
+    about."""
     folder = getattr(model, "source", None)
     path = Path(folder) / "generation_config.json" if folder is not None else None
     if path is None or not file_is_there(path, CheckpointError):
-        return {}
+        return set(), 1.0
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -191,34 +195,26 @@ def _generation_config(model) -> dict:
     if unapplied:
         warnings.warn(f"{path} sets {', '.join(unapplied)}, which transformers' generate applies and minidecoder's "
                       "greedy decoding does not: the tokens may differ from transformers'", UserWarning, stacklevel=5)
-    return {**raw, "_path": path}
+    ids = raw.get("eos_token_id")
+    ids = [] if ids is None else [ids] if is_whole_number(ids) else ids
+    if not isinstance(ids, list) or not all(is_whole_number(x) for x in ids):
+        raise CheckpointError(f"{path} has eos_token_id={raw['eos_token_id']!r}; it must be a token id or a list of "
+                              "them", _FIX)
+    penalty = raw.get("repetition_penalty")
+    penalty = 1.0 if penalty is None else penalty
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0:
+        raise CheckpointError(f"{path} has repetition_penalty={penalty!r}; it must be a number above 0", _FIX)
+    return {int(x) for x in ids}, float(penalty)
 
 
-def _eos_ids(model, settings: dict) -> set[int]:
-    """The ids generation stops at: config.json's `eos_token_id`, the tokenizer's EOS, and generation_config.json's
-    `eos_token_id`, which is where transformers' `generate` stops (Gemma 2's instruct models list their
-    `<end_of_turn>` there alone: without it a chat reply ran on into the next turn)."""
+def _eos_ids(model) -> set[int]:
+    """The ids generation stops at besides generation_config.json's: config.json's `eos_token_id` and the
+    tokenizer's EOS."""
     ids = model.config.eos_token_id
     found = set(ids) if isinstance(ids, list) else ({ids} if ids is not None else set())
     if model.tokenizer is not None and model.tokenizer.eos_id is not None:
         found.add(model.tokenizer.eos_id)
-    ids = settings.get("eos_token_id")
-    ids = [] if ids is None else [ids] if is_whole_number(ids) else ids
-    if not isinstance(ids, list) or not all(is_whole_number(x) for x in ids):
-        raise CheckpointError(f"{settings['_path']} has eos_token_id={settings['eos_token_id']!r}; it must be a "
-                              "token id or a list of them", _FIX)
-    return found | {int(x) for x in ids}
-
-
-def _repetition_penalty(settings: dict) -> float:
-    """generation_config.json's `repetition_penalty` (1: none), which transformers' `generate` applies with
-    do_sample=False too (Qwen2.5's instruct models set 1.05 or 1.1: without it greedy tokens were not theirs)."""
-    penalty = settings.get("repetition_penalty", 1.0)
-    penalty = 1.0 if penalty is None else penalty
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not penalty > 0:
-        raise CheckpointError(f"{settings['_path']} has repetition_penalty={penalty!r}; it must be a number above 0",
-                              _FIX)
-    return float(penalty)
+    return found
 
 
 def continuation_text(tokenizer, prompt: list[int], new: list[int]) -> str:
