@@ -1,8 +1,8 @@
 """Render a checkpoint's chat template (Jinja) into a prompt string, as transformers does.
 
-The template is the checkpoint's own: `chat_template` in tokenizer_config.json (the converter copies
-a GGUF's `tokenizer.chat_template` there), or a `chat_template.jinja` file beside it (transformers 5's
-layout). Templates are untrusted code from a model repository, so they run in jinja2's
+The template is the checkpoint's own: a `chat_template.jinja` file (transformers 5's layout, with
+named ones in `additional_chat_templates/`), or else `chat_template` in tokenizer_config.json (the
+converter copies a GGUF's `tokenizer.chat_template` there). Templates are untrusted code from a model repository, so they run in jinja2's
 ImmutableSandboxedEnvironment with exactly the environment transformers builds
 (transformers/utils/chat_template_utils.py `_cached_compile_jinja_template`, 5.23): trim_blocks and
 lstrip_blocks, the loopcontrols extension, a `tojson` that keeps non-ASCII text, and the globals
@@ -20,24 +20,73 @@ from typing import Any
 
 from minidecoder.errors import InputError, TokenizerError
 
+# transformers' names (transformers/utils/hub.py): the default template's file, and the folder of named ones
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
 
-def find_chat_template(folder: Path, tokenizer_config: dict) -> str | None:
-    """The folder's default chat template, or None when it ships none."""
+
+def find_chat_template(folder: Path, tokenizer_config: dict) -> str | dict[str, str] | None:
+    """The folder's chat template(s), found as transformers 5 finds them: None when it ships none, one
+    template's text, or {name: template} when there are named ones.
+
+    Files win over the config, as in transformers (tokenization_utils_base `_from_pretrained`):
+    `chat_template.jinja` is the default template and each `additional_chat_templates/NAME.jinja` a named
+    one; only without them is tokenizer_config.json's `chat_template` read (a text, or a list of
+    {"name": ..., "template": ...})."""
+    files = {}
+    if (folder / CHAT_TEMPLATE_FILE).is_file():
+        files["default"] = _read_template(folder / CHAT_TEMPLATE_FILE)
+    if (folder / CHAT_TEMPLATE_DIR).is_dir():
+        for path in sorted((folder / CHAT_TEMPLATE_DIR).glob("*.jinja")):
+            files[path.name.removesuffix(".jinja")] = _read_template(path)
+    if files:
+        return files["default"] if list(files) == ["default"] else files
     template = tokenizer_config.get("chat_template")
     if isinstance(template, list):  # transformers' named templates: [{"name": ..., "template": ...}]
-        if not all(isinstance(entry, dict) and isinstance(entry.get("template"), str) for entry in template):
+        if not all(isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                   and isinstance(entry.get("template"), str) for entry in template):
             raise TokenizerError(f"{folder / 'tokenizer_config.json'}: chat_template is a list whose entries are not "
-                                 f"all {{\"name\": ..., \"template\": TEXT}}: {template!r:.120}",
+                                 f"all {{\"name\": TEXT, \"template\": TEXT}}: {template!r:.120}",
                                  "fix or remove the key (transformers reads the same file)")
-        template = {entry.get("name"): entry["template"] for entry in template}.get("default")
-    elif template is not None and not isinstance(template, str):  # refused now, not as "no chat template" later
+        return {entry["name"]: entry["template"] for entry in template}
+    if template is not None and not isinstance(template, str):  # refused now, not as "no chat template" later
         raise TokenizerError(f"{folder / 'tokenizer_config.json'}: chat_template is {template!r:.80}, neither a "
                              "template text nor a list of named templates",
                              "fix or remove the key (transformers reads the same file)")
-    if isinstance(template, str):
-        return template
-    jinja_file = folder / "chat_template.jinja"
-    return jinja_file.read_text(encoding="utf-8") if jinja_file.is_file() else None
+    return template
+
+
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise TokenizerError(f"{path} is not UTF-8 text (byte {error.start})",
+                             "save the template as UTF-8 (transformers reads it as UTF-8 too)") from None
+
+
+def choose_chat_template(templates: str | dict[str, str] | None, chat_template: str | None, tools: Any,
+                         folder: Path) -> str:
+    """The template one `apply_chat_template` call renders, chosen as transformers' `get_chat_template`
+    chooses it: `chat_template` is the name of one of the folder's named templates, or else a template
+    text; without it, a call with `tools` takes the template named "tool_use" where there is one, and
+    every other call the default."""
+    if isinstance(templates, dict):
+        if chat_template is not None:
+            return templates.get(chat_template, chat_template)
+        if tools is not None and "tool_use" in templates:
+            return templates["tool_use"]
+        if "default" in templates:
+            return templates["default"]
+        raise TokenizerError(f"the tokenizer in {folder} has named chat templates and none called 'default': "
+                             f"{', '.join(sorted(templates))}",
+                             "name the one to use: chat_template=NAME (or pass a template's text)")
+    if chat_template is not None:
+        return chat_template
+    if templates is None:
+        raise TokenizerError(f"the tokenizer in {folder} has no chat template",
+                             "use an instruct checkpoint (its tokenizer_config.json has `chat_template`, or it "
+                             "ships chat_template.jinja), pass chat_template=..., or write the prompt yourself")
+    return templates
 
 
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool, special_tokens: dict[str, str],

@@ -101,7 +101,7 @@ class Tokenizer:
             self._fast.encode_special_tokens = self.split_special_tokens
         self.checksum = sha256_files(files)
         from minidecoder.core.chat_template import find_chat_template
-        self.chat_template: str | None = find_chat_template(folder, config)
+        self.chat_template: str | dict[str, str] | None = find_chat_template(folder, config)
 
     # ---- inspection ----------------------------------------------------------------------------
     @property
@@ -128,7 +128,7 @@ class Tokenizer:
         """The checkpoint's chat template applied to `messages`: token ids (or the text with
         `tokenize=False`), equal to transformers' `apply_chat_template(..., return_dict=False)`.
         The template writes its own special tokens, so none are added here (as in transformers)."""
-        from minidecoder.core.chat_template import render_chat
+        from minidecoder.core.chat_template import choose_chat_template, render_chat
 
         # Arguments transformers' apply_chat_template takes itself: here they would reach the template as variables
         # it never reads, so continue_final_message=True still closed the final message, silently.
@@ -138,11 +138,7 @@ class Tokenizer:
                              "or its ids (transformers' return_dict=False) and does not implement this",
                              "leave it out; edit the text from tokenize=False (e.g. cut it after the final message's "
                              "content to continue it), and pad, cut or make tensors of the ids yourself")
-        template = chat_template or self.chat_template
-        if template is None:
-            raise TokenizerError(f"the tokenizer in {self.folder} has no chat template",
-                                 "use an instruct checkpoint (its tokenizer_config.json has `chat_template`), "
-                                 "pass chat_template=..., or write the prompt yourself")
+        template = choose_chat_template(self.chat_template, chat_template, kwargs.get("tools"), self.folder)
         special = {name: value for name, value in (("bos_token", self.bos_token), ("eos_token", self.eos_token),
                                                    ("unk_token", self.unk_token), ("pad_token", self.pad_token))
                    if value is not None}

@@ -139,6 +139,89 @@ def test_chat_template_jinja_file_is_read(tiny_chat_folder: Path, tmp_path: Path
     assert Tokenizer(folder).apply_chat_template(CHATS[1], True) == _transformers_ids(folder, CHATS[1], True)
 
 
+# Two more templates, each telling which one rendered; TOOL_USE also reads `tools`.
+OTHER_TEMPLATE = "[other]{% for m in messages %}{{ m['content'] }};{% endfor %}"
+TOOL_USE_TEMPLATE = "[tool_use {{ (tools or []) | length }}]{% for m in messages %}{{ m['content'] }};{% endfor %}"
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def _folder_with(tiny_chat_folder: Path, tmp_path: Path, config_template, jinja: str | None = None,
+                 named: dict[str, str] | None = None) -> Path:
+    """A copy of the tiny chat folder whose templates are laid out as given: tokenizer_config.json's
+    `chat_template` (a text, a list of named ones, or None), chat_template.jinja, additional_chat_templates/."""
+    folder = Path(shutil.copytree(tiny_chat_folder, tmp_path / "templates"))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template")
+    if config_template is not None:
+        config["chat_template"] = config_template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    if jinja is not None:
+        (folder / "chat_template.jinja").write_text(jinja)
+    for name, template in (named or {}).items():
+        (folder / "additional_chat_templates").mkdir(exist_ok=True)
+        (folder / "additional_chat_templates" / f"{name}.jinja").write_text(template)
+    return folder
+
+
+def _both_texts(folder: Path, **kwargs) -> tuple[str, str]:
+    """(minidecoder's, transformers') rendered text of CHATS[0] for one apply_chat_template call."""
+    from transformers import PreTrainedTokenizerFast
+
+    reference = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return (Tokenizer(folder).apply_chat_template(CHATS[0], tokenize=False, **kwargs),
+            reference.apply_chat_template(CHATS[0], tokenize=False, **kwargs))
+
+
+def test_chat_template_jinja_wins_over_tokenizer_config_as_in_transformers(tiny_chat_folder: Path, tmp_path: Path):
+    """transformers reads the template files first: with both, the config's template rendered here."""
+    folder = _folder_with(tiny_chat_folder, tmp_path, TINY_TEMPLATE, jinja=OTHER_TEMPLATE)
+    ours, theirs = _both_texts(folder)
+    assert ours == theirs == "[other]What is 2+2?;"
+
+
+def test_named_templates_are_chosen_as_transformers_chooses(tiny_chat_folder: Path, tmp_path: Path):
+    """A list of named templates: the default, "tool_use" when tools are passed, any one by its name. Before,
+    tools rendered the default, and a name was rendered as if it were a template's text."""
+    folder = _folder_with(tiny_chat_folder, tmp_path, [{"name": "default", "template": OTHER_TEMPLATE},
+                                                       {"name": "tool_use", "template": TOOL_USE_TEMPLATE}])
+    for kwargs, expected in (({}, "[other]What is 2+2?;"), ({"tools": TOOLS}, "[tool_use 1]What is 2+2?;"),
+                             ({"chat_template": "tool_use"}, "[tool_use 0]What is 2+2?;"),
+                             ({"chat_template": "{{ 'a text' }}"}, "a text")):
+        ours, theirs = _both_texts(folder, **kwargs)
+        assert ours == theirs == expected, kwargs
+
+
+def test_additional_chat_templates_are_named_templates(tiny_chat_folder: Path, tmp_path: Path):
+    """transformers 5 saves named templates as additional_chat_templates/NAME.jinja; they replace the config's."""
+    folder = _folder_with(tiny_chat_folder, tmp_path, TINY_TEMPLATE, jinja=OTHER_TEMPLATE,
+                          named={"tool_use": TOOL_USE_TEMPLATE})
+    assert Tokenizer(folder).chat_template == {"default": OTHER_TEMPLATE, "tool_use": TOOL_USE_TEMPLATE}
+    for kwargs in ({}, {"tools": TOOLS}, {"chat_template": "tool_use"}):
+        ours, theirs = _both_texts(folder, **kwargs)
+        assert ours == theirs, kwargs
+
+
+def test_named_templates_without_a_default_ask_for_a_name(tiny_chat_folder: Path, tmp_path: Path):
+    """transformers refuses too; here the message names the templates there are."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = _folder_with(tiny_chat_folder, tmp_path, None, named={"rag": OTHER_TEMPLATE,
+                                                                   "tool_use": TOOL_USE_TEMPLATE})
+    with pytest.raises(TokenizerError, match="none called 'default': rag, tool_use") as caught:
+        Tokenizer(folder).apply_chat_template(CHATS[0])
+    assert "chat_template=NAME" in caught.value.fix
+    with pytest.raises(ValueError, match="no default"):
+        PreTrainedTokenizerFast.from_pretrained(str(folder)).apply_chat_template(CHATS[0])
+    assert _both_texts(folder, chat_template="rag")[0] == "[other]What is 2+2?;"
+
+
+def test_a_template_file_that_is_not_utf8_is_named(tiny_chat_folder: Path, tmp_path: Path):
+    folder = _folder_with(tiny_chat_folder, tmp_path, None)
+    (folder / "chat_template.jinja").write_bytes(b"[\xff]{{ messages[0]['content'] }}")
+    with pytest.raises(TokenizerError, match=r"chat_template.jinja is not UTF-8 text \(byte 1\)"):
+        Tokenizer(folder)
+
+
 def test_converter_keeps_the_gguf_template(tmp_path: Path):
     from minidecoder.sources.convert.converter import convert_gguf
     from tiny_gguf import write_tiny_gguf
