@@ -4,7 +4,8 @@
                                      converted on first use (minidecoder.sources.registry)
     a known name                  -> the same, for that model (`minidecoder fetch --list`)
     an existing folder            -> used as it is
-    "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, safetensors only)
+    "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, the safetensors
+                                     weights the folder's index names)
 
 Anything that looks like a path and is not a folder is reported as a missing folder, never tried on the
 Hub (where it would end in a DNS error far from the typo): one that starts with ./ ../ / or ~, has more
@@ -13,13 +14,17 @@ present). A Hub id is owner/name with neither part starting or ending in . or -.
 """
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 
 from minidecoder.errors import CheckpointError, describe_unusable_file
 
-_HUB_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-                 "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"]
+# Everything a checkpoint folder is read from except its weights, by the names transformers gives them
+# (chat templates as transformers 5 saves them); the weights are the files the index names, read first.
+_HUB_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+              "special_tokens_map.json", "chat_template.jinja", "additional_chat_templates/*.jinja",
+              "model.safetensors.index.json"]
 # huggingface_hub's repo id rule: letters, digits, - _ . (no leading/trailing - or ., no "--" or "..")
 _HUB_PART = r"(?!.*(--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _HUB_ID = re.compile(f"{_HUB_PART}/{_HUB_PART}")
@@ -60,10 +65,23 @@ def _looks_like_a_path(text: str) -> bool:
 
 
 def _from_hub(repo_id: str) -> Path:
-    """Download safetensors + JSON + tokenizer files only: never pickle weights."""
+    """Download what `load` reads and nothing else: the JSON, tokenizer and chat template files, then the
+    weights: the shards model.safetensors.index.json names, or model.safetensors without one. Never
+    pickled weights, and no other safetensors a repository holds beside them (Mistral's repositories add
+    consolidated.safetensors, a second copy of every weight in Mistral's own layout: about 14 GB for a 7B)."""
+    from minidecoder.core.loading import index_shards
+
+    folder = _snapshot(repo_id, _HUB_FILES)
+    index = folder / "model.safetensors.index.json"
+    # escaped: huggingface_hub matches the names as fnmatch patterns, and an index is the repository's text
+    weights = [glob.escape(name) for name in index_shards(index)] if index.is_file() else ["model.safetensors"]
+    return _snapshot(repo_id, _HUB_FILES + weights)
+
+
+def _snapshot(repo_id: str, patterns: list[str]) -> Path:
     try:
         from huggingface_hub import snapshot_download
-        return Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS))
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as error:  # offline, unknown repo, gated repo...
         raise CheckpointError(
             f"could not download {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {error})",
