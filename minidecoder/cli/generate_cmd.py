@@ -1,8 +1,9 @@
 """`minidecoder generate PROMPT` (or `--chat MESSAGE [--system TEXT]`): a greedy continuation (KV cache).
 
-`--chat` wraps the message in the checkpoint's own chat template (tokenizer_config.json
-`chat_template`, copied from the GGUF by the converter) with the assistant turn opened, as
-transformers' `apply_chat_template(..., add_generation_prompt=True)` does, and prints only the reply.
+`--chat` wraps the message in the checkpoint's own default chat template (chat_template.jinja, or
+tokenizer_config.json's `chat_template`, copied from the GGUF by the converter) with the assistant
+turn opened, as transformers' `apply_chat_template(..., add_generation_prompt=True)` does, and prints
+only the reply.
 """
 from __future__ import annotations
 
