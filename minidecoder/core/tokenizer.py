@@ -26,7 +26,7 @@ class Tokenizer:
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)
         self.folder = folder
-        config = _read_json(folder / "tokenizer_config.json")
+        config = _with_legacy_token_files(folder, _read_json(folder / "tokenizer_config.json"))
         self._fast = None
         self._sp = None
         self._placeholders: dict[str, int] = {}  # sentencepiece backend only
@@ -44,6 +44,7 @@ class Tokenizer:
             files = [folder / "tokenizer.json"]
         elif (folder / "tokenizer.model").is_file():
             self._sp, self._sp_no_prefix, pieces = _load_sentencepiece(folder / "tokenizer.model")
+            self._sp_size = self._sp.GetPieceSize()  # grows by the added tokens the model lacks (below)
             files = [folder / "tokenizer.model"]
         else:
             raise TokenizerError(f"no tokenizer.json or tokenizer.model in {folder}",
@@ -57,21 +58,27 @@ class Tokenizer:
         self.unk_token = _token_text(config.get("unk_token"))
         self.bos_id = self._special_id(self.bos_token, "bos")
         self.eos_id = self._special_id(self.eos_token, "eos")
-        self.pad_id = self._special_id(self.pad_token, None)
-        if self._sp is not None:
+        added = _transformers_added_tokens(config, folder / "tokenizer_config.json")
+        absent = [(index, token["content"]) for index, token in added if self.token_to_id(token["content"]) is None]
+        if self._fast is not None:
+            self._add_fast_tokens(added)
+        else:
             # transformers 5 converts tokenizer.model into a fast tokenizer whose added tokens are the model's control
-            # pieces (special) and user-defined pieces (not), the named special tokens and added_tokens_decoder's
-            # (convert_slow_tokenizer.SentencePieceExtractor); it matches them in a text before anything else
-            # (split_special_tokens=False), so "<s>" in a text is the BOS id, where sentencepiece spells it out.
-            named = [self.bos_token, self.eos_token, self.pad_token, self.unk_token]
-            listed = config.get("added_tokens_decoder")
-            named += [_token_text(entry) for entry in listed.values()] if isinstance(listed, dict) else []
-            for piece, special in [*pieces, *((token, True) for token in named)]:
-                found = None if piece is None or piece in self._sp_added else self.token_to_id(piece)
-                if found is not None:
-                    self._sp_added[piece] = found
-                    if special:
-                        self._sp_special.add(found)
+            # pieces (special) and user-defined pieces (not), then added_tokens_decoder's and the named special tokens
+            # (convert_slow_tokenizer.SentencePieceExtractor, TokenizersBackend.__init__); it matches them in a text
+            # before anything else (split_special_tokens=False), so "<s>" in a text is the BOS id, where sentencepiece
+            # spells it out. One the model lacks ("[PAD]") gets the next id past it.
+            for piece, special in [*pieces, *((token["content"], token.get("special", False)) for _, token in added)]:
+                if piece in self._sp_added:
+                    continue
+                found = self.token_to_id(piece)
+                if found is None:
+                    found, self._sp_size = self._sp_size, self._sp_size + 1
+                self._sp_added[piece] = found
+                if special:
+                    self._sp_special.add(found)
+        self._check_listed_ids(absent, folder)
+        self.pad_id = self._special_id(self.pad_token, None)
         # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
         check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?",
                              "split_special_tokens": "bool?"}, str(folder / "tokenizer_config.json"), TokenizerError)
@@ -109,14 +116,14 @@ class Tokenizer:
         """Number of ids this tokenizer can produce (added tokens included)."""
         if self._fast is not None:
             return self._fast.get_vocab_size(with_added_tokens=True)
-        return self._sp.GetPieceSize() + len(self._placeholders)
+        return self._sp_size + len(self._placeholders)
 
     @property
     def max_id(self) -> int:
         """The largest id this tokenizer can produce (ids may be sparse: added tokens can sit past the vocab)."""
         if self._fast is not None:
             return max(self._fast.get_vocab(with_added_tokens=True).values())
-        return self._sp.GetPieceSize() - 1 + len(self._placeholders)
+        return self._sp_size - 1 + len(self._placeholders)
 
     def __repr__(self) -> str:
         return (f"Tokenizer({self.folder.name}, backend={'tokenizers' if self._fast else 'sentencepiece'}, "
@@ -206,8 +213,8 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         if self._fast is not None:
             return self._fast.token_to_id(token)
-        if token in self._placeholders:
-            return self._placeholders[token]
+        if token in self._placeholders or token in self._sp_added:
+            return self._placeholders.get(token, self._sp_added.get(token))
         piece = self._sp.PieceToId(token)
         return None if piece == self._sp.unk_id() and token != self._sp.IdToPiece(piece) else piece
 
@@ -233,7 +240,7 @@ class Tokenizer:
                 derived._placeholders = dict(self._placeholders)
                 for t in tokens:
                     if derived.token_to_id(t) is None:
-                        derived._placeholders[t] = self._sp.GetPieceSize() + len(derived._placeholders)
+                        derived._placeholders[t] = self._sp_size + len(derived._placeholders)
             self._derived[key] = derived
         return self._derived[key]
 
@@ -253,6 +260,26 @@ class Tokenizer:
         never after an added token."""
         processor = self._sp if at_start and not piece.startswith(" ") else self._sp_no_prefix
         return processor.encode(piece, return_type="proto").pieces
+
+    def _add_fast_tokens(self, added: list[tuple[int | None, dict]]) -> None:
+        """tokenizer.json's added tokens, plus those transformers adds (`_transformers_added_tokens`) but for the named
+        ones already among them: one that is already there keeps its id and flags, except that `special` sticks."""
+        from tokenizers import AddedToken
+
+        present = {token.content for token in self._fast.get_added_tokens_decoder().values()}
+        self._fast.add_tokens([AddedToken(**token) for index, token in added
+                               if index is not None or token["content"] not in present])
+
+    def _check_listed_ids(self, absent: list[tuple[int | None, str]], folder: Path) -> None:
+        """transformers gives a token of added_tokens_decoder that the vocabulary lacked the next free id, not the id
+        listed: where they differ, its ids are not those the checkpoint was trained with."""
+        moved = [f"{text!r} at {index} (transformers gives it {self.token_to_id(text)})"
+                 for index, text in absent if index is not None and self.token_to_id(text) != index]
+        if moved:
+            raise TokenizerError(f"{folder / 'tokenizer_config.json'}'s added_tokens_decoder lists {', '.join(moved)}, "
+                                 "ids the tokenizer file does not hold them at",
+                                 "use the tokenizer files saved with this checkpoint: tokenizer.json's added_tokens "
+                                 "(or tokenizer.model) should hold each listed token at its id")
 
     def _special_id(self, token: str | None, role: str | None) -> int | None:
         if token is None:
@@ -379,6 +406,58 @@ def _read_json(path: Path) -> dict:
         raise TokenizerError(f"{path} holds a JSON {type(data).__name__}, not an object of settings",
                              "re-download or re-convert the checkpoint")
     return data
+
+
+# transformers' named special tokens (PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES), in its order.
+_NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_ADDED_TOKEN_FLAGS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def _with_legacy_token_files(folder: Path, config: dict) -> dict:
+    """tokenizer_config.json as transformers' _from_pretrained reads it: one without `added_tokens_decoder` (saved
+    before transformers 4.34) takes its special tokens from special_tokens_map.json, whose entries win over its own,
+    and its added tokens from added_tokens.json ({text: id}; special where the text is a named special token)."""
+    if "added_tokens_decoder" in config:
+        return config
+    config = {**config, **_read_json(folder / "special_tokens_map.json")}
+    named = {_token_text(token) for token in _named_tokens(config)}
+    listed = _read_json(folder / "added_tokens.json")
+    return {**config, "added_tokens_decoder": {index: {"content": text, "special": text in named,
+                                                       "normalized": text not in named}
+                                               for text, index in listed.items()}}
+
+
+def _named_tokens(config: dict) -> list:
+    """The special tokens transformers names, as the config gives them (text or AddedToken object), in its order:
+    bos, eos, unk, sep, pad, cls, mask, any other "*_token" (Gemma 3's `image_token`), extra_special_tokens (or
+    additional_special_tokens, its older name)."""
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    other = [value for key, value in config.items() if key.endswith("_token") and key not in _NAMED_TOKENS]
+    other, extra = (other + list(extra.values()), []) if isinstance(extra, dict) else (other, extra)
+    tokens = [config.get(key) for key in _NAMED_TOKENS] + other + (list(extra) if isinstance(extra, list) else [])
+    return [token for token in tokens if _token_text(token)]
+
+
+def _transformers_added_tokens(config: dict, path: Path) -> list[tuple[int | None, dict]]:
+    """The tokens transformers' TokenizersBackend.__init__ adds to the tokenizer's own, in its order, as (id listed,
+    AddedToken arguments): added_tokens_decoder's by id with their flags (`special` where it is a named token), then
+    each named special token not listed, special (id None: it gets the next free one where the vocabulary lacks it)."""
+    listed = config.get("added_tokens_decoder") or {}
+    if not isinstance(listed, dict) or not all(str(index).isdigit() and isinstance(token, dict)
+                                               and isinstance(token.get("content"), str)
+                                               for index, token in listed.items()):
+        raise TokenizerError(f"{path}: added_tokens_decoder (or added_tokens.json) is not "
+                             '{id: {"content": text, ...}} ({text: id})', "re-download or re-convert the checkpoint")
+    named = [_token_text(token) for token in _named_tokens(config)]
+    added = [(int(index), {**{key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS},
+                           "special": bool(token.get("special")) or token["content"] in named})
+             for index, token in sorted(listed.items(), key=lambda item: int(item[0]))]
+    for token in _named_tokens(config):
+        if _token_text(token) not in [entry["content"] for _, entry in added]:
+            flags = {key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS} if isinstance(
+                token, dict) else {"content": token}
+            added.append((None, {**flags, "special": True}))
+    return added
 
 
 def _token_text(value: object) -> str | None:
