@@ -306,6 +306,10 @@ def _parse_config(raw: dict[str, Any], ignore_keys: tuple[str, ...] | set[str], 
     num_kv_heads = num_heads if raw.get("num_key_value_heads") is None else get("num_key_value_heads")
     head_dim = hidden_size // num_heads if raw.get("head_dim") is None else get("head_dim")
     num_layers = get("num_hidden_layers")
+    if num_layers > _MOST_LAYERS:  # refused before per-layer tuples of that length fill the memory
+        raise ConfigError(f"config.json key 'num_hidden_layers' is {num_layers}, far past any model of these families "
+                          "(Llama 3.1 405B has 126 blocks)", "fix config.json: check num_hidden_layers against the "
+                          "weights' model.layers.N names")
     if num_heads % num_kv_heads:
         raise ConfigError(f"num_attention_heads={num_heads} is not a multiple of num_key_value_heads={num_kv_heads}",
                           "fix config.json")
@@ -380,6 +384,11 @@ def _check_text_config_holds_the_sizes(raw: dict[str, Any], text: dict[str, Any]
                           f"level, and {where}: transformers' Gemma3Config reads the text model's sizes from "
                           "text_config only", "move these keys into text_config, or set model_type to gemma3_text "
                           "if this is a text-only model")
+
+
+# A bound on num_hidden_layers that no checkpoint comes near: 10**9 was taken, and building its per-layer tuples and
+# blocks took minutes, or all the memory, before the weights' missing blocks were named.
+_MOST_LAYERS = 10_000
 
 
 def _getter(raw: dict[str, Any], source: str):

@@ -289,3 +289,20 @@ def test_a_config_key_vouched_for_must_be_one_the_file_holds_and_minidecoder_doe
     with pytest.raises(InputError, match="names 'rms_norm_eps', which minidecoder reads: ignoring it would not drop"):
         minidecoder.load(odd, ignore_config_keys=["rms_norm_eps", "residual_multiplier"], progress=False)
     assert minidecoder.load(odd, ignore_config_keys=["residual_multiplier"], progress=False).num_layers == 4
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_a_config_asking_for_a_billion_blocks_is_refused_before_anything_is_built(family: str, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """A num_hidden_layers of 10**9 built per-layer tuples (all the memory, for Gemma 3's) and a Decoder of that many
+    blocks before the missing ones were named."""
+    from minidecoder.core import loading
+    from tiny_models import checkpoint
+
+    folder = Path(shutil.copytree(checkpoint(family)[1], tmp_path / "checkpoint"))
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("layer_types", None)  # Gemma 3's then follow sliding_window_pattern, one entry per layer
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1_000_000_000}))
+    monkeypatch.setattr(loading, "Decoder", lambda config: pytest.fail("a Decoder was built"))
+    error = load_error(folder, ConfigError)
+    assert "'num_hidden_layers' is 1000000000, far past any model" in error.problem
