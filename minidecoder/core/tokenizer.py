@@ -432,9 +432,9 @@ def _named_tokens(config: dict) -> list:
     bos, eos, unk, sep, pad, cls, mask, any other "*_token" (Gemma 3's `image_token`), extra_special_tokens (or
     additional_special_tokens, its older name)."""
     extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    extra = list(extra.values()) if isinstance(extra, dict) else extra if isinstance(extra, list) else []
     other = [value for key, value in config.items() if key.endswith("_token") and key not in _NAMED_TOKENS]
-    other, extra = (other + list(extra.values()), []) if isinstance(extra, dict) else (other, extra)
-    tokens = [config.get(key) for key in _NAMED_TOKENS] + other + (list(extra) if isinstance(extra, list) else [])
+    tokens = [config.get(key) for key in _NAMED_TOKENS] + other + extra
     return [token for token in tokens if _token_text(token)]
 
 
