@@ -1,7 +1,8 @@
 """Many configurations' passes in shared forwards: a trunk runs while their steps agree and forks into a
 branch where one starts doing something else (the sweeps, minidecoder.evaluation.sweep).
 
-    acting_before(step, b)    the blocks < b at which a step acts (block 0 too where it hides keys there)
+    acting_before(step, b)    the blocks < b at which a step acts (before them, at their sites, on patterns)
+    hides_before(step, b)     whether it hides keys from block 0 and block 0 is < b (apart: hiding is not acting)
     same_before(a, b, block)  two steps compute the same stream up to `block`: one may continue the other
     fork(forward, step)       a branch continuing a forward's current state with another step
     run_shared(model, passes) every pass of the same tokens finished, each block computed once per
@@ -26,11 +27,16 @@ from minidecoder.methods.loop import Forward, Pass, Step
 
 
 def acting_before(step: Step, block: int) -> frozenset[int]:
-    """The blocks < `block` at which `step` acts (block 0 too where it hides keys there)."""
-    acting = {i for i in step.blocks if i < block}
-    if step.hidden_keys is not None and block > 0:
-        acting.add(0)
-    return frozenset(acting)
+    """The blocks < `block` at which `step` acts: before them, at their sites or on their patterns."""
+    return frozenset(i for i in step.blocks if i < block)
+
+
+def hides_before(step: Step, block: int) -> bool:
+    """Whether `step` hides keys from a block < `block` (only block 0 can). Kept apart from `acting_before`:
+    TP with mask_pst_first_layer hides <PST> in block 0 whether or not it also copies before block 0, so
+    counting the hiding as acting at block 0 made a step that copies there (start=0) look the same as one
+    that only hides (start=2, or start=end), and the latter continued a trunk holding the former's copy."""
+    return step.hidden_keys is not None and block > 0
 
 
 def same_before(a: Step, b: Step, block: int) -> bool:
@@ -39,9 +45,10 @@ def same_before(a: Step, b: Step, block: int) -> bool:
     if isinstance(a, Steps) and isinstance(b, Steps) and len(a.parts) == len(b.parts):
         return all(same_before(x, y, block) for x, y in zip(a.parts, b.parts))
     mine, theirs = acting_before(a, block), acting_before(b, block)
-    if not mine and not theirs:
+    hides = hides_before(a, block), hides_before(b, block)
+    if not mine and not theirs and not any(hides):
         return True
-    return type(a) is type(b) and mine == theirs and _same_fields(a, b, skip={"blocks"})
+    return type(a) is type(b) and mine == theirs and hides[0] == hides[1] and _same_fields(a, b, skip={"blocks"})
 
 
 def _same_fields(a: Any, b: Any, skip: frozenset[str] | set[str] = frozenset()) -> bool:
