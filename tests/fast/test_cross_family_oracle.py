@@ -250,6 +250,5 @@ def test_sweep_points_equal_each_point_run_alone_by_the_plain_loop(family: str, 
             plain = [run_passes(model, method.passes(model, SWEEP_TEXTS), Forward) for method in methods]
             with fast_paths_overridden(model, **dataclasses.asdict(PATHS[paths])):
                 shared, _ = embed_points(model, methods, SWEEP_TEXTS)
-        tolerance = CP_TOLERANCE if name == "cp+tp" else ATOL
         for point, got, want in zip(points, shared, plain):
-            assert_close(got, want, atol=tolerance, rtol=tolerance, msg=lambda m: f"{name} {point}: {m}")
+            assert_close(got, want, atol=ATOL, rtol=ATOL, msg=lambda m: f"{name} {point}: {m}")
