@@ -57,7 +57,7 @@ def weight_files(folder: Path) -> list[Path]:
                           f"transformers does; remove the stale one (or the shards) to silence this", stacklevel=3)
         return [single]
     if file_is_there(index, CheckpointError):
-        shards = index_shards(index)
+        shards = _index_shards(index)
         # a dangling link (or a folder) where a shard belongs is named as such, not as missing
         missing = [name for name in shards if not file_is_there(folder / name, CheckpointError)]
         if missing:
@@ -70,7 +70,7 @@ def weight_files(folder: Path) -> list[Path]:
     raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {folder}", hint)
 
 
-def index_shards(index: Path) -> list[str]:
+def _index_shards(index: Path) -> list[str]:
     """The shard file names an index's `weight_map` ({tensor name: file name}) points to, sorted."""
     fix = "re-download or re-convert the checkpoint (transformers writes {\"weight_map\": {tensor: shard file}})"
     try:
@@ -90,7 +90,7 @@ def index_shards(index: Path) -> list[str]:
 
 
 def _index_names(folder: Path) -> dict[str, str]:
-    """{tensor: shard file} from the folder's index; {} without one (called after index_shards checked it)."""
+    """{tensor: shard file} from the folder's index; {} without one (called after _index_shards checked it)."""
     index = folder / "model.safetensors.index.json"
     return json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
 

@@ -15,6 +15,7 @@ present). A Hub id is owner/name with neither part starting or ending in . or -.
 from __future__ import annotations
 
 import glob
+import json
 import re
 from pathlib import Path
 
@@ -69,13 +70,20 @@ def _from_hub(repo_id: str) -> Path:
     weights: the shards model.safetensors.index.json names, or model.safetensors without one. Never
     pickled weights, and no other safetensors a repository holds beside them (Mistral's repositories add
     consolidated.safetensors, a second copy of every weight in Mistral's own layout: about 14 GB for a 7B)."""
-    from minidecoder.core.loading import index_shards
-
     folder = _snapshot(repo_id, _HUB_FILES)
     index = folder / "model.safetensors.index.json"
     # escaped: huggingface_hub matches the names as fnmatch patterns, and an index is the repository's text
-    weights = [glob.escape(name) for name in index_shards(index)] if index.is_file() else ["model.safetensors"]
+    weights = [glob.escape(name) for name in _shard_names(index)] if index.is_file() else ["model.safetensors"]
     return _snapshot(repo_id, _HUB_FILES + weights)
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a downloaded index names; none where it is malformed (`load` then names the fault)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return sorted({name for name in weight_map.values() if isinstance(name, str)})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
 
 
 def _snapshot(repo_id: str, patterns: list[str]) -> Path:
