@@ -4,8 +4,8 @@
                                      converted on first use (minidecoder.sources.registry)
     a known name                  -> the same, for that model (`minidecoder fetch --list`)
     an existing folder            -> used as it is
-    "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, the safetensors
-                                     weights the folder's index names)
+    "owner/name" (a Hub id)       -> downloaded with huggingface-hub (config, tokenizer, model.safetensors
+                                     or else the shards its index names)
 
 Anything that looks like a path and is not a folder is reported as a missing folder, never tried on the
 Hub (where it would end in a DNS error far from the typo): one that starts with ./ ../ / or ~, has more
@@ -22,10 +22,10 @@ from pathlib import Path
 from minidecoder.errors import CheckpointError, describe_unusable_file
 
 # Everything a checkpoint folder is read from except its weights, by the names transformers gives them
-# (chat templates as transformers 5 saves them); the weights are the files the index names, read first.
+# (chat templates as transformers 5 saves them); the weights are chosen apart, in _from_hub.
 _HUB_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-              "special_tokens_map.json", "chat_template.jinja", "additional_chat_templates/*.jinja",
-              "model.safetensors.index.json"]
+              "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+              "additional_chat_templates/*.jinja", "model.safetensors.index.json"]
 # huggingface_hub's repo id rule: letters, digits, - _ . (no leading/trailing - or ., no "--" or "..")
 _HUB_PART = r"(?!.*(--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _HUB_ID = re.compile(f"{_HUB_PART}/{_HUB_PART}")
@@ -66,15 +66,18 @@ def _looks_like_a_path(text: str) -> bool:
 
 
 def _from_hub(repo_id: str) -> Path:
-    """Download what `load` reads and nothing else: the JSON, tokenizer and chat template files, then the
-    weights: the shards model.safetensors.index.json names, or model.safetensors without one. Never
+    """Download what `load` reads and nothing else: the JSON, tokenizer and chat template files and
+    model.safetensors, then, only where there is no model.safetensors, the shards
+    model.safetensors.index.json names. transformers' order (modeling_utils `_get_resolved_checkpoint_files`):
+    a repository holding both loads model.safetensors, and so does `load` from a folder holding both. Never
     pickled weights, and no other safetensors a repository holds beside them (Mistral's repositories add
     consolidated.safetensors, a second copy of every weight in Mistral's own layout: about 14 GB for a 7B)."""
-    folder = _snapshot(repo_id, _HUB_FILES)
+    folder = _snapshot(repo_id, [*_HUB_FILES, "model.safetensors"])
     index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file() or not index.is_file():
+        return folder
     # escaped: huggingface_hub matches the names as fnmatch patterns, and an index is the repository's text
-    weights = [glob.escape(name) for name in _shard_names(index)] if index.is_file() else ["model.safetensors"]
-    return _snapshot(repo_id, _HUB_FILES + weights)
+    return _snapshot(repo_id, _HUB_FILES + [glob.escape(name) for name in _shard_names(index)])
 
 
 def _shard_names(index: Path) -> list[str]:

@@ -47,6 +47,7 @@ def sharded_repository(tmp_path_factory) -> Path:
     save_hf_model(build_hf_model("llama"), folder, max_shard_size="100KB")
     save_tiny_tokenizer(folder)
     (folder / "chat_template.jinja").write_text(TEMPLATE)
+    (folder / "added_tokens.json").write_text(json.dumps({"<tool>": 99}))  # the layout before transformers 4.34
     first_shard = sorted(folder.glob("model-*.safetensors"))[0]
     shutil.copyfile(first_shard, folder / "consolidated.safetensors")
     (folder / "pytorch_model.bin").write_bytes(b"pickled weights are never fetched")
@@ -65,11 +66,28 @@ def test_a_sharded_repository_downloads_its_shards_and_templates_only(sharded_re
     assert len(shards) > 1 and len(calls) == 2
     assert sorted(path.name for path in served.iterdir()) == sorted(
         ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-         "model.safetensors.index.json", *shards])
+         "added_tokens.json", "model.safetensors.index.json", *shards])
     ids = random_ids()
     reference = minidecoder.load(sharded_repository, progress=False)
     assert torch.equal(model(ids).logits, reference(ids).logits)
     assert model.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "[user] hi"
+    assert model.tokenizer.encode("a<tool>", add_special_tokens=False)[-1] == 99  # added_tokens.json was fetched
+
+
+def test_a_repository_with_model_safetensors_and_shards_loads_model_safetensors(sharded_repository: Path,
+                                                                                tmp_path: Path, monkeypatch) -> None:
+    """transformers (and `load` from a folder) reads model.safetensors where a repository holds both it and an
+    index; fetching the index's shards alone loaded the other copy of the weights."""
+    single = save_hf_model(build_hf_model("llama", seed=1), tmp_path / "single")
+    save_tiny_tokenizer(single)
+    repository = Path(shutil.copytree(sharded_repository, tmp_path / "repository"))
+    shutil.copyfile(single / "model.safetensors", repository / "model.safetensors")
+    _serve(monkeypatch, repository, tmp_path / "cache")
+    with pytest.warns(UserWarning, match="holds both model.safetensors and model.safetensors.index.json"):
+        model = minidecoder.load("owner/tiny", progress=False)
+    ids = random_ids()
+    assert torch.equal(model(ids).logits, minidecoder.load(single, progress=False)(ids).logits)
+    assert not list((tmp_path / "cache" / "owner--tiny").glob("model-*.safetensors"))
 
 
 def test_a_repository_without_an_index_downloads_model_safetensors(tmp_path: Path, monkeypatch) -> None:
