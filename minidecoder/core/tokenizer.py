@@ -56,10 +56,12 @@ class Tokenizer:
         self.eos_token = _token_text(config.get("eos_token")) or template_eos
         self.pad_token = _token_text(config.get("pad_token"))
         self.unk_token = _token_text(config.get("unk_token"))
-        self.bos_id = self._special_id(self.bos_token, "bos")
-        self.eos_id = self._special_id(self.eos_token, "eos")
         added = _transformers_added_tokens(config, folder / "tokenizer_config.json")
         absent = [(index, token["content"]) for index, token in added if self.token_to_id(token["content"]) is None]
+        # A named special token that no file holds (a pad_token the vocabulary lacks) is not invented, where
+        # transformers gives it the next id: an id past every file, and past the embedding where the vocabulary
+        # fills it, so that every padded batch failed. Its id stays None (padding takes 0; a BOS or EOS is refused).
+        added = [(index, token) for index, token in added if index is not None or (None, token["content"]) not in absent]
         if self._fast is not None:
             self._add_fast_tokens(added)
         else:
@@ -67,7 +69,7 @@ class Tokenizer:
             # pieces (special) and user-defined pieces (not), then added_tokens_decoder's and the named special tokens
             # (convert_slow_tokenizer.SentencePieceExtractor, TokenizersBackend.__init__); it matches them in a text
             # before anything else (split_special_tokens=False), so "<s>" in a text is the BOS id, where sentencepiece
-            # spells it out. One the model lacks ("[PAD]") gets the next id past it.
+            # spells it out. A listed one the model lacks ("[PAD]" in added_tokens.json) gets the next id past it.
             for piece, special in [*pieces, *((token["content"], token.get("special", False)) for _, token in added)]:
                 if piece in self._sp_added:
                     continue
@@ -78,6 +80,8 @@ class Tokenizer:
                 if special:
                     self._sp_special.add(found)
         self._check_listed_ids(absent, folder)
+        self.bos_id = self._special_id(self.bos_token, "bos")  # after the listed tokens: one may be the BOS or EOS
+        self.eos_id = self._special_id(self.eos_token, "eos")
         self.pad_id = self._special_id(self.pad_token, None)
         # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
         check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?",
@@ -441,7 +445,8 @@ def _named_tokens(config: dict) -> list:
 def _transformers_added_tokens(config: dict, path: Path) -> list[tuple[int | None, dict]]:
     """The tokens transformers' TokenizersBackend.__init__ adds to the tokenizer's own, in its order, as (id listed,
     AddedToken arguments): added_tokens_decoder's by id with their flags (`special` where it is a named token), then
-    each named special token not listed, special (id None: it gets the next free one where the vocabulary lacks it)."""
+    each named special token not listed, special (id None: transformers gives it the next free one where the vocabulary
+    lacks it, which Tokenizer does not)."""
     listed = config.get("added_tokens_decoder") or {}
     if not isinstance(listed, dict) or not all(str(index).isdigit() and isinstance(token, dict)
                                                and isinstance(token.get("content"), str)

@@ -102,13 +102,41 @@ def test_listed_ids_transformers_would_not_give_are_an_error(tmp_path: Path) -> 
 
 
 def test_named_special_tokens_are_added_tokens_as_in_transformers(tmp_path: Path) -> None:
-    """bos, eos, pad and additional_special_tokens that tokenizer.json holds as plain vocabulary (or not at all)
-    become special added tokens: "</s>" in a text is the EOS id, decode(skip_special_tokens=True) drops them, and a
-    pad token the vocabulary lacks gets the next id (it was None)."""
-    config = {**LLAMA_CONFIG, "pad_token": "<newpad>", "additional_special_tokens": ["<x>", "<y>"]}
+    """bos, eos, pad and additional_special_tokens that tokenizer.json holds as plain vocabulary become special added
+    tokens: "</s>" in a text is the EOS id, and decode(skip_special_tokens=True) drops them."""
+    config = {**LLAMA_CONFIG, "additional_special_tokens": ["<x>"]}
     folder = _folder(tmp_path / "named", {"tokenizer.json": _char_json([]), "tokenizer_config.json": config})
-    ours = _assert_as_transformers(folder, ["a</s>b", "<s>x", "<x>", "<y><newpad>"])
-    assert ours.pad_id == 100
+    ours = _assert_as_transformers(folder, ["a</s>b", "<s>x", "<x>", "<x><pad>"])
+    assert ours.pad_id == 0
+
+
+def test_a_named_token_no_file_holds_is_not_invented(tmp_path: Path) -> None:
+    """A pad_token the tokenizer files lack: transformers gives it the next id (99), past a model whose embedding the
+    vocabulary fills, so that every padded batch fails there, and minidecoder refused such a model at load. Its id
+    stays None (padding takes id 0, masked), and the model loads and embeds batches."""
+    import minidecoder
+    import transformers
+    from tiny_models import _BASE, save_hf_model, save_tiny_tokenizer
+
+    folder = tmp_path / "checkpoint"
+    config = transformers.AutoConfig.for_model("llama", **{**_BASE, "vocab_size": 99})
+    save_hf_model(transformers.AutoModelForCausalLM.from_config(config), folder)
+    save_tiny_tokenizer(folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "pad_token": "[PAD]"}))
+    assert transformers.AutoTokenizer.from_pretrained(folder).pad_token_id == 99
+    model = minidecoder.load(folder, progress=False)
+    assert model.tokenizer.pad_id is None and model.tokenizer.vocab_size == 99
+    assert minidecoder.embed(model, ["a", "a longer text"], "mean").shape == (2, 32)
+
+
+def test_a_listed_eos_that_tokenizer_json_lacks_is_the_eos(tmp_path: Path) -> None:
+    """The EOS was looked up before the listed tokens were added: "<|im_end|>" listed at 100 was "not in the
+    vocabulary", where transformers gives it 100."""
+    listed = {str(i): _entry(token) for i, token in enumerate(SPECIALS)} | {"100": _entry("<|im_end|>")}
+    config = {**LLAMA_CONFIG, "eos_token": "<|im_end|>", "added_tokens_decoder": listed}
+    folder = _folder(tmp_path / "eos", {"tokenizer.json": _char_json(SPECIALS), "tokenizer_config.json": config})
+    assert _assert_as_transformers(folder, ["a<|im_end|>b"]).eos_id == 100
 
 
 @pytest.mark.parametrize("case", ["map fills the config", "map wins over the config", "a config with added tokens"])
@@ -129,7 +157,7 @@ def test_special_tokens_map_is_read_as_in_transformers(case: str, tmp_path: Path
     assert ours.eos_id == (0 if case == "a config with added tokens" else 2)
 
 
-@pytest.mark.parametrize("layout", ["special_tokens_map.json", "and added_tokens.json", "added_tokens_decoder"])
+@pytest.mark.parametrize("layout", ["added_tokens.json", "added_tokens_decoder"])
 def test_a_sentencepiece_folder_gets_the_tokens_its_model_lacks_as_in_transformers(
         layout: str, sentencepiece_model: bytes, tmp_path: Path) -> None:
     """The Alpaca-era layout, tokenizer.model with a "[PAD]" the model lacks: transformers gives it id 400 (the next),
@@ -137,7 +165,7 @@ def test_a_sentencepiece_folder_gets_the_tokens_its_model_lacks_as_in_transforme
     config = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True}
     mapped = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "[PAD]"}
     files = {"tokenizer.model": sentencepiece_model, "tokenizer_config.json": config, "special_tokens_map.json": mapped}
-    if layout == "and added_tokens.json":
+    if layout == "added_tokens.json":
         files["added_tokens.json"] = {"[PAD]": 400}
     if layout == "added_tokens_decoder":
         files = {"tokenizer.model": sentencepiece_model, "tokenizer_config.json": {
