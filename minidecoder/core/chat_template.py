@@ -2,8 +2,8 @@
 
 The template is the checkpoint's own: a `chat_template.jinja` file (transformers 5's layout, with
 named ones in `additional_chat_templates/`), or else `chat_template` in tokenizer_config.json (the
-converter copies a GGUF's `tokenizer.chat_template` there). Templates are untrusted code from a model repository, so they run in jinja2's
-ImmutableSandboxedEnvironment with exactly the environment transformers builds
+converter copies a GGUF's `tokenizer.chat_template` there). Templates are untrusted code from a model
+repository, so they run in jinja2's ImmutableSandboxedEnvironment with exactly the environment transformers builds
 (transformers/utils/chat_template_utils.py `_cached_compile_jinja_template`, 5.23): trim_blocks and
 lstrip_blocks, the loopcontrols extension, a `tojson` that keeps non-ASCII text, and the globals
 `raise_exception`, `strftime_now`, `dict` and `namespace`. Render variables are transformers' too:
