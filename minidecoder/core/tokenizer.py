@@ -420,15 +420,22 @@ _ADDED_TOKEN_FLAGS = ("content", "single_word", "lstrip", "rstrip", "normalized"
 def _with_legacy_token_files(folder: Path, config: dict) -> dict:
     """tokenizer_config.json as transformers' _from_pretrained reads it: one without `added_tokens_decoder` (saved
     before transformers 4.34) takes its special tokens from special_tokens_map.json, whose entries win over its own,
-    and its added tokens from added_tokens.json ({text: id}; special where the text is a named special token)."""
+    and its added tokens from added_tokens.json ({text: id}; special where the text is a named special token), with
+    tokenizer.json's own added tokens laid over them: a token both list keeps tokenizer.json's flags."""
     if "added_tokens_decoder" in config:
         return config
     config = {**config, **_read_json(folder / "special_tokens_map.json")}
     named = {_token_text(token) for token in _named_tokens(config)}
     listed = _read_json(folder / "added_tokens.json")
-    return {**config, "added_tokens_decoder": {index: {"content": text, "special": text in named,
-                                                       "normalized": text not in named}
-                                               for text, index in listed.items()}}
+    decoder = {index: {"content": text, "special": text in named, "normalized": text not in named}
+               for text, index in listed.items()}
+    if listed:  # (read only then: re-adding tokenizer.json's own tokens as they are changes nothing)
+        own = _read_json(folder / "tokenizer.json").get("added_tokens")
+        for token in own if isinstance(own, list) else []:
+            if isinstance(token, dict) and isinstance(token.get("content"), str) and isinstance(token.get("id"), int):
+                decoder = {index: entry for index, entry in decoder.items() if entry["content"] != token["content"]}
+                decoder[token["id"]] = {key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS}
+    return {**config, "added_tokens_decoder": decoder}
 
 
 def _named_tokens(config: dict) -> list:

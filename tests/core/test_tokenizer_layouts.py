@@ -181,3 +181,18 @@ def test_added_tokens_that_are_not_id_to_token_are_an_error(files: dict, tmp_pat
     folder = _folder(tmp_path / "bad", {"tokenizer.json": _char_json(SPECIALS), **files})
     with pytest.raises(TokenizerError, match="is not {id: {\"content\": text, ...}}"):
         Tokenizer(folder)
+
+
+def test_tokenizer_json_keeps_its_own_flags_for_a_token_added_tokens_json_lists(tmp_path: Path) -> None:
+    """A folder saved before transformers 4.34 lists tokenizer.json's own added tokens again in added_tokens.json;
+    transformers lays tokenizer.json's entries over that file's. minidecoder re-added "<TOOL>" with that file's flags
+    (not special, normalized): behind a lowercasing normalizer it was spelled out, and skip_special_tokens kept it."""
+    from tokenizers import AddedToken, Tokenizer as FastTokenizer, normalizers
+
+    tokenizer = FastTokenizer.from_str(_char_json([]))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.add_special_tokens([AddedToken("<TOOL>", normalized=False, special=True)])
+    folder = _folder(tmp_path / "legacy", {"tokenizer.json": tokenizer.to_str(), "tokenizer_config.json": LLAMA_CONFIG,
+                                           "added_tokens.json": {"<TOOL>": 100}})
+    ours = _assert_as_transformers(folder, ["a <TOOL> b", "<TOOL>"])
+    assert ours.encode("<TOOL>", add_special_tokens=False) == [100]
