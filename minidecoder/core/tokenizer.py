@@ -61,7 +61,8 @@ class Tokenizer:
         # A named special token that no file holds (a pad_token the vocabulary lacks) is not invented, where
         # transformers gives it the next id: an id past every file, and past the embedding where the vocabulary
         # fills it, so that every padded batch failed. Its id stays None (padding takes 0; a BOS or EOS is refused).
-        added = [(index, token) for index, token in added if index is not None or (None, token["content"]) not in absent]
+        invented = {text for index, text in absent if index is None}
+        added = [(index, token) for index, token in added if index is not None or token["content"] not in invented]
         if self._fast is not None:
             self._add_fast_tokens(added)
         else:
@@ -217,8 +218,9 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         if self._fast is not None:
             return self._fast.token_to_id(token)
-        if token in self._placeholders or token in self._sp_added:
-            return self._placeholders.get(token, self._sp_added.get(token))
+        found = self._placeholders.get(token, self._sp_added.get(token))
+        if found is not None:
+            return found
         piece = self._sp.PieceToId(token)
         return None if piece == self._sp.unk_id() and token != self._sp.IdToPiece(piece) else piece
 
@@ -431,10 +433,10 @@ def _with_legacy_token_files(folder: Path, config: dict) -> dict:
                for text, index in listed.items()}
     if listed:  # (read only then: re-adding tokenizer.json's own tokens as they are changes nothing)
         own = _read_json(folder / "tokenizer.json").get("added_tokens")
-        for token in own if isinstance(own, list) else []:
-            if isinstance(token, dict) and isinstance(token.get("content"), str) and isinstance(token.get("id"), int):
-                decoder = {index: entry for index, entry in decoder.items() if entry["content"] != token["content"]}
-                decoder[token["id"]] = {key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS}
+        own = {token["content"]: token for token in (own if isinstance(own, list) else []) if isinstance(token, dict)
+               and isinstance(token.get("content"), str) and isinstance(token.get("id"), int)}
+        decoder = {index: entry for index, entry in decoder.items() if entry["content"] not in own}
+        decoder.update({token["id"]: _flags(token) for token in own.values()})
     return {**config, "added_tokens_decoder": decoder}
 
 
@@ -460,16 +462,22 @@ def _transformers_added_tokens(config: dict, path: Path) -> list[tuple[int | Non
                                                for index, token in listed.items()):
         raise TokenizerError(f"{path}: added_tokens_decoder (or added_tokens.json) is not "
                              '{id: {"content": text, ...}} ({text: id})', "re-download or re-convert the checkpoint")
-    named = [_token_text(token) for token in _named_tokens(config)]
-    added = [(int(index), {**{key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS},
-                           "special": bool(token.get("special")) or token["content"] in named})
+    named = _named_tokens(config)
+    named_texts = {_token_text(token) for token in named}
+    added = [(int(index), {**_flags(token), "special": bool(token.get("special")) or token["content"] in named_texts})
              for index, token in sorted(listed.items(), key=lambda item: int(item[0]))]
-    for token in _named_tokens(config):
-        if _token_text(token) not in [entry["content"] for _, entry in added]:
-            flags = {key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS} if isinstance(
-                token, dict) else {"content": token}
+    taken = {token["content"] for _, token in added}
+    for token in named:  # once each: the same text may be named twice (an EOS that is also the pad)
+        if _token_text(token) not in taken:
+            taken.add(_token_text(token))
+            flags = _flags(token) if isinstance(token, dict) else {"content": token}
             added.append((None, {**flags, "special": True}))
     return added
+
+
+def _flags(token: dict) -> dict:
+    """A serialized AddedToken's arguments to `tokenizers.AddedToken`, without its id or other keys."""
+    return {key: value for key, value in token.items() if key in _ADDED_TOKEN_FLAGS}
 
 
 def _token_text(value: object) -> str | None:
