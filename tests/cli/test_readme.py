@@ -79,35 +79,3 @@ def test_the_method_tables_state_each_options_default():
             if stated != default:
                 wrong.append(f"{doc.name}: {names}: {key}={value}, but the default is {default!r}")
     assert checked > 40 and not wrong, wrong
-
-
-def line_spans(text: str) -> list[tuple[str, int, int, str]]:
-    """(file under minidecoder/, first line, last line, the named definition) for every "`file.py:A-B` (`Name`"
-    the README gives; a name like `encode_htp`: with a remark after it is read up to the backtick."""
-    return [(path, int(first), int(last), name)
-            for path, first, last, name in re.findall(r"`([\w/]+\.py):(\d+)-(\d+)` \(`([\w.]+)`", text)]
-
-
-def definition_span(path: str, name: str) -> tuple[int, int] | None:
-    """The lines of `name` (a function, a class, or `Class.method`) in minidecoder/`path`, from its `def` or
-    `class` line (its decorators stand above) to its last."""
-    import ast
-
-    scope = ast.parse((REPO / "minidecoder" / path).read_text(encoding="utf-8")).body
-    node = None
-    for part in name.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part), None)
-        if node is None:
-            return None
-        scope = node.body
-    return node.lineno, node.end_lineno
-
-
-def test_the_readmes_line_numbers_hold_the_definitions_they_name():
-    """README's "Reading the code" table sends a reader to exact lines: `methods/tp.py:55-73` (`TPStep`). An edit
-    above a definition moves it, and the table would point at other code; every span must be its definition's."""
-    spans = line_spans(README.read_text(encoding="utf-8"))
-    assert len(spans) >= 13  # TP 3, HTP 3, CP 3, ReBA 2, the one-layer readers, CP + TP
-    wrong = [f"{path}:{first}-{last} ({name}) is at {definition_span(path, name)}"
-             for path, first, last, name in spans if definition_span(path, name) != (first, last)]
-    assert not wrong, "README line numbers to update: " + "; ".join(wrong)
