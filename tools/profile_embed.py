@@ -1,6 +1,6 @@
 """Where the time of an embedding run goes: torch.profiler's operator table for minidecoder.embed.
 
-    python tools/profile_embed.py --dtype bfloat16 --compile     # the shares quoted in docs/benchmarks.md
+    python tools/profile_embed.py --dtype bfloat16 --compile     # where the time goes, operator by operator
 
 Embeds the first --limit STS-B test sentences (as tools/bench.py does) after a warm-up run that
 also compiles, then prints the operators by self CPU time and the share of `aten::mm`.
