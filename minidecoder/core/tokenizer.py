@@ -33,6 +33,7 @@ class Tokenizer:
         self._sp_added: dict[str, int] = {}  # sentencepiece backend: the model's own added tokens (below)
         self._sp_special: set[int] = set()  # ... of which special: dropped by decode(skip_special_tokens=True)
         self._sp_split: tuple[dict[str, int], re.Pattern | None] | None = None  # built on first use: _sp_matched
+        self._sp_legacy = False  # sentencepiece backend: tokenizer_config.json's `legacy` (below)
         self._derived: dict[tuple[str, ...], Tokenizer] = {}  # `with_placeholders` copies
         if (folder / "tokenizer.json").is_file():
             from tokenizers import Tokenizer as FastTokenizer
@@ -43,7 +44,18 @@ class Tokenizer:
                                      "re-download or re-convert the checkpoint") from None
             files = [folder / "tokenizer.json"]
         elif (folder / "tokenizer.model").is_file():
-            self._sp, self._sp_no_prefix, pieces = _load_sentencepiece(folder / "tokenizer.model")
+            # transformers' LlamaTokenizer builds its Metaspace from these (_get_prepend_scheme): add_prefix_space=false
+            # puts no "▁" anywhere and its decoder strips no space; legacy=true puts one before every piece of text,
+            # after an added token too, not only at the text's start. Absent, the model's own dummy prefix decides
+            # (transformers 5 would put one where the model has none, or drop it for a class other than Llama's).
+            for key in ("add_prefix_space", "legacy"):
+                if config.get(key) is not None and not isinstance(config[key], bool):
+                    raise TokenizerError(f"{folder / 'tokenizer_config.json'}: {key} is {config[key]!r}; it must be "
+                                         "true, false or null", f"write {key} as a JSON boolean (transformers takes "
+                                         f"any other value by its truth: {key}=\"false\" as true)")
+            self._sp, self._sp_no_prefix, pieces = _load_sentencepiece(folder / "tokenizer.model",
+                                                                       config.get("add_prefix_space"))
+            self._sp_legacy = bool(config.get("legacy"))
             self._sp_size = self._sp.GetPieceSize()  # grows by the added tokens the model lacks (below)
             files = [folder / "tokenizer.model"]
         else:
@@ -261,10 +273,11 @@ class Tokenizer:
         return self._sp_split
 
     def _sp_segment(self, piece: str, at_start: bool):
-        """Encode one segment as transformers 5 does (Metaspace, prepend_scheme="first"): the "▁"
-        dummy prefix only at the very start of the text, and only if it does not begin with a space;
-        never after an added token."""
-        processor = self._sp if at_start and not piece.startswith(" ") else self._sp_no_prefix
+        """Encode one segment as transformers 5 does (Metaspace, prepend_scheme "first", or "always" where legacy):
+        the "▁" dummy prefix at the very start of the text (after an added token too where legacy), and only if the
+        segment does not begin with a space or a "▁" already."""
+        prefixed = (at_start or self._sp_legacy) and not piece.startswith((" ", "▁"))
+        processor = self._sp if prefixed else self._sp_no_prefix
         return processor.encode(piece, return_type="proto").pieces
 
     def _add_fast_tokens(self, added: list[tuple[int | None, dict]]) -> None:
@@ -373,24 +386,26 @@ def _refuse_lone_surrogate(text: str) -> None:
         check_text(text, f"the text {text[:40]!r}")
 
 
-def _load_sentencepiece(path: Path):
-    """The model as stored, the same model with its dummy-prefix ("▁" at the start) switched off, and its pieces that
-    transformers makes added tokens, each with whether it is special (control and unknown pieces; user-defined ones
-    are not)."""
+def _load_sentencepiece(path: Path, dummy_prefix: bool | None):
+    """The model with its dummy prefix ("▁" at the start) as stored, or on or off where `dummy_prefix` says; the same
+    model with it off; and its pieces that transformers makes added tokens, each with whether it is special (control
+    and unknown pieces; user-defined ones are not)."""
     import sentencepiece
     from sentencepiece import sentencepiece_model_pb2
 
+    def processor(prefix: bool) -> sentencepiece.SentencePieceProcessor:
+        proto.normalizer_spec.add_dummy_prefix = prefix
+        return sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+
     try:
-        data = path.read_bytes()
-        with_prefix = sentencepiece.SentencePieceProcessor(model_proto=data)
         proto = sentencepiece_model_pb2.ModelProto()
-        proto.ParseFromString(data)
+        proto.ParseFromString(path.read_bytes())
+        start = processor(proto.normalizer_spec.add_dummy_prefix if dummy_prefix is None else dummy_prefix)
     except Exception as error:
         raise TokenizerError(f"{path} could not be read: {error}", "re-download or re-convert the checkpoint") from None
     added = [(piece.piece, piece.type != piece.USER_DEFINED) for piece in proto.pieces
              if piece.type in (piece.UNKNOWN, piece.CONTROL, piece.USER_DEFINED)]
-    proto.normalizer_spec.add_dummy_prefix = False
-    return with_prefix, sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString()), added
+    return start, processor(False), added
 
 
 def _char_index_of_bytes(text: str) -> list[int]:

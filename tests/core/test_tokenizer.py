@@ -18,22 +18,28 @@ CORPUS = ["The quick brown fox jumps over the lazy dog.", "Hello world, this is 
           "def f(x):\n    return x**2"] * 20
 
 
-@pytest.fixture(scope="module")
-def sentencepiece_folder(tmp_path_factory) -> Path:
-    """A tiny Llama-style SentencePiece model (BPE, byte fallback, no normalization), trained here."""
+LLAMA_SP_CONFIG = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                   "add_bos_token": True, "add_eos_token": False}
+
+
+def _train_sentencepiece(**options) -> bytes:
+    """A tiny Llama-style SentencePiece model (BPE, byte fallback, no normalization), trained on CORPUS here."""
     import sentencepiece
 
-    folder = tmp_path_factory.mktemp("sp")
     buffer = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=400, model_type="bpe", byte_fallback=True,
-        character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1, add_dummy_prefix=True,
-        normalization_rule_name="identity", remove_extra_whitespaces=False, split_digits=True,
-        allow_whitespace_only_pieces=True, minloglevel=2)
-    (folder / "tokenizer.model").write_bytes(buffer.getvalue())
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False}))
+    sentencepiece.SentencePieceTrainer.train(**{
+        "sentence_iterator": iter(CORPUS), "model_writer": buffer, "vocab_size": 400, "model_type": "bpe",
+        "byte_fallback": True, "character_coverage": 1.0, "bos_id": 1, "eos_id": 2, "unk_id": 0, "pad_id": -1,
+        "add_dummy_prefix": True, "normalization_rule_name": "identity", "remove_extra_whitespaces": False,
+        "minloglevel": 2, **options})
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("sp")
+    (folder / "tokenizer.model").write_bytes(_train_sentencepiece(split_digits=True, allow_whitespace_only_pieces=True))
+    (folder / "tokenizer_config.json").write_text(json.dumps(LLAMA_SP_CONFIG))
     return folder
 
 
@@ -74,25 +80,66 @@ def test_placeholder_ids_equal_autotokenizer_after_add_tokens(backend: str, sent
 def test_special_token_text_in_a_sentencepiece_text_is_its_id_as_in_transformers(tmp_path: Path) -> None:
     """transformers 5 makes a tokenizer.model's control, unknown and user-defined pieces added tokens, matched
     in a text before anything else: "<s>" in a text was spelled out as "<", "s", ">", and decoded to ""."""
-    import sentencepiece
     import transformers
 
-    buffer = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=400, model_type="bpe", byte_fallback=True,
-        character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1, add_dummy_prefix=True,
-        normalization_rule_name="identity", remove_extra_whitespaces=False, control_symbols=["<ctl>"],
-        user_defined_symbols=["<user>"], minloglevel=2)
-    (tmp_path / "tokenizer.model").write_bytes(buffer.getvalue())
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False}))
+    (tmp_path / "tokenizer.model").write_bytes(_train_sentencepiece(control_symbols=["<ctl>"],
+                                                                    user_defined_symbols=["<user>"]))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(LLAMA_SP_CONFIG))
     ours, theirs = Tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
     for text in ["<s>", "a</s>b", "Hello </s> world", "<unk>", "<s> Hello", "x<s>", "<ctl>dog", "<user>", "a <user> b"]:
         ids = theirs(text)["input_ids"]
         assert ours.encode(text) == ids, text
         for skip in (False, True):
             assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), (text, skip)
+
+
+@pytest.fixture(scope="module")
+def prefix_models() -> dict[bool, bytes]:
+    """Two models with a user-defined piece, one with the dummy prefix ("▁" before a text, as Llama's) and one
+    without (as Gemma's)."""
+    return {prefix: _train_sentencepiece(add_dummy_prefix=prefix, user_defined_symbols=["<user>"])
+            for prefix in (True, False)}
+
+
+# Where add_prefix_space is absent, the model's own dummy prefix decides; transformers' LlamaTokenizer would put one
+# before a text whose model has none (and its other classes drop it), so those cases are not transformers'.
+FLAG_CASES = [(prefix, space, legacy) for prefix in (True, False) for space in (None, True, False)
+              for legacy in (None, True, False) if prefix or space is not None]
+
+
+@pytest.mark.parametrize("dummy_prefix, add_prefix_space, legacy", FLAG_CASES)
+def test_add_prefix_space_and_legacy_act_as_in_transformers(dummy_prefix: bool, add_prefix_space: bool | None,
+                                                            legacy: bool | None, prefix_models: dict[bool, bytes],
+                                                            tmp_path: Path) -> None:
+    """A tokenizer.model folder ignored both: add_prefix_space=false still put a "▁" before the text and decode
+    dropped its first space; legacy=true put none after an added token ("<s>Hello": "<s>", "▁He", "llo" in
+    transformers), where transformers' LlamaTokenizer builds its Metaspace from them. A "▁" the text begins with
+    got a second one."""
+    import transformers
+
+    flags = {key: value for key, value in (("add_prefix_space", add_prefix_space), ("legacy", legacy))
+             if value is not None}
+    (tmp_path / "tokenizer.model").write_bytes(prefix_models[dummy_prefix])
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**LLAMA_SP_CONFIG, **flags}))
+    ours, theirs = Tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in ["Hello world", " Hello", "  two", "▁Hello", "<s>Hello", "<s> Hello", "a</s>b", "a </s> b",
+                 "x<user>y", "<user> dog", " ", "The lazy\ndog"]:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode(text) == ids, text
+        assert [ids[0], *ours.encode_with_offsets(text)[0]] == ids, text
+        for skip in (False, True):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip), (text, skip)
+
+
+@pytest.mark.parametrize("key", ["add_prefix_space", "legacy"])
+def test_a_prefix_flag_that_is_not_a_boolean_is_an_error(key: str, sentencepiece_folder: Path, tmp_path: Path) -> None:
+    """transformers reads "false" as true."""
+    from minidecoder.errors import TokenizerError
+
+    (tmp_path / "tokenizer.model").write_bytes((sentencepiece_folder / "tokenizer.model").read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**LLAMA_SP_CONFIG, key: "false"}))
+    with pytest.raises(TokenizerError, match=f"{key} is 'false'; it must be true, false or null"):
+        Tokenizer(tmp_path)
 
 
 @pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
