@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import re
 import warnings
 from pathlib import Path
 
 from minidecoder.core.config import check_types
-from minidecoder.errors import InputError, TokenizerError, check_text, file_is_there
+from minidecoder.errors import ArgumentTypeError, InputError, TokenizerError, check_text, file_is_there
 from minidecoder.output_files import sha256_files
 
 
@@ -119,6 +120,10 @@ class Tokenizer:
         declared = config.get("model_max_length")
         self.model_max_length: int | None = (int(declared) if isinstance(declared, (int, float))
                                              and not isinstance(declared, bool) and 0 < declared < 1e9 else None)
+        # The model's embedding rows (config.json beside the tokenizer files; None where there is none): more than the
+        # tokenizer's ids where a checkpoint pads them (Qwen2.5: 151936 rows, 151665 ids), so that a model may choose
+        # an id no token has. decode gives such a row no text, and refuses an id past them.
+        self.embedding_rows: int | None = _embedding_rows(folder)
         if self._fast is not None:
             # The policy above is the single source of truth: the post-processor adds nothing.
             self._fast.post_processor = None
@@ -213,9 +218,13 @@ class Tokenizer:
         return ids, offsets
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of `ids`. A row of the model's embedding past the tokenizer's ids has no text (as in transformers);
+        a negative id, or one past both, is an InputError (transformers drops the one and overflows on the other)."""
         if self._fast is not None:
+            ids = self._decodable(ids, lambda i: i < 2**32 and self._fast.id_to_token(i) is not None)  # takes u32
             return self._fast.decode(ids, skip_special_tokens=skip_special_tokens)
         inverse = {v: k for k, v in {**self._sp_added, **self._placeholders}.items()}
+        ids = self._decodable(ids, lambda i: i < self._sp.GetPieceSize() or i in inverse)
         pieces, run = [], []
         for i in [*ids, None]:
             if i is None or i in inverse:
@@ -226,6 +235,33 @@ class Tokenizer:
             else:
                 run.append(i)
         return "".join(pieces)
+
+    def _decodable(self, ids, known) -> list[int]:
+        """`ids` as ints, less the model's rows that no token has (they have no text). An id neither `known` (in this
+        tokenizer) nor a row of the model's embedding is an error, never dropped: it is another tokenizer's, and its
+        text would be lost unsaid."""
+        kept = []
+        for k, i in enumerate(ids):
+            try:
+                i = operator.index(i)  # a Python, NumPy or 0-d tensor integer, never a float cut to one
+            except TypeError:
+                raise ArgumentTypeError(f"decode: ids[{k}] is {i!r} ({type(i).__name__}), not a token id",
+                                        "pass a list of ints, e.g. tokenizer.encode(text)") from None
+            if i < 0:
+                raise InputError(f"decode: ids[{k}] is {i}, and token ids are 0 or more",
+                                 "leave the masked entries out first, e.g. [i for i in ids if i >= 0] (-100 marks "
+                                 "the labels a loss ignores)")
+            if known(i):
+                kept.append(i)
+            elif self.embedding_rows is None:
+                raise InputError(f"decode: ids[{k}] is {i}, not an id of this tokenizer (its largest is {self.max_id})",
+                                 "decode ids with the tokenizer that made them (a model's own ids past its tokenizer "
+                                 "decode to no text where config.json sits beside the tokenizer files)")
+            elif i >= self.embedding_rows:
+                raise InputError(f"decode: ids[{k}] is {i}, not an id of this tokenizer (its largest is {self.max_id}) "
+                                 f"nor a row of the model's embedding ({self.embedding_rows} rows)",
+                                 "decode ids with the tokenizer that made them")
+        return kept
 
     def token_to_id(self, token: str) -> int | None:
         if self._fast is not None:
@@ -406,6 +442,20 @@ def _load_sentencepiece(path: Path, dummy_prefix: bool | None):
     added = [(piece.piece, piece.type != piece.USER_DEFINED) for piece in proto.pieces
              if piece.type in (piece.UNKNOWN, piece.CONTROL, piece.USER_DEFINED)]
     return start, processor(False), added
+
+
+def _embedding_rows(folder: Path) -> int | None:
+    """config.json's vocab_size (its text_config's in a multimodal Gemma 3), or None where the folder holds no
+    readable one: a tokenizer without its model."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    rows = config.get("vocab_size", text.get("vocab_size") if isinstance(text, dict) else None)
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
 
 
 def _char_index_of_bytes(text: str) -> list[int]:

@@ -143,6 +143,41 @@ def test_a_prefix_flag_that_is_not_a_boolean_is_an_error(key: str, sentencepiece
 
 
 @pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
+def test_an_id_the_tokenizer_lacks_is_an_error_unless_a_row_of_the_model(backend: str, sentencepiece_folder: Path,
+                                                                        char_folder: Path, tmp_path: Path) -> None:
+    """decode of an id past the tokenizer was sentencepiece's bare IndexError, and no text at all in the tokenizers
+    backend (as in transformers), whether it was another tokenizer's id or a row of the model's embedding that no
+    token has (Qwen2.5: 151936 rows for 151665 ids), which a model may choose. The one is now an error; the other
+    still has no text, so that a model's own generation decodes. A negative id (-100, a label a loss ignores) is an
+    error too, where transformers overflows."""
+    import transformers
+
+    from minidecoder.errors import ArgumentTypeError, InputError
+    from minidecoder.running.generation import continuation_text
+
+    for item in (sentencepiece_folder if backend == "sentencepiece" else char_folder).iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    alone, theirs = Tokenizer(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    size, ids = alone.vocab_size, alone.encode("Hello world")
+    for bad, problem in (size, rf"ids\[3\] is {size}, not an id of this tokenizer \(its largest is {size - 1}\)"), \
+                        (-100, r"ids\[3\] is -100, and token ids are 0 or more"):
+        with pytest.raises(InputError, match=problem):
+            alone.decode([*ids[:3], bad])
+    with pytest.raises(ArgumentTypeError, match=r"ids\[0\] is 1.0 \(float\), not a token id"):
+        alone.decode([1.0])
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": size + 8}))  # the model's: 8 rows past the ids
+    ours = Tokenizer(tmp_path)
+    padded = [*ids[:3], size + 3, *ids[3:], size + 7]
+    assert ours.decode(padded) == theirs.decode(padded) == ours.decode(ids)
+    assert continuation_text(ours, ids[:3], [size + 3, *ids[3:]]) == continuation_text(ours, ids[:3], ids[3:])
+    with pytest.raises(InputError, match=rf"is {size + 8}, not an id .* nor a row of the model's embedding "
+                                         rf"\({size + 8} rows\)"):
+        ours.decode([size + 8])
+    with pytest.raises(InputError, match="0 or more"):
+        ours.decode([-1])
+
+
+@pytest.mark.parametrize("backend", ["sentencepiece", "tokenizers"])
 def test_split_special_tokens_in_the_config_spells_their_text_out_as_in_transformers(
         backend: str, sentencepiece_folder: Path, char_folder: Path, tmp_path: Path) -> None:
     """tokenizer_config.json's `split_special_tokens: true` was ignored: "<s>" in a text stayed the BOS id."""
