@@ -73,12 +73,14 @@ def write_tiny_gguf(
     extra_metadata: dict[str, Any] | None = None,
     drop_tensors: tuple[str, ...] = (),
     sentencepiece: bool | None = None,
+    extra_tokens: tuple[tuple[str, int], ...] = (),
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Write the GGUF; return the Hugging Face state dict it stands for (before quantization).
 
     `quant`: one gguf-py type name for every 2-D weight, or {GGUF tensor name: type} overrides.
     `sentencepiece`: SentencePiece vocabulary (default for Gemma; a Llama-2-style one for llama).
+    `extra_tokens`: (text, llama.cpp token type) pairs appended to the vocabulary, e.g. ("<end_of_turn>", 3).
     """
     rng = np.random.default_rng(seed)
     gemma = arch in ("gemma2", "gemma3")
@@ -87,6 +89,9 @@ def write_tiny_gguf(
         tokens, types, scores = sentencepiece_vocab()
     else:
         tokens, types, merges = byte_level_vocab()
+    tokens, types = tokens + [text for text, _ in extra_tokens], types + [kind for _, kind in extra_tokens]
+    if sentencepiece:
+        scores += [0.0] * len(extra_tokens)
     vocab = len(tokens)
 
     writer = GGUFWriter(str(path), arch)

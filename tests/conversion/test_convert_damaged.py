@@ -220,6 +220,22 @@ def test_an_unknown_token_id_past_the_vocabulary_is_ignored_like_the_other_speci
         assert sum(f"tokenizer.ggml.{name}_token_id 1000000 is past its vocabulary" in line for line in lines) == 1, lines
 
 
+def test_an_end_of_turn_id_that_is_not_a_token_id_is_refused_and_one_past_the_vocabulary_dropped(
+        tmp_path: Path) -> None:
+    """tokenizer.ggml.eot_token_id / eom_token_id became stop ids of generation_config.json: one that is not a whole
+    number is refused naming the key; one past the vocabulary is said and left out, as llama.cpp goes on without it."""
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", extra_metadata={"tokenizer.ggml.eot_token_id": "<|eot_id|>"})
+    with pytest.raises(CheckpointError, match="damaged.gguf: GGUF metadata 'tokenizer.ggml.eot_token_id' is "
+                                              "'<|eot_id|>', not a token id"):
+        convert_gguf(path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    write_tiny_gguf(path, "llama", extra_metadata={"tokenizer.ggml.eom_token_id": 10**6})
+    with pytest.warns(UserWarning, match="tokenizer.ggml.eom_token_id 1000000 is past its vocabulary of 271 tokens"):
+        out = convert_gguf(path, tmp_path / "out", progress=False)
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
+
+
 # ---- the model's numbers -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch, metadata, problem", [

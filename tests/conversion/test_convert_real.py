@@ -88,6 +88,22 @@ def test_token_ids_equal_transformers_gguf_tokenizer(name: str) -> None:
         assert ours.encode(NOT_NFC).ids != reference(NOT_NFC).input_ids
 
 
+# The original checkpoints' generation_config.json eos_token_id (Hugging Face HuggingFaceTB/SmolLM2-135M-Instruct,
+# Qwen/Qwen2.5-Coder-0.5B-Instruct, google/gemma-3-270m), and what the conversion writes: the same ids, in the
+# same order, but for SmolLM2's <|endoftext|> (0), where llama.cpp stops too.
+STOP_IDS = {"smollm2-135m-instruct": ([2], [2, 0]), "qwen2.5-coder-0.5b-instruct": ([151645, 151643], [151645, 151643]),
+            "gemma-3-270m": ([1, 106], [1, 106])}
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_stop_ids_are_the_original_checkpoints(name: str) -> None:
+    """The folders had no generation_config.json: a Gemma 3 chat reply ran on past <end_of_turn> (106)."""
+    _, folder = real_files(name)
+    original, converted = STOP_IDS[name]
+    written = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    assert written == converted and written[:len(original)] == original
+
+
 @pytest.mark.real
 def test_default_model_metadata() -> None:
     """The default model's folder: what config.json and source.json must say about SmolLM2."""

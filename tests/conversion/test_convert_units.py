@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -294,6 +295,72 @@ def test_unknown_pre_tokenizer_is_refused(tmp_path: Path) -> None:
     write_tiny_gguf(gguf_path, "llama", pre="chatglm-bpe")
     with pytest.raises(CheckpointError, match="'chatglm-bpe'"):
         convert_gguf(gguf_path, tmp_path / "out", progress=False)
+
+
+# ---- generation_config.json: where generation stops --------------------------------------------
+
+# Tokens llama.cpp takes by their text and those it takes but the original checkpoints' generate does not: a
+# normal "</s>" (Qwen2.5's 128247), a user-defined one (Gemma 3's 212), fill-in-the-middle tokens (Qwen2.5-Coder's).
+DECOYS = (("</s>", 1), ("<|file_sep|>", 3), ("<|fim_pad|>", 3), ("<reponame>", 3))
+
+
+def _token_ids(folder: Path) -> Callable[[str], int | None]:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id
+
+
+def test_generation_config_holds_llama_cpps_end_of_generation_ids(tmp_path: Path) -> None:
+    """A converted folder had no generation_config.json, so generate stopped at the GGUF's one EOS where llama.cpp
+    also stops at a chat turn's end. Now its eos_token_id is the EOS first, then every control token llama.cpp
+    names by its text (<|endoftext|>, <|eot_id|>) and the eot / eom id the file states, whatever its text; bos
+    and pad are transformers' own reading of the GGUF."""
+    from transformers import GenerationConfig
+
+    gguf_path = tmp_path / "m.gguf"
+    extra = (("<|eot_id|>", 3), ("<|stop|>", 3), ("<|eom_id|>", 4), *DECOYS)
+    write_tiny_gguf(gguf_path, "qwen2", tie=False, extra_tokens=extra,
+                    extra_metadata={"tokenizer.ggml.eom_token_id": 272, "tokenizer.ggml.padding_token_id": 0})
+    folder = convert_gguf(gguf_path, tmp_path / "out", progress=False)
+    token_id = _token_ids(folder)
+    assert token_id("<|stop|>") == 272  # 3 specials, 256 bytes, 12 merges, <|eot_id|>
+    written = json.loads((folder / "generation_config.json").read_text())
+    # <|im_end|> (the EOS), <|endoftext|>, <|eot_id|>, <|stop|> (the eom); not <|im_start|>, a user-defined
+    # <|eom_id|> or any decoy
+    assert written["eos_token_id"] == [2, 0, token_id("<|eot_id|>"), 272]
+    oracle = _oracle_model(gguf_path).generation_config
+    assert (written["bos_token_id"], written["pad_token_id"]) == (oracle.bos_token_id, oracle.pad_token_id) == (1, 0)
+    assert oracle.eos_token_id == 2  # transformers' GGUF loader: the EOS alone
+    assert GenerationConfig.from_pretrained(folder).eos_token_id == written["eos_token_id"]
+
+
+def test_a_gemma_folder_stops_at_end_of_turn_as_the_original_checkpoint(tmp_path: Path) -> None:
+    """The original gemma-3-270m lists [1, 106]: <eos> and <end_of_turn>. Its GGUF states <eos> alone."""
+    gguf_path = tmp_path / "g.gguf"
+    write_tiny_gguf(gguf_path, "gemma3", extra_tokens=(("<start_of_turn>", 3), ("<end_of_turn>", 3), *DECOYS))
+    folder = convert_gguf(gguf_path, tmp_path / "out", progress=False)
+    written = json.loads((folder / "generation_config.json").read_text())
+    assert written == {"bos_token_id": 2, "eos_token_id": [1, _token_ids(folder)("<end_of_turn>")], "pad_token_id": 0}
+
+
+def test_generate_on_a_converted_gemma_stops_at_end_of_turn(tmp_path: Path) -> None:
+    """The converted Gemma 3 ran a chat reply on past <end_of_turn> into the next turn; it stops there now, as
+    llama.cpp and the original checkpoint stop. <end_of_turn> is made the greedy choice by giving its (tied)
+    embedding row twice the row of the token the model picks."""
+    import minidecoder
+
+    gguf_path = tmp_path / "g.gguf"
+    write_tiny_gguf(gguf_path, "gemma3", extra_tokens=(("<start_of_turn>", 3), ("<end_of_turn>", 3)))
+    model = minidecoder.load(convert_gguf(gguf_path, tmp_path / "out", progress=False))
+    end_of_turn = model.tokenizer.token_to_id("<end_of_turn>")
+    prompt = model.tokenizer.encode("<start_of_turn>user\nthe capital<end_of_turn>\n<start_of_turn>model\n")
+    first = minidecoder.generate(model, prompt, max_new_tokens=1)[0]
+    with torch.no_grad():
+        rows = model.model.embed_tokens.weight
+        rows[end_of_turn] = 2 * rows[first]
+    assert minidecoder.generate(model, prompt, max_new_tokens=8, stop_at_eos=False)[0] == end_of_turn
+    assert minidecoder.generate(model, prompt, max_new_tokens=8) == [end_of_turn]
+    assert end_of_turn not in (model.config.eos_token_id, model.tokenizer.eos_id)  # only generation_config.json
 
 
 # ---- output files: shards, dtypes, atomic writes -----------------------------------------------

@@ -136,6 +136,21 @@ def test_ensure_model_converts_once_then_reuses(fake, monkeypatch: pytest.Monkey
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["fake-tiny"]
 
 
+def test_a_folder_converted_before_generation_config_json_is_rebuilt(fake) -> None:
+    """Converter version 1 wrote no generation_config.json, so a Gemma 3 chat reply ran on past <end_of_turn>;
+    such a folder is not reused as it is, but rebuilt from the cached GGUF, where it gets one."""
+    index, data, register, tmp_path = fake
+    register()
+    folder = registry.ensure_model("fake-tiny", progress=False)
+    (folder / "generation_config.json").unlink(missing_ok=True)  # the folder as version 1 left it
+    source = json.loads((folder / "source.json").read_text())
+    (folder / "source.json").write_text(json.dumps(source | {"converter_version": "1"}))
+    assert not registry.is_converted("fake-tiny")
+    registry.ensure_model("fake-tiny", progress=False)
+    assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
+    assert registry.is_converted("fake-tiny") and len(index.requests) == 3  # from the cached GGUF
+
+
 def test_a_folder_the_converter_did_not_make_is_reported_not_replaced(fake) -> None:
     index, data, register, tmp_path = fake
     register()

@@ -3,6 +3,7 @@
     config.json               hf_config.build_config
     tokenizer.json            gguf_tokenizer.build_tokenizer
     tokenizer_config.json     gguf_tokenizer.build_tokenizer
+    generation_config.json    config.json's bos and pad ids, and llama.cpp's end-of-generation ids as eos_token_id
     model.safetensors         one tensor at a time: dequantize -> undo llama.cpp -> cast -> write
     source.json               source file, its sha256, converter version; written last
 
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX, GGUFFile
-from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer
+from minidecoder.sources.convert.gguf_tokenizer import build_tokenizer, end_of_generation_ids
 from minidecoder.sources.convert.hf_config import build_config
 from minidecoder.sources.convert.names import expected_hf_names, hf_name
 from minidecoder.sources.convert.transforms import undo_llama_cpp
@@ -40,12 +41,14 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
 # Bump when the output of a conversion changes, so that registry folders are rebuilt.
-CONVERTER_VERSION = "1"
+# 2: generation_config.json, so that generate stops where llama.cpp does (a chat turn's end, not only the EOS).
+CONVERTER_VERSION = "2"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CONVERTER = "minidecoder.sources.convert"  # source.json's "converter": the mark of a folder this code made
 # Every name a conversion writes; anything else in a folder is someone else's.
-_WRITTEN = re.compile(r"(config|tokenizer|tokenizer_config|source)\.json|model\.safetensors(\.index\.json)?"
+_WRITTEN = re.compile(r"(config|generation_config|tokenizer|tokenizer_config|source)\.json"
+                      r"|model\.safetensors(\.index\.json)?"
                       r"|model-\d{5}-of-\d{5}\.safetensors")
 
 
@@ -106,7 +109,8 @@ def convert_gguf(
 
     try:
         tokenizer, tokenizer_config = build_tokenizer(gguf.metadata, architecture)
-    except CheckpointError as error:  # build_tokenizer sees the metadata only: name the file here
+        stop_ids = end_of_generation_ids(gguf.metadata)
+    except CheckpointError as error:  # both see the metadata only: name the file here
         raise CheckpointError(f"{gguf_path.name}: {error.problem}", error.fix) from None
     # The GGUF's context_length, where minidecoder.load and transformers' tokenizers look for it.
     tokenizer_config["model_max_length"] = config["max_position_embeddings"]
@@ -126,6 +130,7 @@ def convert_gguf(
                 raise OSError(str(error)) from None
             del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
             _write_json(partial / "tokenizer_config.json", tokenizer_config)
+            _write_json(partial / "generation_config.json", _generation_config(config, stop_ids))
             bar = _progress_bar(len(specs), f"converting {gguf_path.name}", progress)
             try:
                 write_safetensors(partial, specs, produce, shard_size, on_tensor=lambda spec: bar.update(1) if bar else None)
@@ -149,6 +154,16 @@ def convert_gguf(
                           "free space there (the weights take about as much as the GGUF dequantized to --dtype) "
                           "or choose another folder, then run the same command again") from None
     return output_dir
+
+
+def _generation_config(config: dict[str, Any], stop_ids: list[int]) -> dict[str, Any]:
+    """What transformers' GGUF loader makes of the file (`GenerationConfig.from_model_config`: config.json's bos, eos
+    and pad ids), the eos widened to llama.cpp's end-of-generation ids: transformers' `generate`, and minidecoder's,
+    then stop at a turn's end as llama.cpp and the original checkpoints do (Gemma 3 at <end_of_turn>, not <eos> alone)."""
+    generation = {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id") if key in config}
+    if stop_ids:
+        generation["eos_token_id"] = stop_ids
+    return generation
 
 
 def _hf_to_gguf_names(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 
-from minidecoder.errors import CheckpointError
+from minidecoder.errors import CheckpointError, is_whole_number
 from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX
 
 # llama.cpp token types (`llama_token_type`): 3 = control (special), 4 = user-defined (added, not special).
@@ -193,6 +193,51 @@ def _warn_ids_past_vocabulary(metadata: dict[str, Any], tokens: list[str]) -> No
         if token_id is not None and not 0 <= token_id < len(tokens):
             warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: the "
                           f"converted tokenizer has no {name} token", stacklevel=3)
+
+
+# The texts llama.cpp ends generation at whatever the metadata says: src/llama-vocab.cpp, `llama_vocab::impl::load`,
+# "maintain a list of tokens that cause end-of-generation" (ggml-org/llama.cpp at 00ad355e). Its two workarounds
+# that drop "<|end|>" (gpt-oss's harmony, solar-open) or "</s>" (Gemma 4) again concern architectures refused here.
+_END_OF_GENERATION_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "[e~[",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's, with full-width bars
+})
+END_OF_GENERATION_NAMES = ("eos", "eot", "eom")  # tokenizer.ggml.<name>_token_id, each an end of generation
+
+
+def end_of_generation_ids(metadata: dict[str, Any]) -> list[int]:
+    """The ids llama.cpp ends generation at (its `special_eog_ids`), the EOS first: the file's eos, eot and eom
+    ids, and every control token whose text llama.cpp takes for an end (<|im_end|>, <end_of_turn>, <|endoftext|>).
+
+    llama.cpp stops at more, where the original checkpoints' generation_config.json does not, and those are left
+    out here (the original Gemma 3 270M lists [1, 106], Qwen2.5-Coder-0.5B-Instruct [151645, 151643]):
+    - a token of such a text that is not a control token: llama.cpp makes it one, warning that this is "probably
+      a bug in the model"; in real vocabularies it is text ("</s>", an HTML tag, is 128247 in Qwen2.5's, a
+      user-defined 212 in Gemma 3's);
+    - the fill-in-the-middle pad, repository and file-separator tokens (<|fim_pad|>, <|repo_name|>, <|file_sep|>,
+      SmolLM2's <reponame>), which end an infill in llama.cpp and are text to the checkpoint's generate.
+    """
+    tokens = metadata["tokenizer.ggml.tokens"]  # a list of strings: _check_vocabulary
+    token_types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    stated: dict[str, int] = {}
+    for name in END_OF_GENERATION_NAMES:
+        key = f"tokenizer.ggml.{name}_token_id"
+        token_id = metadata.get(key)
+        if token_id is None:
+            continue
+        if not is_whole_number(token_id, 0):  # a string would be a TypeError below
+            raise CheckpointError(f"GGUF metadata {key!r} is {token_id!r}, not a token id", DAMAGED_FIX)
+        if token_id < len(tokens):
+            stated[name] = int(token_id)
+        elif name != "eos":  # as llama.cpp, which goes on without it (the EOS is said by _warn_ids_past_vocabulary)
+            warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: generation "
+                          "does not stop at it", stacklevel=2)
+    by_text = {index for index, (token, kind) in enumerate(zip(tokens, token_types))
+               if kind == _CONTROL and token in _END_OF_GENERATION_TEXTS}
+    eos = [stated["eos"]] if "eos" in stated else []
+    return eos + sorted((set(stated.values()) | by_text) - set(eos))
 
 
 def _check_vocabulary(metadata: dict[str, Any]) -> None:
