@@ -57,8 +57,9 @@ PAPER_TIME: dict[str, float] = {"prompteol+tp": 1.04, "pretended_cot": 1.18, "me
 
 HOLDS, REVERSED, UNDECIDED = "holds", "reversed", "not distinguishable from zero at 95%"
 NOT_PAPER = "not the paper's setup"  # a comparison on a row its paper never ran: the number, no verdict
-# what follows NOT_PAPER's reason: every such row is an ablation kept beside the paper's own (a test holds it)
-NO_VERDICT = "an ablation, no verdict"
+# what follows NOT_PAPER's reason: the row is an ablation kept beside the paper's own, or a row that ran without a
+# setting of its paper's (provenance.NO_BOS) and waits for its re-run; either way the number stands, unjudged
+NO_VERDICT = "no verdict"
 WITHOUT = " without "  # "avg without MRPC": the mean over every set but MRPC
 
 
@@ -261,7 +262,8 @@ def judge(claim: Claim, point: dict[str, float], intervals: dict[str, tuple[floa
 
 def shown(record: dict) -> str:
     """The verdict as a table prints it: with the sets that decide it when it is fragile; for a comparison
-    on a row its paper never ran (an ablation kept beside the paper's row), the reason and no verdict."""
+    on a row its paper never ran (an ablation kept beside the paper's row, or a row to re-run), the reason and no
+    verdict."""
     if record["verdict"] == NOT_PAPER:
         return f"{NOT_PAPER} ({record['not_paper']}); {NO_VERDICT}"
     fragile = record.get("fragile") or []

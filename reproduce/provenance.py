@@ -293,23 +293,40 @@ _TABLE = {
 }
 
 
-def provenance(benchmark: str, row: str) -> Provenance | None:
-    """The row's provenance on `benchmark`, or None where the table has none (STS's rows: tools/reproduce.py)."""
-    return _TABLE.get((benchmark, row))
+# HTP's code opens every template of config.yaml but tp-mean-pool with a literal `<s>`, which its tokenizer (loaded
+# with add_bos_token=False) reads as the BOS. minidecoder's rows put a BOS first by the tokenizer's policy, and its
+# HTP row always (`literal_bos`): on a model whose tokenizer adds none, these rows ran without the BOS that the HTP
+# row has, and position 0 (the attention sink) decides much of an embedding there.
+_HTP_CODE_BOS_ROWS = {("retrieval", key) for key in ("mean", "last", "echo", "prompteol", "prompteol+tp")} | {
+    ("classification", key) for key in ("echo", "prompteol", "prompteol+tp")}
+NO_BOS = ("no BOS at position 0, where HTP's code writes <s> (this model's tokenizer adds none by its policy; the "
+          "HTP row puts one there)")
 
 
-def not_the_papers(benchmark: str, method: str, base: str) -> str:
+def provenance(benchmark: str, row: str, tokenizer_adds_bos: bool | None = None) -> Provenance | None:
+    """The row's provenance on `benchmark`, or None where the table has none (STS's rows: tools/reproduce.py).
+    tokenizer_adds_bos: whether the table's model puts a BOS first by its tokenizer's policy (None: unknown);
+    False marks the rows whose template HTP's code opens with `<s>` as not the paper's setup (NO_BOS)."""
+    entry = _TABLE.get((benchmark, row))
+    if entry is None or tokenizer_adds_bos is not False or (benchmark, row) not in _HTP_CODE_BOS_ROWS:
+        return entry
+    return Provenance({**entry.settings, "BOS": f"none ({HTP_CODE}: <s> first, read as the BOS)"},
+                      "; ".join(filter(None, (entry.not_paper, NO_BOS))))
+
+
+def not_the_papers(benchmark: str, method: str, base: str, tokenizer_adds_bos: bool | None = None) -> str:
     """Why a comparison of two rows is not its paper's ("" when both rows are the paper's configuration):
     each diverging row's label and reason."""
     reasons = [f"{row}: {entry.not_paper}" for row in (method, base)
-               if (entry := provenance(benchmark, row)) is not None and entry.not_paper]
+               if (entry := provenance(benchmark, row, tokenizer_adds_bos)) is not None and entry.not_paper]
     return "; ".join(reasons)
 
 
-def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = "") -> list[str]:
+def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = "",
+                     tokenizer_adds_bos: bool | None = None) -> list[str]:
     """A table's provenance section: the metric (every row's) and how the data was read (`data`, where the
     table chose), then one line per (row key, label) with each other setting's source, and the divergence that
-    keeps the row's comparisons from a verdict."""
+    keeps the row's comparisons from a verdict (`tokenizer_adds_bos`: as in `provenance`)."""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** is an ablation kept "
@@ -317,7 +334,7 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = ""
              "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
     lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:
-        entry = provenance(benchmark, key)
+        entry = provenance(benchmark, key, tokenizer_adds_bos)
         if entry is None:
             continue
         flag = (f" **not the paper's setup: {entry.not_paper}.**" if entry.not_paper

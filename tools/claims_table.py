@@ -164,7 +164,7 @@ GROUPS = {"every": "Holds on every model judged", "reversed": "Reversed on every
           "none": "Holds on no model (reversed or not distinguishable on each)",
           "mixed": "Depends on the model (holds on some, not on others)",
           "open": "Not yet judged on every model (rows not run)",
-          "withheld": "No verdict: ablations, judged on rows that are not the paper's setup",
+          "withheld": "No verdict: judged on rows that are not the paper's setup (ablations, or rows to re-run)",
           "fragile": "Fragile: leaving one set out changes the verdict's class"}
 
 
@@ -186,8 +186,9 @@ def render(tables: list[dict], left_out: list[str]) -> str:
              "**fragile (decided by SET)**: the claim is judged on the mean over several sets or tasks, and leaving "
              "SET out (the mean over the others of the same per-resample differences) changes the verdict's class "
              f"(holds / n.s. / reversed). **{NOT_PAPER} (WHY); {NO_VERDICT}**: a row of the "
-             "comparison is not its paper's configuration but an ablation kept beside the paper's row (its table's "
-             "provenance section says where each setting comes from; reproduce/provenance.py), so the number is "
+             "comparison is not its paper's configuration (its table's provenance section says where each setting "
+             "comes from; reproduce/provenance.py): an ablation kept beside the paper's row, or a row that ran "
+             "without a setting of the paper's and is to be re-run with it (WHY names it), so the number is "
              "printed without a verdict.",
              "",
              "Command: `python tools/claims_table.py` (after any table sitting; `--check` says whether this file "

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED  # noqa: E402
 from reproduce.claims import BENCHMARK_CLAIMS, BENCHMARKS, judge, leave_one_out  # noqa: E402
+from reproduce.provenance import not_the_papers  # noqa: E402
 from minidecoder.output_files import write_whole  # noqa: E402
 
 # HTP Table 1 / Figure 1's "TP w. Mean": TP on the bare text (`<PST> {text}`), the paper's start 1 / end 7,
@@ -72,7 +73,8 @@ def with_avg(point: dict[str, float], reps: dict[str, np.ndarray]):
 
 def claims_report(benchmark: str, settings: dict, planned: list[str], done: list[str],
                   differences: Differences) -> dict:
-    """The claims file of one (model, benchmark): `settings` must hold "model" and "limit" (None: full data)."""
+    """The claims file of one (model, benchmark): `settings` must hold "model" and "limit" (None: full data), and
+    may hold "tokenizer_adds_bos" (reproduce.provenance.provenance: which rows are the paper's on this model)."""
     if benchmark not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {benchmark!r}")
     records = []
@@ -85,7 +87,8 @@ def claims_report(benchmark: str, settings: dict, planned: list[str], done: list
         point, intervals = compared  # a score with no interval (a set too small to resample) is left out
         intervals = {name: iv for name, iv in intervals.items() if np.all(np.isfinite(iv)) and name in point}
         if claim.score in intervals:
-            records.append(judge(claim, point, intervals))
+            records.append(judge(claim, point, intervals, not_the_papers(
+                benchmark, claim.method, claim.base, settings.get("tokenizer_adds_bos"))))
     return {"format": "minidecoder-claims/1", "settings": {**settings, "benchmark": benchmark, "bootstrap": BOOTSTRAP},
             "rows_planned": planned, "rows_done": [key for key in planned if key in done], "claims": records}
 

@@ -156,6 +156,18 @@ def table_9(model: str) -> dict[str, int]:
     return {"end": end, "layer": layer}
 
 
+def tokenizer_adds_bos(model: str) -> bool | None:
+    """Whether `model`'s tokenizer puts a BOS first by its own policy (reproduce.provenance.provenance: HTP's code
+    writes `<s>` into its baselines' templates); None where no model folder holds a tokenizer."""
+    from minidecoder.core.tokenizer import Tokenizer
+    from minidecoder.sources.registry import is_known, model_dir
+
+    folder = model_dir(model) if is_known(model) else Path(model)
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
+        return None
+    return Tokenizer(folder).add_bos
+
+
 def row_options(options: dict, model: str) -> dict:
     """The options with every `RULE` value set by HTP Table 9's rule for the model's family."""
     return {key: table_9(model)[key] if value == RULE else value for key, value in options.items()}
@@ -457,7 +469,8 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
                              f"[{got['lo']:+.2f}, {got['hi']:+.2f}]: "
                              + (shown(record) if column == record["score"] else got["verdict"]))
     lines += ablation_lines(family, rows, labels, args)
-    lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows])
+    lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows],
+                              tokenizer_adds_bos=report["settings"]["tokenizer_adds_bos"])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
     digests = {key: digest(family, row) for key, row in rows.items()}
@@ -568,7 +581,8 @@ def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) 
     limited = {flag: value for flag, value in chosen.items() if value is not None}
     devices = sorted({row_device(report) for report in rows.values()}) or [args.device]
     settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": " and ".join(devices),
-                "limit": limited or None}  # None: the full data, the only runs claims_table counts
+                "limit": limited or None,  # None: the full data, the only runs claims_table counts
+                "tokenizer_adds_bos": tokenizer_adds_bos(args.model)}
     return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows, args.data))
 
 

@@ -180,14 +180,40 @@ def test_a_comparison_on_a_row_its_paper_never_ran_prints_its_number_without_a_v
     line = next(line for line in text.splitlines() if line.startswith("| TP improves PromptEOL (STS end, ablation) |")
                 and "+1.00" in line)
     assert "+1.00 [+0.50, +1.50], **not the paper's setup** (prompteol+tp: TP end chosen on STS" in line
-    assert "an ablation, no verdict" in line and "**holds**" not in line and line.endswith("| 0 / 0 / 0, 1 not the paper's setup |")
-    assert "TP improves PromptEOL (STS end, ablation) (transfer)" in text[text.index("**No verdict: ablations"):]
+    assert "; no verdict |" in line and "**holds**" not in line and line.endswith("| 0 / 0 / 0, 1 not the paper's setup |")
+    assert "TP improves PromptEOL (STS end, ablation) (transfer)" in text[text.index("**No verdict: judged on rows"):]
+
+
+@pytest.mark.parametrize("benchmark, base, withheld_without_bos", [
+    ("retrieval", "mean", True), ("retrieval", "prompteol+tp", True), ("retrieval", "mean+tp", False),
+    ("classification", "echo", True), ("classification", "prompteol", True)])
+def test_a_row_without_the_bos_htps_code_writes_gets_no_verdict(benchmark: str, base: str,
+                                                                 withheld_without_bos: bool) -> None:
+    """HTP's code opens its baselines' templates with a literal <s> (all but tp-mean-pool's) and minidecoder's HTP
+    row always puts the BOS first; a baseline on a model whose tokenizer adds none (SmolLM2) ran without it, so
+    HTP's comparison with it is withheld there, and judged where the tokenizer adds one (Gemma-3) or where the
+    baseline has no <s> in HTP's code either (TP w. Mean)."""
+    from reproduce.provenance import NO_BOS
+
+    def report(adds_bos: bool) -> dict:
+        sets = ("Emotion", "Banking77")  # classification's claims are judged per task, retrieval's on the average
+        differences = lambda method, base: family_claims.with_avg(dict.fromkeys(sets, 1.0),
+                                                                  {name: np.full(1000, 1.0) for name in sets})
+        settings = {"model": "m", "limit": None, "tokenizer_adds_bos": adds_bos}
+        return family_claims.claims_report(benchmark, settings, ["htp", base], ["htp", base], differences)
+
+    for record in report(True)["claims"]:
+        assert record["verdict"] != NOT_PAPER
+    for record in report(False)["claims"]:
+        assert (record["verdict"] == NOT_PAPER) == withheld_without_bos
+        assert (NO_BOS in record.get("not_paper", "")) == withheld_without_bos
+    assert report(False)["claims"] and report(True)["claims"]
 
 
 def test_every_comparison_withheld_as_not_the_papers_is_named_an_ablation() -> None:
-    """The tables print "an ablation, no verdict" after every comparison on a row its paper never ran: that
-    holds only while each such claim is an ablation beside the paper's own, so a withheld claim that is not one
-    (a row still to re-run) must fail here and get its own wording."""
+    """A comparison withheld on every model (not_the_papers without a model's tokenizer policy) is an ablation
+    beside the paper's own, and its claim says so; a claim withheld for a row still to re-run (a model's missing
+    BOS, provenance.NO_BOS) is withheld only on that model, and its reason says why."""
     from reproduce.provenance import not_the_papers
 
     withheld = [c.text for c in BENCHMARK_CLAIMS if not_the_papers(c.benchmark, c.method, c.base)]
