@@ -57,12 +57,15 @@ class Provenance:
 # Llama is Mistral's architecture, Gemma-3 Gemma-2's successor. model_type -> (HTP end, output layer)
 TABLE_9_RULE = {"llama": (7, -3), "mistral": (7, -3), "qwen2": (7, -2), "gemma2": (6, -2), "gemma3": (6, -2),
                 "gemma3_text": (6, -2)}
-TABLE_9 = ("HTP Table 9's exit layer for the model's family: third-to-last for Llama and Mistral (Table 9's "
-           "Mistral), second-to-last for Qwen2 and Gemma (Table 9's Qwen2.5 and Gemma-2); HTP's code's "
-           "mistral-instruct-tp reads -2")
+TABLE_9 = ("HTP Table 9's exit layer for the model's family: third-to-last for Mistral, second-to-last for Qwen2.5 "
+           "and Gemma-2; Llama takes Mistral's and Gemma-3 Gemma-2's (minidecoder's mapping: Table 9 has no Llama or "
+           "Gemma-3 row); HTP's code's mistral-instruct-tp reads -2")
 INSTRUCTION_CONTEXT = ("the set's instruction (HTP Table 10/11), read as unpooled context (HTP's code: embed_mask 0, "
                        "Appendix C), where HTP's config.yaml writes a fixed \"Retrieve relevant document(s).\"")
 HTP_CODE_TEMPLATES = f"{HTP_CODE} and mteb_retrieval_tasks.py"
+# config.yaml writes these templates single-quoted with `\\"` for each quote: YAML keeps the backslash there, so
+# HTP's code fed `\\"` to its tokenizer; the rows read plain quotes (the effect is not measured)
+BACKSLASHES = "; config.yaml's `\\\"` keeps its backslash in YAML, which minidecoder drops (minidecoder's choice)"
 
 
 def _faithful_rows(benchmark: str) -> dict[str, Provenance]:
@@ -91,23 +94,23 @@ def _faithful_rows(benchmark: str) -> dict[str, Provenance]:
             "readout": "mean over the second copy (HTP pooling/pooling.py: {!text} is read, not pooled)",
             "metric": metric}),
         "prompteol": Provenance({
-            "template": f"'The sentence \"{{text}}\" means in one word: \"' ({HTP_CODE} prompteol-last-pool), the text "
-                        "as given (HTP's code prepares it in no way; the `prompt` method, senteval_text off)",
-            "instruction": "none (HTP section 5: the prompt is the instruction)",
+            "template": f"'The sentence \"{{text}}\" means in one word: \"' ({HTP_CODE} prompteol-last-pool{BACKSLASHES}), "
+                        "the text as given (HTP's code prepares it in no way; the `prompt` method, senteval_text off)",
+            "instruction": f"none ({HTP_CODE} prompteol-last-pool writes none)",
             "layer": f"-1 ({HTP_CODE} mistral-instruct-vanilla)",
             "readout": f"the closing '\"' ({HTP_CODE}: the pooled {{\"}}; the </s> after it is never read)",
             "metric": metric}),
         "prompteol+tp": Provenance({
-            "template": f"'The sentence <PST> \"{{text}}\" means in one word: </s>' ({HTP_CODE} tp-prompteol-last-pool), "
-                        "the text as given (senteval_text off)",
+            "template": f"'The sentence <PST> \"{{text}}\" means in one word: </s>' ({HTP_CODE} tp-prompteol-last-pool"
+                        f"{BACKSLASHES}), the text as given (senteval_text off)",
             "instruction": "none (HTP section 5)",
             "layer": TABLE_9,
             "readout": f"the appended EOS token ({HTP_CODE}: the pooled {{</s>}})",
             "TP start / end": f"1 / 7 ({HTP_CODE} mistral-instruct-tp)",
             "metric": metric}),
         "mean+tp": Provenance({
-            "template": side("'{instruct} <PST> \"{text} \"'", "'<PST> \"{text}\"'") + f" ({HTP_CODE} tp-mean-pool), "
-                        "the text as given (senteval_text off)",
+            "template": side("'{instruct} <PST> \"{text} \"'", "'<PST> \"{text}\"'") + f" ({HTP_CODE} tp-mean-pool"
+                        f"{BACKSLASHES}), the text as given (senteval_text off)",
             "instruction": INSTRUCTION_CONTEXT,
             "layer": TABLE_9,
             "readout": "mean over the text, <PST> excluded (HTP pooling/pooling.py)",
@@ -192,7 +195,9 @@ _TABLE3_METRIC = ("cosine Pearson x100, mean of the seven STS sets, Spearman bes
                   "`cos_sim: pearson`); Ocnli: best accuracy over thresholds")
 _TABLE2_METRIC = ("cosine Spearman x100, mean of the seven STS sets (ReBA Table 2, the mean-pooled ablation); "
                   "Ocnli: best accuracy over thresholds")
-_AFTER_FIRST = "mean over every copy after the first (ReBA Table 2's Echo-k mean over positions n..kn)"
+_AFTER_FIRST = ("mean over every copy after the first (ReBA Table 2's Echo-k mean over positions n..kn; ReBA's code's "
+                "LLM_mean_echo, `2 Evaluation_MTEB.py`, finds the start after repeating the text and so reads the last "
+                "token alone: the paper's text is followed)")
 
 
 def _cmteb_rows() -> dict[tuple[str, str], Provenance]:
@@ -240,7 +245,8 @@ _TABLE = {
     **_cmteb_rows(),
     **{("transfer", key): Provenance({
         "template": "the prompt's own (docs/spec.md section 3; TP's code `evaluate.py` takes the same)",
-        "layer": STS_LAYER + ", where TP's code reads 27 of Llama-2-7B (docs/spec.md section 4)",
+        "layer": STS_LAYER + ", where TP's code reads the final layer without TP (fuyuchenIfyw/token_prepending "
+                             "config.yaml llama-2-7b: output_layer -1)",
         "readout": "the last token (the prompt's paper)", "metric": METRIC["transfer"]})
        for key in ("prompteol", "pretended_cot", "knowledge")},
     **{("transfer", f"{key}+tp"): Provenance({
@@ -262,7 +268,7 @@ _TABLE = {
        for key in ("prompteol", "pretended_cot", "knowledge")},
     ("transfer", "prompteol+cp"): Provenance({
         "template": "PromptEOL's, and CP's auxiliary 'The irrelevant information of this sentence' prompt (CP's code "
-                    "`run_intervention_eval.sh`; docs/spec.md section 3)",
+                    "`evaluate_intervention.py`; docs/spec.md section 3)",
         "layer": STS_LAYER,
         "readout": "the last token (CP paper)",
         "CP steer layer / alpha": "chosen on STS-B dev from CP's grids (CP paper; docs/spec.md section 6)",
@@ -289,7 +295,9 @@ _TABLE = {
     ("sts-long", "htp"): Provenance({"template": "\"{text}\" between a literal BOS and EOS (HTP's code)",
                                      "layer": STS_LAYER + ", where HTP Table 9 reads the second-to-last",
                                      "readout": "mean over the text tokens (HTP pooling/pooling.py)",
-                                     "HTP start / end": "1 / 7 (HTP Table 9)", "metric": METRIC["sts-long"]}),
+                                     "HTP start / end": "1 / 7 (HTP Table 9's Mistral and Qwen2.5; on Gemma too, where "
+                                                        "Table 9's Gemma-2 ends at 6: minidecoder's choice)",
+                                     "metric": METRIC["sts-long"]}),
 }
 
 

@@ -803,6 +803,7 @@ def main(argv: list[str] | None = None) -> int:
             remove_if_empty(out / f"{name}-transfer-work")
             print(f"wrote {path} and {path.with_suffix('.md')}", file=sys.stderr)
             continue
+        ran = False
         for key, label in rows:
             if (wanted is not None and key not in wanted) or key in report["rows"]:
                 continue
@@ -843,9 +844,10 @@ def main(argv: list[str] | None = None) -> int:
                                    "stamp": build_stamp({"method": method.describe(), "device": args.device}, results),
                                    "command": shlex.join(command)}
             write_table()
+            ran = True
             shutil.rmtree(work, ignore_errors=True)  # the row is in the file: its kept work is no longer needed
-        if merged:
-            write_table()  # the merged rows are in, with their claims, even where no row ran here
+        if merged or not ran:  # the merged rows are in, with their claims, even where no row ran here; with every
+            write_table()  # row kept, the table is written again from them: the provenance and claims as today's code says
             for key in merged:  # a row finished elsewhere: what a sitting here kept of it is no longer needed
                 shutil.rmtree(out / f"{name}-{family}-work" / key, ignore_errors=True)
         remove_if_empty(out / f"{name}-{family}-work")
