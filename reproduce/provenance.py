@@ -195,9 +195,10 @@ _TABLE3_METRIC = ("cosine Pearson x100, mean of the seven STS sets, Spearman bes
                   "`cos_sim: pearson`); Ocnli: best accuracy over thresholds")
 _TABLE2_METRIC = ("cosine Spearman x100, mean of the seven STS sets (ReBA Table 2, the mean-pooled ablation); "
                   "Ocnli: best accuracy over thresholds")
-_AFTER_FIRST = ("mean over every copy after the first (ReBA Table 2's Echo-k mean over positions n..kn; ReBA's code's "
-                "LLM_mean_echo, `2 Evaluation_MTEB.py`, finds the start after repeating the text and so reads the last "
-                "token alone: the paper's text is followed)")
+# ReBA's code's LLM_mean_echo (`2 Evaluation_MTEB.py`) finds its start after repeating the text, so it reads the
+# last token alone: this row follows the paper's text (said here, not in the table's words: the C-MTEB table keeps
+# no digest of its rows, tools/reproduce_retrieval.py `digest`, so it is rebuilt only by re-running them on a GPU)
+_AFTER_FIRST = "mean over every copy after the first (ReBA Table 2's Echo-k mean over positions n..kn)"
 
 
 def _cmteb_rows() -> dict[tuple[str, str], Provenance]:
