@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minidecoder.errors import ContextLengthError, InputError
-from minidecoder.methods.text import fill_template, without_eos
+from minidecoder.methods.text import fill_template, without_bos, without_eos
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,8 +90,10 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
 def encode_one(tokenizer, template: str, text: str, context: str | None = None):
     """(ids, [(start, end) token span of each {text} occurrence]) for one filled template; given `context`
     (a string, "" for none), the ids of `"{context} {filled}"` and, as a third item, the context's token span
-    (the tokens overlapping its characters; (0, 0) for none). A final `{eos}` appends the EOS id."""
+    (the tokens overlapping its characters; (0, 0) for none). A leading `{bos}` puts the BOS id first (once, where
+    the tokenizer's policy puts it there too); a final `{eos}` appends the EOS id."""
     filled = fill_template(template, text)  # validates the template; strips
+    template, bos = without_bos(template)
     template, eos = without_eos(template)
     parts = template.split("{text}")
     assembled, char_spans = parts[0], []
@@ -108,7 +110,10 @@ def encode_one(tokenizer, template: str, text: str, context: str | None = None):
         start_char, end_char = start_char + before, end_char + before
         inside = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
         token_spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
-    head = [tokenizer.bos_id] if tokenizer.add_bos else []
+    if bos and tokenizer.bos_id is None:
+        raise InputError(f"the template {'{bos}' + template!r} puts a BOS token first, and this tokenizer has none",
+                         "drop {bos} from the template, or use a checkpoint whose tokenizer_config.json names one")
+    head = [tokenizer.bos_id] if tokenizer.add_bos or bos else []
     tail = [tokenizer.eos_id] if tokenizer.add_eos else []
     if eos:  # HTP's code's `{</s>}`: the token a last-token readout then reads
         if tokenizer.eos_id is None:

@@ -34,11 +34,14 @@ from minidecoder.errors import InputError
 SENTEVAL_HELP = ("prepare each text as the SentEval batchers of the references did (append '.', '\"' -> \"'\", "
                  "final '?' -> '.') before filling the template; false embeds the text verbatim")
 
-# A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the text's place and
+# A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the text's place,
 # `{eos}`, at the very end only, the tokenizer's EOS token appended as one id (HTP's code's `{</s>}`, the
-# token its last-token rows read). Lone braces and tokens such as `<PST>` are literal text.
+# token its last-token rows read), and `{bos}`, at the very start only, the tokenizer's BOS token put first
+# whatever its policy (HTP's code's literal `<s>`, written into templates it tokenizes with add_bos_token=False;
+# once, where the policy adds one too). Lone braces and tokens such as `<PST>` are literal text.
 _FIELD = re.compile(r"\{([^{}\s]*)\}")
 EOS_FIELD = "{eos}"
+BOS_FIELD = "{bos}"
 _ENDINGS = ".?\"'"  # a sentence ending in one of these gets no extra "."
 
 
@@ -83,9 +86,21 @@ def without_eos(template: str) -> tuple[str, bool]:
     return head, ends
 
 
+def without_bos(template: str) -> tuple[str, bool]:
+    """(the template without a leading `{bos}`, whether it had one). `{bos}` anywhere but at the start is an
+    error: the BOS token put first is all it can mean."""
+    tail = template.lstrip()
+    starts = tail.startswith(BOS_FIELD)
+    tail = tail[len(BOS_FIELD):] if starts else template
+    if BOS_FIELD in tail:
+        raise InputError(f"template {template!r} has {BOS_FIELD} after its start",
+                         f"write {BOS_FIELD} first: it puts the tokenizer's BOS token before the filled template")
+    return tail, starts
+
+
 def fill_template(template: str, text: str) -> str:
-    """Substitute `text` for every `{text}` in `template`, then strip the result (a final `{eos}` is
-    dropped here: `inputs.encode_one` appends its id).
+    """Substitute `text` for every `{text}` in `template`, then strip the result (a leading `{bos}` and a final
+    `{eos}` are dropped here: `inputs.encode_one` adds their ids).
 
     Templates contain literal `"` and may contain placeholder tokens such as `<PST>`; neither is
     touched. Any other `{name}` is an error, because it almost always is a typo of `{text}`
@@ -94,14 +109,15 @@ def fill_template(template: str, text: str) -> str:
     >>> fill_template('This sentence : "{text}" means in one word:"', "a cat.")
     'This sentence : "a cat." means in one word:"'
     """
-    template, _ = without_eos(template)
+    template, _ = without_eos(without_bos(template)[0])
     fields = template_fields(template)
     unknown = sorted({name for name in fields if name != "text"})
     if unknown:
         raise InputError(
             f"template {template!r} has unknown placeholder(s) "
             + ", ".join("{" + name + "}" for name in unknown),
-            "write the sentence's place as {text} (and {eos}, last, for the EOS token); no other placeholder exists",
+            "write the sentence's place as {text} ({bos}, first, for the BOS token; {eos}, last, for the EOS token); "
+            "no other placeholder exists",
         )
     if "text" not in fields:
         raise InputError(

@@ -98,6 +98,46 @@ def test_eos_anywhere_but_last_is_refused(tiny_llama: Path) -> None:
         minidecoder.embed(model, ["a cat."], "htp", template="{text} {eos}")
 
 
+@pytest.mark.parametrize("method, template, options", [
+    ("mean", "Text:{text}", {}), ("last", "{text} {eos}", {}), ("echo", "Query: {text} Query again: {text}", {}),
+    ("tp", 'The sentence <PST> "{text}" means in one word: {eos}', {"start": 1, "end": 3, "layer": -2})])
+def test_a_leading_bos_puts_the_bos_first_as_htps_literal_s(tiny_llama: Path, tmp_path: Path, method: str,
+                                                           template: str, options: dict) -> None:
+    """HTP's code writes a literal `<s>` before its baselines' templates, read as the BOS whatever the tokenizer's
+    policy; `{bos}` first is that token: on a tokenizer that adds none, the same ids and embeddings as the plain
+    template on one that adds it, and on one that adds it, a single BOS."""
+    import shutil
+
+    from tiny_models import save_tiny_tokenizer
+
+    no_bos = shutil.copytree(tiny_llama, tmp_path / "no-bos")
+    save_tiny_tokenizer(no_bos, add_bos=False)
+    policy, literal = minidecoder.load(tiny_llama), minidecoder.load(no_bos)
+    assert policy.tokenizer.add_bos and not literal.tokenizer.add_bos
+    key = "prompt" if method == "tp" else "template"
+    texts = ["a cat sat on the mat.", "dogs ran."]
+    if method != "tp":  # TP adds its <PST> to the tokenizer itself; its ids are compared through the embeddings
+        plain = encode_prompts(policy.tokenizer, template, texts)
+        for tokenizer in (policy.tokenizer, literal.tokenizer):
+            first = encode_prompts(tokenizer, "{bos}" + template, texts)
+            assert first.input_ids.tolist() == plain.input_ids.tolist() and first.text_spans == plain.text_spans
+    expected = minidecoder.embed(policy, texts, method, **{key: template}, **options)
+    torch.testing.assert_close(minidecoder.embed(literal, texts, method, **{key: "{bos}" + template}, **options),
+                               expected, rtol=0, atol=0)
+    assert (minidecoder.embed(literal, texts, method, **{key: template}, **options) - expected).abs().max() > 1e-3
+
+
+def test_bos_anywhere_but_first_or_without_a_bos_token_is_refused(tiny_llama: Path) -> None:
+    model = minidecoder.load(tiny_llama)
+    with pytest.raises(InputError, match="has \\{bos\\} after its start"):
+        minidecoder.embed(model, ["a cat"], "mean", template="{text} {bos}")
+    with pytest.raises(InputError, match="which HTP does not read"):
+        minidecoder.embed(model, ["a cat."], "htp", template="{bos}{text}")
+    model.tokenizer.bos_id = None
+    with pytest.raises(InputError, match="puts a BOS token first, and this tokenizer has none"):
+        encode_prompts(model.tokenizer, "{bos}{text}", ["a cat"])
+
+
 @pytest.mark.parametrize("method, options, takes", [
     ("mean", [], True), ("htp", [], True), ("prompteol", [], False),
     ("tp", ["prompt=prompteol"], False),  # TP w. PromptEOL: the prompt is its instruction (HTP section 5)
