@@ -2,6 +2,7 @@
 
     a run's outputs         claim_outputs, write_whole, write_streamed, write_file -> publish
     kept work               write_kept, write_chunk     (files in a work folder its run already guards)
+    a write that failed     write_failure               (its cause in words, and the way out, for every writer)
     a folder or large file  staging -> swap_into_place, remove_stale_partials   (the converter, a fetch)
     checksums               sha256_file, sha256_files, Sha256Reader
 
@@ -66,21 +67,79 @@ def _reason(error: OSError) -> str:
     return _REASONS.get(error.errno, error.strerror or str(error))
 
 
+def write_failure(error: OSError, path: str | Path | None = None) -> tuple[str, str]:
+    """(the cause in words, the way out) of a write that raised `error`, for every writer's message:
+
+        cause, way_out = write_failure(error, path)
+        raise OutputError(f"writing {path} failed: {cause}; <what is kept>",
+                          f"{way_out}, then run the same command again")
+
+    A folder standing where the file belongs (a copy gone wrong), or a file where a folder belongs, is named with
+    its removal as the way out: freeing space or fixing permissions would not help. A full disk asks for space, a
+    permission problem for permissions, each on the folder written to. `path`: what was being written, naming
+    that folder where the error names no file (a failed `write` on an open file)."""
+    blocker = _in_the_way(error)
+    if blocker is not None:
+        kind, belongs = ("folder", "a file") if blocker.is_dir() else ("file", "a folder")
+        return f"a {kind} stands where {belongs} belongs ({blocker})", f"remove the {kind} {blocker}"
+    folder = _written_folder(error, path)
+    there = f" {folder}" if folder is not None else " the output folder"
+    code = error.errno
+    if code == errno.ENOSPC:
+        way_out = f"free space on the disk that holds{there}"
+    elif code == errno.EDQUOT:
+        way_out = f"free space within your disk quota on{there} (or have the quota raised)"
+    elif code == errno.EFBIG:  # the file system's largest file (FAT32: 4 GiB), or a limit set with `ulimit -f`
+        way_out = "put the output on a file system that takes larger files, or raise the file size limit (ulimit -f)"
+    elif code in (errno.EACCES, errno.EPERM):
+        way_out = f"make{there} writable (e.g. chmod u+w{there})"
+    elif code == errno.EROFS:
+        way_out = f"remount the file system that holds{there} read-write"
+    else:
+        way_out = f"fix what stops writing in{there} (or the disk it is on)"
+    return _reason(error), way_out
+
+
+def _in_the_way(error: OSError) -> Path | None:
+    """The folder standing where a file was to be written, or the file standing where a folder was to be made
+    (at the path or above it), that made the write fail; None when nothing stands in the way."""
+    names = [Path(os.fsdecode(name)) for name in (error.filename2, error.filename) if name is not None]
+    if error.errno in (errno.EISDIR, errno.ENOTEMPTY) or (error.errno == errno.EEXIST and error.filename2 is not None):
+        # a file opened or renamed onto a folder, or hard-linked to a folder's name
+        return next((name for name in names if name.is_dir()), None)
+    if error.errno == errno.EEXIST:  # mkdir, where a file stands
+        return names[0] if names and names[0].exists() and not names[0].is_dir() else None
+    if error.errno == errno.ENOTDIR:  # a file where a folder of the path belongs
+        return next((above for name in names for above in [*reversed(name.parents), name]
+                     if above.exists() and not above.is_dir()), None)
+    return None
+
+
+def _written_folder(error: OSError, path: str | Path | None) -> Path | None:
+    """The folder a failed write wrote into: of the file the error names (of a rename's two, one that is not
+    writable), else of `path`."""
+    names = [Path(os.fsdecode(name)) for name in (error.filename, error.filename2) if name is not None]
+    folders = [name.parent for name in names] or ([Path(path).parent] if path is not None else [])
+    return next((folder for folder in folders if not os.access(folder, os.W_OK)), folders[0] if folders else None)
+
+
 def check_writable_folder(folder: str | Path, what: str = "the output folder") -> None:
     """Create `folder` if needed and prove a file can be written there, or raise OutputError saying why."""
     folder = Path(folder) if str(folder) else Path(".")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{what} {folder} is a file, not a folder", "choose an output path inside a folder")
+    probe = folder / f".minidecoder-write-test-{uuid.uuid4().hex[:8]}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".minidecoder-write-test-{uuid.uuid4().hex[:8]}"
         with probe.open("wb") as handle:
             handle.write(b"x")
-        probe.unlink()
     except OSError as error:
-        raise OutputError(f"{what} {folder} is not writable ({_reason(error)})",
-                          "choose a folder you can write to, or fix its permissions or free space; "
-                          "nothing was loaded or computed yet") from None
+        cause, way_out = write_failure(error, probe)
+        raise OutputError(f"{what} {folder} is not writable ({cause})",
+                          f"{way_out}, or choose another folder; nothing was loaded or computed yet") from None
+    finally:  # a full disk fails the probe's write once the probe exists
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
 
 
 def check_free(path: str | Path, overwrite: bool, what: str = "output") -> None:
@@ -198,8 +257,7 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         try:
             handle = path.open("a+b")
         except OSError as error:
-            raise OutputError(f"cannot create the lock file {path} ({_reason(error)})",
-                              "choose an output in a folder you can write to") from None
+            raise _lock_failed(error, path, "create") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -218,12 +276,24 @@ def _acquire(output: str | Path, wait: bool, poll_s: float):
         except FileNotFoundError:
             same = False
         if same:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{LOCK_MARK}{os.getpid()}".encode("ascii"))
-            handle.flush()
+            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"{LOCK_MARK}{os.getpid()}".encode("ascii"))
+                handle.flush()
+            except OSError as error:  # a full disk: the file was made, its few bytes cannot be
+                with contextlib.suppress(OSError):
+                    path.unlink()  # while locked, as `output_lock` removes its own: unmarked, no later run would
+                with contextlib.suppress(OSError):  # its close flushes the bytes that did not fit again
+                    handle.close()
+                raise _lock_failed(error, path, "write") from None
             return handle
         handle.close()
+
+
+def _lock_failed(error: OSError, path: Path, verb: str) -> OutputError:
+    cause, way_out = write_failure(error, path)
+    return OutputError(f"cannot {verb} the lock file {path} ({cause})", f"{way_out}, then run the same command again")
 
 
 def _held_message(output, pid: int) -> str:

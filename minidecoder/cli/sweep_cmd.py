@@ -245,8 +245,10 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
         raise Interrupted(f"interrupted while writing the sweep's outputs; {kept}; {again} (with --overwrite for "
                           f"any of them already written) to write them without recomputing") from None
     except OutputError as error:
-        raise OutputError(f"{error.problem}; {kept}", f"{error.fix or 'fix the output folder'}; {again} to write "
-                          f"the outputs from them without recomputing, or delete {work}") from None
+        fix = (error.fix or "fix the output folder, then run the same command again").replace(
+            "run the same command again", again)
+        raise OutputError(f"{error.problem}; {kept}", f"{fix}: it writes the outputs from them without recomputing "
+                          f"(delete {work} to discard them)") from None
     shutil.rmtree(work, ignore_errors=True)
     best = result.best
     print(f"best on STS-B dev: {best['options']} -> {best['score']:.2f}" if best else "no finite dev score")

@@ -55,8 +55,8 @@ from minidecoder.running.command_line import (add_model_options, add_output_opti
                                              check_sizes, claim_cli_outputs, default_prefix, first_interrupted,
                                              load_model, model_stamp, parse_options, resume_settings)
 from minidecoder.running.embedding import check_texts_fit
-from minidecoder.errors import (ArgumentTypeError, InputError, Interrupted, NumericsError, describe_unusable_file,
-                                is_whole_number)
+from minidecoder.errors import (ArgumentTypeError, InputError, Interrupted, NumericsError, OutputError,
+                                describe_unusable_file, is_whole_number)
 
 
 # Methods that take a task's instruction (docs/spec.md section 11, HTP Appendix B: Vanilla Mean, Vanilla Last, Echo
@@ -278,6 +278,8 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
                 prefix, table)
         except KeyboardInterrupt as stop:
             raise past_the_job(stop, work, args, prefix, embedded=bool(job))
+        except OutputError as error:
+            raise failed_past_the_job(error, work, args, prefix, embedded=bool(job)) from None
         shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
         if family.draw is not None and figures:
             family.draw(results, figures, args)
@@ -302,16 +304,47 @@ def past_the_job(stop: KeyboardInterrupt, work: Path, args: argparse.Namespace, 
                        _embedding_interrupted(work, args, prefix))
 
 
-def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
-    """The line for Ctrl-C after the embeddings: what is kept (the embeddings; transfer: and each finished
-    task's probe) or, where the folder was removed meanwhile, that nothing is, and how to go on."""
+def failed_past_the_job(error: OutputError, work: Path, args: argparse.Namespace, prefix: Path,
+                        embedded: bool) -> OutputError:
+    """A write that failed while the command scored or wrote its report (a kept task, the report): `error` with
+    what `work` still keeps, counted on disk, and how to resume from it. One that failed inside the embedding
+    job already says which chunks it kept: it only learns how to resume (`resumable`)."""
+    if not embedded:
+        return resumable(error, args, prefix)
+    kept = _kept_past_the_job(work)
+    if kept is None:
+        return resumable(OutputError(f"{error.problem}; nothing was kept", error.fix), args, prefix)
+    return resumable(OutputError(f"{error.problem}; {kept}",
+                                 f"{error.fix}: it resumes from them (delete {work} to discard them)"), args, prefix)
+
+
+def resumable(error: OutputError, args: argparse.Namespace, prefix: Path) -> OutputError:
+    """`error`, whose way out is to run the same command again, saying how (`run_again`): a command that chose
+    its dated --output itself resumes only under that --output."""
+    if args.output or not error.fix:
+        return error
+    return OutputError(error.problem, error.fix.replace("run the same command again", run_again(args, prefix)))
+
+
+def _kept_past_the_job(work: Path) -> str | None:
+    """What `work` keeps once the embeddings are made (the embeddings; transfer: and each finished task's probe),
+    or None where it keeps nothing (the folder was removed meanwhile)."""
     from minidecoder.running.jobs import holds_kept_work
 
+    if not (work.is_dir() and holds_kept_work(work)):
+        return None
+    tasks = sorted(path.name.split(".")[0].removeprefix("task-") for path in work.glob("task-*.kept.json"))
+    finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
+    return f"the embeddings{finished} are kept in {work}"
+
+
+def _scoring_interrupted(work: Path, args: argparse.Namespace, prefix: Path) -> str:
+    """The line for Ctrl-C after the embeddings: what is kept or, where the folder was removed meanwhile, that
+    nothing is, and how to go on."""
     again = run_again(args, prefix)
-    if work.is_dir() and holds_kept_work(work):
-        tasks = sorted(path.name.split(".")[0].removeprefix("task-") for path in work.glob("task-*.kept.json"))
-        finished = f" and the finished tasks ({', '.join(tasks)})" if tasks else ""
-        return f"interrupted while scoring; the embeddings{finished} are kept in {work}; {again} to resume from them"
+    kept = _kept_past_the_job(work)
+    if kept:
+        return f"interrupted while scoring; {kept}; {again} to resume from them"
     return f"interrupted while scoring; nothing was kept, so {again} (it embeds the texts again)"
 
 

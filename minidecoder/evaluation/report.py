@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from minidecoder.errors import InputError, OutputError
-from minidecoder.output_files import write_whole
+from minidecoder.output_files import write_failure, write_whole
 from minidecoder.running.figures import pyplot, save_figure
 from minidecoder.sources.checksums import file_sha256
 
@@ -228,21 +228,23 @@ def write_or_rescue(write, prefix: str | Path, table: str) -> tuple[Path, Path]:
     prefix = Path(prefix)
     try:
         return write(prefix)
-    except (OSError, OutputError) as error:  # OutputError: a file appeared at the name meanwhile
-        first = error
+    except OSError as error:
+        why, way_out = write_failure(error, prefix)
+    except OutputError as error:  # a file appeared at the name meanwhile
+        why, way_out = error.problem, (error.fix or "move it away").removesuffix(", then run the same command again")
     print(table)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     rescue = unsaved_results_dir() / f"{prefix.name or 'report'}-{stamp}"
     try:
         rescue.parent.mkdir(parents=True, exist_ok=True)
         saved = write(rescue)
-        where = f"the report was saved to {saved[0]} and {saved[1]} instead (the table is above)"
+        where, keep = (f"the report was saved to {saved[0]} and {saved[1]} instead (the table is above)",
+                       "keep the saved report, or ")
     except (OSError, OutputError) as error:
-        where = f"saving it to {rescue.parent} failed too ({error}); the table above is all that is left"
-    print(f"minidecoder: writing {prefix}.json failed", file=sys.stderr)
-    why = first.problem if isinstance(first, OutputError) else first.strerror or first
+        where, keep = f"saving it to {rescue.parent} failed too ({error}); the table above is all that is left", ""
+    print(f"minidecoder: writing {prefix}.json / .md failed", file=sys.stderr)
     raise OutputError(f"writing the report to {prefix}.json / .md failed ({why}); {where}",
-                      "move it where you want it, and fix or change --output next time") from None
+                      f"{keep}{way_out}, then run the same command again to write it there") from None
 
 
 Curve = tuple[Sequence[Any], Sequence[float | None]]  # (x values, scores; None = not computed)

@@ -69,11 +69,11 @@ import torch
 
 from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
                                              check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
-from minidecoder.errors import InputError, describe_unusable_file, is_whole_number
+from minidecoder.errors import InputError, OutputError, describe_unusable_file, is_whole_number
 from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
-from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, limit_that_cut, longest_first,
-                                           parse_names, past_the_job, refuse_reading_options, refuse_repeats,
-                                           require_rows, resolve_data_folder)
+from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, failed_past_the_job, limit_that_cut,
+                                           longest_first, parse_names, past_the_job, refuse_reading_options,
+                                           refuse_repeats, require_rows, resolve_data_folder)
 from minidecoder.running.embedding import check_texts_fit
 
 # Subset order as in SentEval's STS12Eval..STS16Eval (order only affects the per-subset listing).
@@ -549,6 +549,8 @@ def _evaluate(args: argparse.Namespace, tasks: list[str], loaded: list, prefix: 
                 lambda where: write_report(where, results, metadata, args.overwrite), prefix, table)
         except KeyboardInterrupt as stop:
             raise past_the_job(stop, work, args, prefix, embedded="summary" in kept)
+        except OutputError as error:
+            raise failed_past_the_job(error, work, args, prefix, embedded="summary" in kept) from None
         shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
     print(table)
     print(f"\nwrote {json_path} and {md_path}")

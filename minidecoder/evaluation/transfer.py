@@ -79,7 +79,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minidecoder.errors import InputError, describe_unusable_file
+from minidecoder.errors import InputError, OutputError, describe_unusable_file
 from minidecoder.evaluation.bootstrap import RESAMPLES, SEED, percentile_interval
 from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_options, checked_count, checked_limit,
                                            encode_sentences, family_parser, limit_that_cut, longest_first,
@@ -87,7 +87,7 @@ from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_opt
                                            require_rows, resolve_data_folder, run_limit)
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
-from minidecoder.output_files import read_kept_json, write_streamed
+from minidecoder.output_files import read_kept_json, write_failure, write_streamed
 
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -467,7 +467,12 @@ def _is_seconds(value: Any) -> bool:
 def _keep(path: Path, write: Callable) -> None:
     # whole, through a temporary file of this process's own, under the file's lock, waited for: another sitting
     # keeping the same file must not cost this one the hour it embedded, and a failed write leaves it as it was
-    write_streamed(path, write, overwrite=True, wait=True)
+    try:
+        write_streamed(path, write, overwrite=True, wait=True)
+    except OSError as error:  # what else the folder keeps, the eval command says (family.run_family)
+        cause, way_out = write_failure(error, path)
+        raise OutputError(f"keeping {path.name} in {path.parent} failed: {cause}",
+                          f"{way_out}, then run the same command again") from None
 
 
 def task_key(task: TransferTask, config: ClassifierConfig) -> str:

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from minidecoder.errors import InputError, MinidecoderError
-from minidecoder.output_files import check_free, write_whole
+from minidecoder.errors import InputError, MinidecoderError, OutputError
+from minidecoder.output_files import check_free, write_failure, write_whole
 from minidecoder.running.jobs import job_manifest, load_metadata, run_embedding_job, scan_input
 
 
@@ -167,7 +167,13 @@ def embed_sharded(model, method, input_path: str | Path, output_path: str | Path
                    "shards": [{"file": s["shard"], "rows": s["rows_range"]} for s in summaries if s["rows"]],
                    "metadata": {**(extra_metadata or {}), **job}}
         path = shards_manifest_path(output_path)
-        write_whole(path, json.dumps(listing, indent=2, sort_keys=True).encode("utf-8"), overwrite, wait)
+        try:
+            write_whole(path, json.dumps(listing, indent=2, sort_keys=True).encode("utf-8"), overwrite, wait)
+        except OSError as error:
+            cause, way_out = write_failure(error, path)
+            raise OutputError(f"writing the shards' manifest {path} failed: {cause}; every rank's shard is written "
+                              f"beside it", f"{way_out}, then run the same command again: it reuses the shards") \
+                from None
         summary["manifest"] = str(path)
     return summary
 

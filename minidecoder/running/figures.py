@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minidecoder.errors import MinidecoderError
+from minidecoder.errors import MinidecoderError, OutputError
 
 
 def pyplot():
@@ -33,7 +33,7 @@ def check_figure_path(path: str | Path, flag: str = "--plot") -> None:
 def save_figure(fig, path: str | Path, overwrite: bool = False) -> Path:
     """`fig` written to `path` through minidecoder.output_files (whole, locked, replaced only with
     `overwrite`), in the format its suffix names."""
-    from minidecoder.output_files import check_free, write_file
+    from minidecoder.output_files import check_free, write_failure, write_file
 
     path = Path(path)
     # named before the write, as they are: past this point a file there all along would be reported as one that
@@ -41,5 +41,11 @@ def save_figure(fig, path: str | Path, overwrite: bool = False) -> Path:
     if path.suffix:
         check_figure_path(path, "figure")
     check_free(path, overwrite, "figure")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_file(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".") or "png"), overwrite)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_file(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".") or "png"),
+                          overwrite)
+    except OSError as error:  # a full disk, a folder made at its name meanwhile: the command says what is kept
+        cause, way_out = write_failure(error, path)
+        raise OutputError(f"writing the figure {path} failed: {cause}", f"{way_out}, then run the same command "
+                          "again") from None

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import re
@@ -57,7 +58,7 @@ from minidecoder.errors import (InputError, Interrupted, MinidecoderError, Outpu
                                 describe_unusable_file, is_whole_number)
 from minidecoder.fast.options import fast_paths_of
 from minidecoder.output_files import (Sha256Reader, check_not_inputs, claim_outputs, read_kept_json, write_chunk,
-                                      write_kept, write_streamed, write_whole)
+                                      write_failure, write_kept, write_streamed, write_whole)
 from minidecoder.running.texts import check_context, check_text
 from minidecoder.sources.checksums import model_identity
 
@@ -193,8 +194,9 @@ def embed_resumably(model, method, texts: list[str], work: str | Path, batch_siz
         if not source.is_file() or source.read_bytes() != data:
             write_kept(source, data)
     except OSError as error:
-        raise OutputError(f"could not write the texts to embed into {work}: {error.strerror or error}",
-                          "free space or fix permissions there, then run the same command again") from None
+        cause, way_out = write_failure(error, work / "texts.jsonl")
+        raise OutputError(f"could not write the texts to embed into {work}: {cause}",
+                          f"{way_out}, then run the same command again") from None
     output = work / FINISHED_TABLE
     finished = _finished_job(model, method, source, output, chunk_size, batch_size, truncate) if keep else None
     if finished is None:
@@ -618,8 +620,9 @@ def owned_work_folder(work: str | Path, command: str, command_line: str | None =
             write_kept(work / OWNER_FILE, json.dumps({"command": command, "command_line": command_line,
                                                      "settings": settings}, sort_keys=True).encode("utf-8"))
     except OSError as error:
-        raise OutputError(f"could not start the work folder {work}: {error.strerror or error}",
-                          "free space or fix permissions there, then run the same command again") from None
+        cause, way_out = write_failure(error, work / OWNER_FILE)
+        raise OutputError(f"could not start the work folder {work}: {cause}",
+                          f"{way_out}, then run the same command again") from None
     try:
         yield work
     finally:  # however the block ends, a folder with no kept work is nothing to keep
@@ -653,13 +656,19 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
             raise _other_settings(work, "an interrupted job with other settings, so it cannot be resumed",
                                   "resume it", previous, manifest)
         return False
+    created = not work.exists()
     try:
         work.mkdir(exist_ok=True)
         write_kept(path, json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"))
     except OSError as error:
-        shutil.rmtree(work, ignore_errors=True)
-        raise OutputError(f"could not start the job's work folder {work}: {error}",
-                          "free space or fix permissions there, then run the same command again") from None
+        cause, way_out = write_failure(error, path)  # before the folder goes: it may name what stands in it
+        if created:
+            shutil.rmtree(work, ignore_errors=True)
+        else:  # it held no chunk (see above), but may hold what stands in the way: removed only if empty
+            with contextlib.suppress(OSError):
+                work.rmdir()
+        raise OutputError(f"could not start the job's work folder {work}: {cause}",
+                          f"{way_out}, then run the same command again") from None
     return True
 
 
@@ -735,13 +744,9 @@ def _write_chunk(work: Path, k: int, vectors: np.ndarray, info: dict[str, Any], 
                     _chunk_path(work, k, ".json"), info)
     except OSError as error:
         saved = sum(_chunk_done(work, j) for j in range(num_chunks))
-        # A folder where the chunk's file belongs (a copy gone wrong) fails the final rename: freeing space
-        # would not help, so name the folder.
-        in_the_way = (error.filename2 or error.filename) if isinstance(error, IsADirectoryError) else None
-        failed = f"{error.strerror or error}" + (f" ({in_the_way})" if in_the_way else "")
-        fix = f"remove the folder {in_the_way}" if in_the_way else "free space (or fix the folder)"
-        raise OutputError(f"writing chunk {k} into {work} failed: {failed}; the {saved} finished chunk(s) of "
-                          f"{num_chunks} are kept there", f"{fix}, then run the same command again: it resumes "
+        cause, way_out = write_failure(error, _chunk_path(work, k, ".npy"))
+        raise OutputError(f"writing chunk {k} into {work} failed: {cause}; the {saved} finished chunk(s) of "
+                          f"{num_chunks} are kept there", f"{way_out}, then run the same command again: it resumes "
                           "from them") from None
 
 
@@ -774,10 +779,11 @@ def _assemble(chunk: Callable[[int], np.ndarray], work: Path, num_chunks: int, t
         raise OutputError(f"{error.problem}; all {num_chunks} computed chunk(s) are kept in {work}", error.fix) \
             from None
     except OSError as error:
-        raise OutputError(f"writing {output} failed: {error.strerror or error}; all {num_chunks} computed chunk(s) "
-                          f"are kept in {work}",
-                          "free space (the output needs rows x dim x 4 bytes) or fix the folder, then run the same "
-                          "command again: it only assembles them") from None
+        cause, way_out = write_failure(error, output)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            way_out += f" (the output takes {total * dim * 4:,} bytes)"
+        raise OutputError(f"writing {output} failed: {cause}; all {num_chunks} computed chunk(s) are kept in {work}",
+                          f"{way_out}, then run the same command again: it only assembles them") from None
 
 
 def _assemble_to(chunk: Callable[[int], np.ndarray], work: Path, num_chunks: int, total: int, dim: int,
