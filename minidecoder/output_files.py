@@ -405,6 +405,8 @@ def publish(tmp: Path, path: Path, overwrite: bool) -> None:
     try:
         os.link(tmp, path)
     except FileExistsError:
+        if path.is_dir():  # a folder, which no --overwrite replaces: the caller's `write_failure` names it
+            raise
         raise OutputError(f"{path} appeared while this run was working (another program wrote it); it is never "
                           "overwritten silently",
                           "move it away or pass --overwrite (overwrite=True), then run the same command again") \

@@ -804,10 +804,17 @@ def _assemble_to(chunk: Callable[[int], np.ndarray], work: Path, num_chunks: int
         for k in range(num_chunks):
             handle.write(np.ascontiguousarray(chunk(k), dtype="<f4").tobytes())
         if output.suffix == ".npy":  # the sidecar once the array is whole, and before it is published
-            sidecar = output.with_name(output.name + ".json")
+            new = not sidecar.exists()
             write_whole(sidecar, json.dumps(metadata, indent=2, sort_keys=True).encode("utf-8"), overwrite)
+            made.append(new)
 
-    write_streamed(output, fill, overwrite, tmp_folder=work)  # a killed assembly's copy goes with the folder
+    sidecar, made = output.with_name(output.name + ".json"), []  # [True]: this run put a sidecar where none was
+    try:
+        write_streamed(output, fill, overwrite, tmp_folder=work)  # a killed assembly's copy goes with the folder
+    except BaseException:
+        if made == [True]:  # its output was not published: left, it would refuse the rerun that assembles them
+            sidecar.unlink(missing_ok=True)
+        raise
 
 
 def load_metadata(output_path: str | Path) -> dict[str, Any]:

@@ -145,6 +145,29 @@ def test_a_full_disk_at_the_claim_is_named_and_leaves_nothing_behind(tmp_path: P
     assert NO_MODEL not in run.stderr and list(out.iterdir()) == []
 
 
+# ---- an output that cannot be published --------------------------------------------------------------------
+@pytest.mark.parametrize("appears", ["file", "folder"])
+def test_an_output_that_cannot_be_published_leaves_no_sidecar_and_the_job_assembles_again(model, tmp_path: Path,
+                                                                                          appears: str) -> None:
+    """Found: the sidecar was published before its output, and stayed when the output's name was taken: the
+    rerun the message asked for was refused ("v.npy.json already exists"). A folder was said to be a file
+    another program wrote."""
+    source, output = rows(tmp_path), tmp_path / "v.npy"
+
+    def taken(done: int, total: int) -> None:  # another program takes the name once the last chunk is done
+        if done == total:
+            output.mkdir() if appears == "folder" else output.write_text("theirs")
+    with pytest.raises(MinidecoderError) as refused:
+        run_embedding_job(model, "mean", source, output, chunk_size=4, progress=taken)
+    said = "a folder stands where a file belongs" if appears == "folder" else "appeared while this run was working"
+    assert said in refused.value.problem and "all 3 computed chunk(s) are kept" in refused.value.problem
+    assert not output.with_name("v.npy.json").exists()
+    shutil.rmtree(output) if appears == "folder" else output.unlink()
+    assert run_embedding_job(model, "mean", source, output, chunk_size=4)["chunks_reused"] == 3
+    run_embedding_job(model, "mean", source, tmp_path / "clean.npy", chunk_size=4)
+    assert output.read_bytes() == (tmp_path / "clean.npy").read_bytes()
+
+
 # ---- the way to resume -------------------------------------------------------------------------------------
 def test_an_eval_that_chose_its_output_names_it_as_the_way_to_resume(tiny_llama, tmp_path: Path, capsys,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
