@@ -71,10 +71,13 @@ INSTRUCT_METHODS = ("mean", "last", "echo", "htp", "reba")
 @dataclass(frozen=True)
 class Kept:
     """The kept-work folder a family may keep slow results in, and what made the embeddings (model, dtype,
-    method and options, truncation): work kept under another identity is never reused."""
+    method and options, truncation): work kept under another identity is never reused. A family that keeps the
+    embeddings itself (transfer's KeptWork, with their seconds) calls `embeddings_kept` once its copy is whole:
+    the embedding job's table goes then, not before, so a copy that fails to be written loses no embedding."""
 
     folder: Path
     identity: str
+    embeddings_kept: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,6 @@ class Family:
     # how to run a method that pools over the text on data that holds the empty text (SentEval's blank lines);
     # None: this family's data never holds one
     empty_text_fix: str | None = None
-    # the family keeps the embeddings itself, in `Kept` (transfer's KeptWork, with their seconds): the job's
-    # table then goes once read back, rather than a second copy of them kept until the report is written
-    keeps_embeddings: bool = False
 
     @property
     def owner(self) -> str:
@@ -253,20 +253,23 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
             start = time.perf_counter()
             parts = []
             for name, method, side in (entry for entry in jobs if entry[2]):  # a later side's line names the earlier's
-                parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts),
-                                        keep=not family.keeps_embeddings))
+                parts.append(embed_kept(model, method, side, work / name, args, prefix, others_kept=bool(parts)))
             job["vectors"] = torch.cat([vectors for vectors, _ in parts])
             job["summary"] = {key: sum(summary.get(key, 0) or 0 for _, summary in parts)
                               for key in ("chunks_reused", "truncated_rows")}
             job["seconds"] = time.perf_counter() - start
         return job["vectors"][[row[text] for text in batch]]
 
+    def drop_job_tables() -> None:  # the family has kept its own copy of the embeddings
+        for name, *_ in jobs:
+            shutil.rmtree(work / name, ignore_errors=True)
+
     work = work_folder(prefix)
     with owned_work_folder(work, family.owner, f"{command} --output {shlex.quote(str(prefix))}",
                            family.settings(args)):
         identity = json.dumps({**stamp, "truncate": args.truncate}, sort_keys=True, default=str)
         try:  # scoring and the report's write: a Ctrl-C in either keeps the embeddings
-            results = family.evaluate(encode, loaded, args, Kept(work, identity))
+            results = family.evaluate(encode, loaded, args, Kept(work, identity, drop_job_tables))
             results["embedding"] = _embedding_summary(job, len(texts), args.truncate)
             metadata = {**stamp, "truncate": args.truncate, "truncation": results["embedding"]["truncation"],
                         **({"instruction": args.instruction, "instruction_placement": args.instruction_placement}
@@ -381,17 +384,17 @@ def _embedding_summary(job: dict, texts: int, truncate: int | None) -> dict:
 
 
 def embed_kept(model, method, texts: list[str], work: Path, args: argparse.Namespace, prefix: Path,
-               others_kept: bool = False, keep: bool = True):
+               others_kept: bool = False):
     """`running.jobs.embed_resumably` for an eval command (with its --truncate where it has one), its finished
-    table kept in `work` until the report is written (unless not `keep`: the caller keeps the embeddings
-    itself); Ctrl-C says which chunks are kept (and, `others_kept`, that an earlier job's finished table is
-    kept beside them: --query-opt's queries) and the command that resumes them."""
+    table kept in `work` until the report is written (or the family has kept a copy: `Kept.embeddings_kept`);
+    Ctrl-C says which chunks are kept (and, `others_kept`, that an earlier job's finished table is kept beside
+    them: --query-opt's queries) and the command that resumes them."""
     from minidecoder.running.jobs import JobInterrupted, embed_resumably
 
     truncate = {"truncate": args.truncate} if getattr(args, "truncate", None) is not None else {}  # eval sts has none
     try:  # kept: Ctrl-C while the command scores loses no embedding; it removes `work` once its report is written
         return embed_resumably(model, method, texts, work, batch_size=args.batch_size,
-                               progress=not args.no_progress, keep=keep, **truncate)
+                               progress=not args.no_progress, keep=True, **truncate)
     except JobInterrupted as stop:
         again = run_again(args, prefix)
         beside = f"the other texts' finished embeddings are kept in {work.parent}" if others_kept else ""

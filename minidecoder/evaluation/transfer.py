@@ -386,8 +386,9 @@ def task_result(task: TransferTask, probe: ProbeResult, task_index: int) -> dict
 class KeptWork:
     """A folder that keeps the slow steps' results of one run (see the module docstring)."""
 
-    def __init__(self, folder: str | Path, identity: str) -> None:
+    def __init__(self, folder: str | Path, identity: str, embeddings_kept: Callable[[], None] | None = None) -> None:
         self.folder, self.identity = Path(folder), identity  # identity: what made the embeddings (model, method, ...)
+        self.embeddings_kept = embeddings_kept  # called once embeddings computed here are kept whole
         self.folder.mkdir(parents=True, exist_ok=True)
         # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
         self.vectors_path, self.texts_path = self.folder / "embeddings.kept.npy", self.folder / "embeddings.kept.json"
@@ -411,6 +412,8 @@ class KeptWork:
         _keep(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
         _keep(self.texts_path, lambda handle: handle.write(json.dumps(
             {"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
+        if self.embeddings_kept is not None:
+            self.embeddings_kept()
         return vectors, seconds, True
 
     def _kept_embeddings(self) -> tuple[np.ndarray, dict] | None:
@@ -485,16 +488,17 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
                       data_dir: str | Path | None = None, limit: int | None = None, progress: bool = True,
                       chunk_size: int = 256, kept: str | Path | None = None, kept_identity: str = "",
                       config: ClassifierConfig = ClassifierConfig(), probe_workers: int = 1,
-                      grain: str = "run") -> dict:
+                      grain: str = "run", embeddings_kept: Callable[[], None] | None = None) -> dict:
     """Score `encode` on the transfer tasks (names, or tasks already read by `load_transfer_tasks`).
 
     Each distinct text is encoded once per embedding (longest first), all at once or task by task (`grain`,
     see the module docstring). `kept` (a folder) keeps the work for a resumed call; `kept_identity` must name
     everything that makes the embeddings (model, dtype, method and options, truncation): kept work made under
-    another identity is never reused. `probe_workers` processes train each task's probes (senteval_probe.train_all: the
-    same scores for any number). Returns {"tasks": {name: entry}, "avg", "avg_over", "limit",
-    "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files", "protocol"}; an entry is
-    `task_result`'s dict.
+    another identity is never reused; `embeddings_kept()` is called once embeddings computed here are kept whole
+    there (the caller may then drop its own copy). `probe_workers` processes train each task's probes
+    (senteval_probe.train_all: the same scores for any number). Returns {"tasks": {name: entry}, "avg",
+    "avg_over", "limit", "skipped_blank", "texts", "encode_seconds", "data_dir", "data_files", "protocol"}; an
+    entry is `task_result`'s dict.
 
     "encode_seconds" is the time the embeddings took, whichever sitting computed them, so a row that spans
     sittings reports its whole embedding: grain "task" keeps each task's seconds beside its kept result and
@@ -511,7 +515,7 @@ def evaluate_transfer(encode: Encoder, tasks: Sequence[str] | Sequence[TransferT
         loaded = list(tasks)
     else:
         loaded = load_transfer_tasks(list(tasks), data_dir, limit)
-    store = KeptWork(kept, kept_identity) if kept is not None else None
+    store = KeptWork(kept, kept_identity, embeddings_kept) if kept is not None else None
     keys = {task.name: task_key(task, config) for task in loaded}
     done = {task.name: store.kept_task(task.name, keys[task.name]) for task in loaded} if store else {}
 
@@ -672,7 +676,8 @@ def texts(loaded: list, args: argparse.Namespace) -> list[str]:
 def evaluate(encode, loaded: list, args: argparse.Namespace, kept: Kept) -> dict:
     # the embeddings and each trained probe are kept beside the job: a Ctrl-C in the probes loses neither
     return evaluate_transfer(encode, loaded, progress=not args.no_progress, chunk_size=1 << 62, kept=kept.folder,
-                             kept_identity=kept.identity, probe_workers=args.probe_workers or default_workers())
+                             kept_identity=kept.identity, probe_workers=args.probe_workers or default_workers(),
+                             embeddings_kept=kept.embeddings_kept)
 
 
 def stamp(loaded: list, args: argparse.Namespace) -> dict:
@@ -683,5 +688,4 @@ def stamp(loaded: list, args: argparse.Namespace) -> dict:
 FAMILY = Family("transfer", read, texts, evaluate, transfer_table, transfer_markdown,
                 ("--tasks", "--limit", "--blank-lines"), stamp,
                 empty_text_fix="pass --blank-lines skip to leave SentEval's blank lines out (the folds then differ "
-                               "from SentEval's), or use a prompt method read at its last token (e.g. prompteol)",
-                keeps_embeddings=True)
+                               "from SentEval's), or use a prompt method read at its last token (e.g. prompteol)")

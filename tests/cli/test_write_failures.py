@@ -168,6 +168,32 @@ def test_an_output_that_cannot_be_published_leaves_no_sidecar_and_the_job_assemb
     assert output.read_bytes() == (tmp_path / "clean.npy").read_bytes()
 
 
+# ---- kept work that fails to be written while an eval scores -----------------------------------------------
+def test_transfer_keeps_the_embedding_job_until_its_own_copy_is_written(tiny_llama, tmp_path: Path, capsys,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: transfer's job removed its table once read back, then the copy transfer keeps failed on a full
+    disk with a traceback, and every embedding was lost with the work folder."""
+    import minidecoder.evaluation.transfer as transfer
+    import minidecoder.running.embedding as embedding
+    from test_resumes_and_interrupts import senteval_data
+
+    argv = ["eval", "transfer", "--tasks", "SST2", "--data", str(senteval_data(tmp_path / "data")), "--probe-workers",
+            "1", "--method", "mean", "--model", str(tiny_llama), "--no-progress", "--output"]
+    failing(monkeypatch, transfer, "write_streamed", "embeddings.kept.npy")
+    work = tmp_path / ".r.json.partial"
+    code, err = cli(capsys, *argv, str(tmp_path / "r"))
+    assert code == 2 and f"keeping embeddings.kept.npy in {work} failed: no space left on the device" in err, err
+    assert f"the embeddings are kept in {work}" in err and f"free space on the disk that holds {work}" in err
+    monkeypatch.undo()
+    embedded = []
+    monkeypatch.setattr(embedding, "embed_rows", lambda *args, **kwargs: embedded.append(1))
+    assert cli(capsys, *argv, str(tmp_path / "r"))[0] == 0 and not embedded  # read back, never embedded again
+    monkeypatch.undo()
+    assert cli(capsys, *argv, str(tmp_path / "clean"))[0] == 0
+    scores = [json.loads((tmp_path / f"{name}.json").read_text())["results"]["tasks"] for name in ("r", "clean")]
+    assert scores[0] == scores[1] and not work.exists()
+
+
 # ---- the way to resume -------------------------------------------------------------------------------------
 def test_an_eval_that_chose_its_output_names_it_as_the_way_to_resume(tiny_llama, tmp_path: Path, capsys,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
