@@ -18,6 +18,7 @@ rows in results/ as they were run; a row re-run in its paper's configuration cha
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 HTP_CODE = "snap-research/HTP config.yaml"
@@ -303,39 +304,43 @@ _TABLE = {
 
 
 # HTP's code opens every template of config.yaml but tp-mean-pool with a literal `<s>`, which its tokenizer (loaded
-# with add_bos_token=False) reads as the BOS. minidecoder's rows put a BOS first by the tokenizer's policy, and its
-# HTP row always (`literal_bos`): on a model whose tokenizer adds none, these rows ran without the BOS that the HTP
-# row has, and position 0 (the attention sink) decides much of an embedding there.
-_HTP_CODE_BOS_ROWS = {("retrieval", key) for key in ("mean", "last", "echo", "prompteol", "prompteol+tp")} | {
+# with add_bos_token=False) reads as the BOS. minidecoder's HTP row always puts it first (`literal_bos`), these rows
+# by the tokenizer's policy or, where the policy adds none, by a leading `{bos}` (tools/reproduce_retrieval.py). A
+# row that ran without it differs from the HTP row at position 0, the attention sink, which decides much of an
+# embedding: it is not the paper's setup (`without_bos`) until re-run.
+HTP_CODE_BOS_ROWS = {("retrieval", key) for key in ("mean", "last", "echo", "prompteol", "prompteol+tp")} | {
     ("classification", key) for key in ("echo", "prompteol", "prompteol+tp")}
-NO_BOS = ("no BOS at position 0, where HTP's code writes <s> (this model's tokenizer adds none by its policy; the "
-          "HTP row puts one there)")
+HTP_CODE_BOS = (f"first, as {HTP_CODE}'s literal <s> (by the tokenizer's policy, or a leading {{bos}} where it adds "
+                "none)")
+NO_BOS = "ran without the BOS HTP's code writes first as <s> (the model's tokenizer adds none; the HTP row has it)"
 
 
-def provenance(benchmark: str, row: str, tokenizer_adds_bos: bool | None = None) -> Provenance | None:
+def provenance(benchmark: str, row: str, without_bos: bool = False) -> Provenance | None:
     """The row's provenance on `benchmark`, or None where the table has none (STS's rows: tools/reproduce.py).
-    tokenizer_adds_bos: whether the table's model puts a BOS first by its tokenizer's policy (None: unknown);
-    False marks the rows whose template HTP's code opens with `<s>` as not the paper's setup (NO_BOS)."""
+    without_bos: the row ran with no BOS first, which marks a row whose template HTP's code opens with `<s>` as not
+    the paper's setup (NO_BOS)."""
     entry = _TABLE.get((benchmark, row))
-    if entry is None or tokenizer_adds_bos is not False or (benchmark, row) not in _HTP_CODE_BOS_ROWS:
+    if entry is None or (benchmark, row) not in HTP_CODE_BOS_ROWS:
         return entry
-    return Provenance({**entry.settings, "BOS": f"none ({HTP_CODE}: <s> first, read as the BOS)"},
+    if not without_bos:
+        return Provenance({**entry.settings, "BOS": HTP_CODE_BOS}, entry.not_paper)
+    return Provenance({**entry.settings, "BOS": f"none (minidecoder's run; {HTP_CODE}: <s> first)"},
                       "; ".join(filter(None, (entry.not_paper, NO_BOS))))
 
 
-def not_the_papers(benchmark: str, method: str, base: str, tokenizer_adds_bos: bool | None = None) -> str:
+def not_the_papers(benchmark: str, method: str, base: str, without_bos: Collection[str] = ()) -> str:
     """Why a comparison of two rows is not its paper's ("" when both rows are the paper's configuration):
-    each diverging row's label and reason."""
+    each diverging row's label and reason (`without_bos`: the row keys that ran without a BOS first)."""
     reasons = [f"{row}: {entry.not_paper}" for row in (method, base)
-               if (entry := provenance(benchmark, row, tokenizer_adds_bos)) is not None and entry.not_paper]
+               if (entry := provenance(benchmark, row, row in without_bos)) is not None and entry.not_paper]
     return "; ".join(reasons)
 
 
 def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = "",
-                     tokenizer_adds_bos: bool | None = None) -> list[str]:
+                     without_bos: Collection[str] = ()) -> list[str]:
     """A table's provenance section: the metric (every row's) and how the data was read (`data`, where the
     table chose), then one line per (row key, label) with each other setting's source, and the divergence that
-    keeps the row's comparisons from a verdict (`tokenizer_adds_bos`: as in `provenance`)."""
+    keeps the row's comparisons from a verdict (`without_bos`: as in `not_the_papers`)."""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** is an ablation kept "
@@ -343,7 +348,7 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = ""
              "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
     lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:
-        entry = provenance(benchmark, key, tokenizer_adds_bos)
+        entry = provenance(benchmark, key, key in without_bos)
         if entry is None:
             continue
         flag = (f" **not the paper's setup: {entry.not_paper}.**" if entry.not_paper

@@ -3,6 +3,7 @@ resumable by row and, within a row, by the eval command's own kept chunks.
 
     python tools/reproduce_retrieval.py --family retrieval --out results/beir-smollm2        # every row (hours)
     python tools/reproduce_retrieval.py --family classification --rows htp,prompteol --out DIR
+    python tools/reproduce_retrieval.py --family classification --redo echo,prompteol --out DIR   # recompute kept rows
     python tools/reproduce_retrieval.py --family cmteb --model qwen2.5-coder-0.5b-instruct --out DIR
     python tools/reproduce_retrieval.py --family retrieval --limit 5 --corpus-limit 20 --out /tmp/look  # stamped look
 
@@ -62,7 +63,7 @@ sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reprod
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 from reproduce import read_json  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
-from reproduce.provenance import TABLE_9_RULE, provenance_lines  # noqa: E402
+from reproduce.provenance import HTP_CODE_BOS_ROWS, TABLE_9_RULE, provenance_lines  # noqa: E402
 from minidecoder.evaluation.family import instruction_for  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
@@ -168,6 +169,25 @@ def tokenizer_adds_bos(model: str) -> bool | None:
     return Tokenizer(folder).add_bos
 
 
+BOS = "{bos}"  # a template's leading field: the tokenizer's BOS first, as HTP's code's literal <s>
+
+
+def bos_first(options: dict, default: str | None = None) -> dict:
+    """The options with the row's template (or TP's prompt) opened by `{bos}`; `default`: the template to open
+    where the options name none (a document side that takes the method's own, "{text}")."""
+    key = next((name for name in ("template", "prompt") if name in options), None)
+    if key is None:
+        return options if default is None else {**options, "template": BOS + default}
+    return {**options, key: BOS + options[key]}
+
+
+def without_bos(flags: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """An eval command's method flags as they were before `bos_first`: a row kept from a run without the BOS is
+    the same row (provenance flags it, `rows_without_bos`) until `--redo` recomputes it."""
+    plain = {(flag, value.replace("=" + BOS, "=", 1)) for flag, value in flags}
+    return plain - {("--opt", "template={text}")}
+
+
 def row_options(options: dict, model: str) -> dict:
     """The options with every `RULE` value set by HTP Table 9's rule for the model's family."""
     return {key: table_9(model)[key] if value == RULE else value for key, value in options.items()}
@@ -184,8 +204,11 @@ TASKS_FLAG = {"retrieval": "--sets", "classification": "--tasks", "cmteb": "--ta
 def command(family: str, row: Row, args: argparse.Namespace, prefix: Path) -> list[str]:
     argv = ["eval", family, "--model", args.model, "--method", row.method, "--output", str(prefix), "--no-progress",
             "--dtype", args.dtype, "--device", args.device, *row.flags]
-    argv += option_flags("--opt", row_options(row.options, args.model))
-    argv += option_flags("--query-opt", row_options(row.query_options, args.model))
+    options, query_options = row_options(row.options, args.model), row_options(row.query_options, args.model)
+    if (family, row.key) in HTP_CODE_BOS_ROWS and tokenizer_adds_bos(args.model) is False:  # HTP's code's <s>
+        options, query_options = bos_first(options, "{text}"), bos_first(query_options)
+    argv += option_flags("--opt", options)
+    argv += option_flags("--query-opt", query_options)
     for flag, value in (("--limit", args.limit), ("--corpus-limit", args.corpus_limit), ("--data", args.data),
                         (TASKS_FLAG[family], args.tasks)):
         if value is not None and not (flag == "--corpus-limit" and family != "retrieval"):
@@ -272,7 +295,7 @@ def refuse_another_row(key: str, stamp: dict, argv: list[str]) -> None:
     if "instruction" in stamp and reads_instruction(argv):  # a stamp older than the placement pooled it
         ran.add(("--instruction-placement", stamp.get("instruction_placement", "pooled")))
         asked.add(("--instruction-placement", flag_value(argv, "--instruction-placement", "context")))
-    if ran != asked:
+    if ran != asked and without_bos(ran) != without_bos(asked):
         raise SystemExit(f"{key}: the kept report {key}.json ran {sorted(ran - asked)}, where the row is "
                          f"{sorted(asked - ran)}; move that report away (or to the row it ran) to compute this one")
 
@@ -283,12 +306,14 @@ def run_row(family: str, row: Row, args: argparse.Namespace) -> bool:
     prefix = args.out / key
     argv = command(family, row, args, prefix)
     kept = kept_row(key, args.out, digests_in(claims_path(family, args)))
-    if kept is not None:
+    if kept is not None and key not in args.redo:
         refuse_other_settings(key, kept["stamp"], args, argv)
         refuse_another_row(key, kept["stamp"], argv)
         where = f"{prefix}.json" if prefix.with_suffix(".json").exists() else "its digest in the claims file"
         print(f"{key}: kept ({where})")
         return False
+    if key in args.redo:  # asked for by name: the row's earlier report in --out is replaced
+        argv.append("--overwrite")
     memory = args.out / f"{key}.memory.json"
     print(f"{key}: minidecoder {' '.join(argv)}", flush=True)
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(memory), *argv], cwd=REPO, env=child_environment())
@@ -470,7 +495,7 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
                              + (shown(record) if column == record["score"] else got["verdict"]))
     lines += ablation_lines(family, rows, labels, args)
     lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows],
-                              tokenizer_adds_bos=report["settings"]["tokenizer_adds_bos"])
+                              without_bos=report["settings"]["rows_without_bos"])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
     digests = {key: digest(family, row) for key, row in rows.items()}
@@ -580,9 +605,12 @@ def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) 
     chosen = {**(stamped if stamps else {"limit": args.limit, "corpus_limit": args.corpus_limit}), "tasks": args.tasks}
     limited = {flag: value for flag, value in chosen.items() if value is not None}
     devices = sorted({row_device(report) for report in rows.values()}) or [args.device]
+    adds_bos = tokenizer_adds_bos(args.model)
     settings = {"model": Path(args.model).name, "dtype": args.dtype, "device": " and ".join(devices),
                 "limit": limited or None,  # None: the full data, the only runs claims_table counts
-                "tokenizer_adds_bos": tokenizer_adds_bos(args.model)}
+                "tokenizer_adds_bos": adds_bos,  # the rows HTP's code opens with <s> that ran without a BOS first:
+                "rows_without_bos": sorted(key for key, report in rows.items() if (family, key) in HTP_CODE_BOS_ROWS
+                                           and adds_bos is False and BOS not in report["stamp"].get("command", ""))}
     return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows, args.data))
 
 
@@ -594,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "results",
                         help="folder of the claims file <model>-<family>.json (default: results/)")
     parser.add_argument("--rows", default=None, help="comma-separated row keys (default: every row)")
+    parser.add_argument("--redo", default="", help="comma-separated row keys to recompute though kept, replacing "
+                        "their reports in --out (a row kept from an earlier definition, e.g. run without the BOS "
+                        "HTP's code writes first)")
     parser.add_argument("--tasks", default=None, help="the eval command's --tasks (--sets for retrieval); default: all")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--corpus-limit", type=int, default=None)
@@ -604,9 +635,11 @@ def main(argv: list[str] | None = None) -> int:
     args.model = args.model or DEFAULT_MODEL[args.family]
     known = {row[0]: Row(*row) for row in ROWS[args.family]}
     wanted = args.rows.split(",") if args.rows else list(known)
-    unknown = [key for key in wanted if key not in known]
-    if unknown:
-        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.redo = [key for key in args.redo.split(",") if key]
+    for flag, keys in (("--rows", wanted), ("--redo", args.redo)):
+        unknown = [key for key in keys if key not in known]
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     for flag, folder in (("--out", args.out), ("--results", args.results)):
         if folder.exists() and not folder.is_dir():
             parser.error(f"{flag} {folder} is a file, not a folder; name a folder (it is made if missing)")

@@ -190,24 +190,24 @@ def test_a_comparison_on_a_row_its_paper_never_ran_prints_its_number_without_a_v
 def test_a_row_without_the_bos_htps_code_writes_gets_no_verdict(benchmark: str, base: str,
                                                                  withheld_without_bos: bool) -> None:
     """HTP's code opens its baselines' templates with a literal <s> (all but tp-mean-pool's) and minidecoder's HTP
-    row always puts the BOS first; a baseline on a model whose tokenizer adds none (SmolLM2) ran without it, so
-    HTP's comparison with it is withheld there, and judged where the tokenizer adds one (Gemma-3) or where the
-    baseline has no <s> in HTP's code either (TP w. Mean)."""
+    row always puts the BOS first; a baseline that ran without it (SmolLM2's tokenizer adds none) is not the
+    paper's setup, so HTP's comparison with it is withheld; one with its BOS (Gemma-3's policy, or `{bos}`) is
+    judged, as is TP w. Mean, which has no <s> in HTP's code either."""
     from reproduce.provenance import NO_BOS
 
-    def report(adds_bos: bool) -> dict:
+    def report(without_bos: list[str]) -> dict:
         sets = ("Emotion", "Banking77")  # classification's claims are judged per task, retrieval's on the average
         differences = lambda method, base: family_claims.with_avg(dict.fromkeys(sets, 1.0),
                                                                   {name: np.full(1000, 1.0) for name in sets})
-        settings = {"model": "m", "limit": None, "tokenizer_adds_bos": adds_bos}
+        settings = {"model": "m", "limit": None, "rows_without_bos": without_bos}
         return family_claims.claims_report(benchmark, settings, ["htp", base], ["htp", base], differences)
 
-    for record in report(True)["claims"]:
+    for record in report([])["claims"]:
         assert record["verdict"] != NOT_PAPER
-    for record in report(False)["claims"]:
+    for record in report([base])["claims"]:
         assert (record["verdict"] == NOT_PAPER) == withheld_without_bos
         assert (NO_BOS in record.get("not_paper", "")) == withheld_without_bos
-    assert report(False)["claims"] and report(True)["claims"]
+    assert report([base])["claims"] and report([])["claims"]
 
 
 def test_every_comparison_withheld_as_not_the_papers_is_named_an_ablation() -> None:

@@ -352,3 +352,51 @@ def test_a_row_the_eval_command_refuses_is_not_called_resumable(tiny_llama: Path
     with pytest.raises(SystemExit):
         tool.main([*argv, "--out", str(tmp_path / "data" / "toy" / "queries.jsonl"), "--rows", "mean"])
     assert "queries.jsonl is a file, not a folder" in capsys.readouterr().err
+
+
+def test_rows_htps_code_opens_with_s_put_the_bos_first_where_the_tokenizer_adds_none(tiny_llama: Path,
+                                                                                      tmp_path: Path) -> None:
+    """HTP's code writes a literal <s> before every baseline template but tp-mean-pool's. On a model whose
+    tokenizer adds no BOS those rows open with `{bos}`; a row kept from a run without it is the same row (no other
+    setting differs) and joins the table, but its comparisons with HTP get no verdict until `--redo` recomputes
+    it; on a tokenizer that adds the BOS the commands are as they were."""
+    import shutil
+
+    from tiny_models import save_tiny_tokenizer
+
+    tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
+    shallow_rows(tool)
+    no_bos = shutil.copytree(tiny_llama, tmp_path / "no-bos")
+    save_tiny_tokenizer(no_bos, add_bos=False)
+    assert tool.tokenizer_adds_bos(str(tiny_llama)) is True and tool.tokenizer_adds_bos(str(no_bos)) is False
+    rows = {row[0]: tool.Row(*row) for row in tool.ROWS["retrieval"]}
+
+    def argv(key: str, model: Path) -> list[str]:
+        args = tool.argparse.Namespace(model=str(model), dtype="float32", device="cpu", limit=None, corpus_limit=None,
+                                       data=None, tasks=None)
+        return tool.command("retrieval", rows[key], args, tmp_path / key)
+
+    assert ["--opt", "template={bos}{text}", "--query-opt", "template={bos}Text:{text}"] == argv("mean", no_bos)[-4:]
+    assert 'prompt={bos}The sentence <PST> "{text}" means in one word: {eos}' in argv("prompteol+tp", no_bos)
+    assert not any("{bos}" in part for key in ("mean+tp", "htp") for part in argv(key, no_bos))
+    assert not any("{bos}" in part for key in rows for part in argv(key, tiny_llama))
+
+    results = tmp_path / "results"
+    command = ["--family", "retrieval", "--model", str(no_bos), "--tasks", "toy", "--data", str(data), "--out",
+               str(out), "--rows", "mean,htp", "--results", str(results)]
+    assert tool.main(command) == 0
+    claims = json.loads((results / "no-bos-retrieval.json").read_text())
+    [verdict] = [c["verdict"] for c in claims["claims"]]
+    assert claims["settings"]["rows_without_bos"] == [] and verdict != "not the paper's setup"
+    report = json.loads((out / "mean.json").read_text())  # as a row run before {bos} existed
+    ran = shlex.split(report["stamp"]["command"])
+    cut = ran.index("template={bos}{text}") - 1
+    report["stamp"]["command"] = shlex.join([part.replace("{bos}", "") for part in ran[:cut] + ran[cut + 2:]])
+    (out / "mean.json").write_text(json.dumps(report))
+    assert tool.main(command) == 0
+    claims = json.loads((results / "no-bos-retrieval.json").read_text())
+    assert claims["settings"]["rows_without_bos"] == ["mean"]
+    assert claims["claims"][0]["verdict"] == "not the paper's setup" and "ran without the BOS" in claims["claims"][0]["not_paper"]
+    assert "ran without the BOS HTP's code writes first" in (out / "table.md").read_text()
+    assert tool.main([*command, "--redo", "mean"]) == 0  # recomputed with the BOS, the earlier report replaced
+    assert json.loads((results / "no-bos-retrieval.json").read_text())["settings"]["rows_without_bos"] == []
