@@ -1,6 +1,6 @@
 """The one durable writer: every file minidecoder publishes is whole or absent, never half written.
 
-    a run's outputs         claim_outputs, write_whole, write_streamed, write_file -> publish
+    a run's outputs         claim_outputs, write_whole, write_streamed, write_file -> publish, whole_or_absent
     kept work               write_kept, write_chunk     (files in a work folder its run already guards)
     a write that failed     write_failure               (its cause in words, and the way out, for every writer)
     a folder or large file  staging -> swap_into_place, remove_stale_partials   (the converter, a fetch)
@@ -339,6 +339,22 @@ def claim_outputs(paths: Iterable[str | Path], overwrite: bool = False, wait: bo
         for path in paths:  # under the locks: a run we waited for may have just written one
             check_free(path, overwrite)
         yield OutputClaim(paths, overwrite)
+
+
+@contextlib.contextmanager
+def whole_or_absent(overwrite: bool) -> Iterator[list[Path]]:
+    """Outputs written together (a report's JSON and Markdown, its figures): the block appends each path once it
+    is written; if the block fails, those go again (not with `overwrite`: each replaced a file of the user's), so
+    that the set is whole or absent and the same command, which refuses an existing output, writes it all again."""
+    written: list[Path] = []
+    try:
+        yield written
+    except BaseException:
+        if not overwrite:
+            for path in written:
+                with contextlib.suppress(OSError):
+                    Path(path).unlink()
+        raise
 
 
 def write_whole(path: str | Path, data: bytes, overwrite: bool = False, wait: bool = False) -> Path:

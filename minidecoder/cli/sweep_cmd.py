@@ -199,6 +199,7 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     from minidecoder.evaluation.report import work_folder, write_or_rescue
     from minidecoder.evaluation.sweep import sweep_sts
     from minidecoder.evaluation.sweep import sweep_markdown, write_sweep_report
+    from minidecoder.output_files import whole_or_absent
     from minidecoder.running.jobs import JobInterrupted, owned_work_folder
 
     from minidecoder.running.embedding import check_texts_fit
@@ -234,13 +235,13 @@ def _sweep(args: argparse.Namespace, method, prefix: Path, dev) -> int:
     cost = result.cost
     kept = f"all {cost['batches']} batches of the sweep are kept in {work}"
     try:  # the batches stay until every output is written: a failed or interrupted write loses no work
-        json_path, md_path = write_or_rescue(lambda where: write_sweep_report(where, result, metadata, args.overwrite),
-                                             prefix, sweep_markdown(result, {}))
-        written = [json_path, md_path]
-        if args.plot:
-            from minidecoder.evaluation.report import plot_sweep
-            written += plot_sweep(result.to_dict(), json_path.with_suffix(""),  # r.json -> r-<axis>.png
-                                  metadata["model"], overwrite=args.overwrite)
+        with whole_or_absent(args.overwrite) as written:  # a failed figure takes the report back
+            written += write_or_rescue(lambda where: write_sweep_report(where, result, metadata, args.overwrite),
+                                       prefix, sweep_markdown(result, {}))
+            if args.plot:
+                from minidecoder.evaluation.report import plot_sweep
+                written += plot_sweep(result.to_dict(), written[0].with_suffix(""),  # r.json -> r-<axis>.png
+                                      metadata["model"], overwrite=args.overwrite)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while writing the sweep's outputs; {kept}; {again} (with --overwrite for "
                           f"any of them already written) to write them without recomputing") from None

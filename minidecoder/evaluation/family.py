@@ -231,6 +231,7 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
     import torch
 
     from minidecoder.evaluation.report import work_folder, write_or_rescue, write_report
+    from minidecoder.output_files import whole_or_absent
     from minidecoder.running.jobs import owned_work_folder
     from minidecoder.sources.checksums import model_identity
 
@@ -276,16 +277,18 @@ def _evaluate(args: argparse.Namespace, family: Family, loaded: Any, prefix: Pat
                            if hasattr(args, "instruction") else {}),
                         **family.stamp(loaded, args), "command": command}
             table = family.table(results)
-            json_path, md_path = write_or_rescue(
-                lambda where: write_report(where, results, metadata, args.overwrite, markdown=family.markdown),
-                prefix, table)
+            with whole_or_absent(args.overwrite) as written:  # a failed figure takes the report back
+                written += write_or_rescue(
+                    lambda where: write_report(where, results, metadata, args.overwrite, markdown=family.markdown),
+                    prefix, table)
+                if family.draw is not None and figures:
+                    family.draw(results, figures, args)
+            json_path, md_path = written
         except KeyboardInterrupt as stop:
             raise past_the_job(stop, work, args, prefix, embedded=bool(job))
         except OutputError as error:
             raise failed_past_the_job(error, work, args, prefix, embedded=bool(job)) from None
-        shutil.rmtree(work, ignore_errors=True)  # the report holds it all now
-        if family.draw is not None and figures:
-            family.draw(results, figures, args)
+        shutil.rmtree(work, ignore_errors=True)  # the report and its figures hold it all now
     print(table)
     print(f"\nwrote {json_path} and {md_path}" + "".join(f" and {path}" for path in figures))
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from minidecoder.errors import InputError, OutputError
-from minidecoder.output_files import write_failure, write_whole
+from minidecoder.output_files import whole_or_absent, write_failure, write_whole
 from minidecoder.running.figures import pyplot, save_figure
 from minidecoder.sources.checksums import file_sha256
 
@@ -181,8 +181,9 @@ def write_report(prefix: str | Path, results: dict, metadata: dict, overwrite: b
     json_path.parent.mkdir(parents=True, exist_ok=True)
     stamp = build_stamp(metadata, results)
     text = json.dumps(_json_safe({"stamp": stamp, key: results}), indent=2, allow_nan=False, default=str) + "\n"
-    write_whole(json_path, text.encode("utf-8"), overwrite)
-    write_whole(md_path, (markdown or to_markdown)(results, stamp).encode("utf-8"), overwrite)
+    with whole_or_absent(overwrite) as written:
+        written.append(write_whole(json_path, text.encode("utf-8"), overwrite))
+        written.append(write_whole(md_path, (markdown or to_markdown)(results, stamp).encode("utf-8"), overwrite))
     return json_path, md_path
 
 
@@ -329,6 +330,8 @@ def plot_sweep(sweep: dict, prefix: str | Path, model: str = "?", overwrite: boo
         raise InputError(f"plot_sweep draws the dev score against each swept option with two or more values, but "
                          f"this sweep has one value per option ({given}), so there is no curve to draw",
                          "sweep two or more values of an option, e.g. layer=[2, 3]")
-    return [plot_curves(sweep_curves(sweep, axis), path, AXIS_LABELS.get(axis, axis),
-                        f"{method} on {model}: STS-B dev against {axis}", overwrite=overwrite)
-            for axis, path in paths.items()]
+    with whole_or_absent(overwrite) as written:
+        for axis, path in paths.items():
+            written.append(plot_curves(sweep_curves(sweep, axis), path, AXIS_LABELS.get(axis, axis),
+                                       f"{method} on {model}: STS-B dev against {axis}", overwrite=overwrite))
+    return written
