@@ -168,6 +168,22 @@ def test_an_output_that_cannot_be_published_leaves_no_sidecar_and_the_job_assemb
     assert output.read_bytes() == (tmp_path / "clean.npy").read_bytes()
 
 
+def test_a_sharded_jobs_manifest_that_cannot_be_written_keeps_the_shards(model, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: the shards' manifest, written once every rank is done, failed on a full disk with a traceback."""
+    import minidecoder.running.distributed as distributed
+
+    source, output = rows(tmp_path), tmp_path / "v.npy"
+    with monkeypatch.context() as patch:
+        failing(patch, distributed, "write_whole", "v.npy.shards.json")
+        with pytest.raises(MinidecoderError) as refused:
+            distributed.embed_sharded(model, "mean", source, output, chunk_size=4)
+    assert f"writing the shards' manifest {output}.shards.json failed: no space left" in refused.value.problem
+    assert refused.value.fix.startswith(f"free space on the disk that holds {tmp_path}, then run the same command")
+    assert distributed.embed_sharded(model, "mean", source, output, chunk_size=4)["shard_reused"]
+    assert distributed.load_sharded(output).shape == (10, model.config.hidden_size)
+
+
 # ---- kept work that fails to be written while an eval scores -----------------------------------------------
 def test_transfer_keeps_the_embedding_job_until_its_own_copy_is_written(tiny_llama, tmp_path: Path, capsys,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
