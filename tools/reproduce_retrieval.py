@@ -157,6 +157,7 @@ def table_9(model: str) -> dict[str, int]:
     return {"end": end, "layer": layer}
 
 
+@functools.cache  # asked for every row's command and each table: the tokenizer is read once
 def tokenizer_adds_bos(model: str) -> bool | None:
     """Whether `model`'s tokenizer puts a BOS first by its own policy (reproduce.provenance.provenance: HTP's code
     writes `<s>` into its baselines' templates); None where no model folder holds a tokenizer."""
