@@ -6,6 +6,7 @@ Each case patches the bytes of one tiny GGUF (tests/tiny_gguf.py), located with 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import struct
 from collections.abc import Iterator
@@ -234,6 +235,20 @@ def test_an_end_of_turn_id_that_is_not_a_token_id_is_refused_and_one_past_the_vo
     with pytest.warns(UserWarning, match="tokenizer.ggml.eom_token_id 1000000 is past its vocabulary of 271 tokens"):
         out = convert_gguf(path, tmp_path / "out", progress=False)
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
+
+
+@pytest.mark.parametrize("name", ["bos", "eos", "padding", "unknown"])
+@pytest.mark.parametrize("value", ["1", 1.5, True, [1]])
+def test_a_special_token_id_that_is_not_a_token_id_is_refused(tmp_path: Path, name: str, value: object) -> None:
+    """config.json's bos/eos/pad_token_id and the tokenizer's special tokens are read from these keys: "1", 1.5 and
+    True became id 1 in silence (`int`), [1] ended in a bare TypeError."""
+    path = tmp_path / "damaged.gguf"
+    write_tiny_gguf(path, "llama", sentencepiece=True, extra_metadata={f"tokenizer.ggml.{name}_token_id": value})
+    key = f"tokenizer.ggml.{name}_token_id"
+    with pytest.raises(CheckpointError, match=re.escape(f"damaged.gguf: GGUF metadata {key!r} is {value!r}, not a "
+                                                        "token id")):
+        convert_gguf(path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 # ---- the model's numbers -----------------------------------------------------------------------

@@ -177,11 +177,22 @@ def _sentencepiece_tokenizer(metadata: dict[str, Any], architecture: str) -> tup
 SPECIAL_NAMES = ("bos", "eos", "unknown", "padding")  # tokenizer.ggml.<name>_token_id
 
 
+def token_id(metadata: dict[str, Any], key: str) -> int | None:
+    """The token id metadata key `key` holds; None where the file has no such key. Anything but a whole number of
+    at least 0 (a string, a list, a float) is a damaged file, refused naming the key."""
+    value = metadata.get(key)
+    if value is None:
+        return None
+    if not is_whole_number(value, 0):
+        raise CheckpointError(f"GGUF metadata {key!r} is {value!r}, not a token id", DAMAGED_FIX)
+    return int(value)
+
+
 def _special_token(metadata: dict[str, Any], tokens: list[str], name: str) -> str | None:
     """The token a special id names; None where the file names none, or one past its vocabulary (as llama.cpp
     reads it; `_warn_ids_past_vocabulary` says so)."""
-    token_id = metadata.get(f"tokenizer.ggml.{name}_token_id")
-    return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
+    special = token_id(metadata, f"tokenizer.ggml.{name}_token_id")
+    return tokens[special] if special is not None and special < len(tokens) else None
 
 
 def _warn_ids_past_vocabulary(metadata: dict[str, Any], tokens: list[str]) -> None:
@@ -189,9 +200,9 @@ def _warn_ids_past_vocabulary(metadata: dict[str, Any], tokens: list[str]) -> No
     sequence loses its BOS): converted as llama.cpp goes on, but said, once per id."""
     for name in SPECIAL_NAMES:
         key = f"tokenizer.ggml.{name}_token_id"
-        token_id = metadata.get(key)
-        if token_id is not None and not 0 <= token_id < len(tokens):
-            warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: the "
+        special = token_id(metadata, key)
+        if special is not None and special >= len(tokens):
+            warnings.warn(f"the GGUF's {key} {special} is past its vocabulary of {len(tokens)} tokens: the "
                           f"converted tokenizer has no {name} token", stacklevel=3)
 
 
@@ -224,15 +235,13 @@ def end_of_generation_ids(metadata: dict[str, Any]) -> list[int]:
     stated: dict[str, int] = {}
     for name in END_OF_GENERATION_NAMES:
         key = f"tokenizer.ggml.{name}_token_id"
-        token_id = metadata.get(key)
-        if token_id is None:
+        stop = token_id(metadata, key)
+        if stop is None:
             continue
-        if not is_whole_number(token_id, 0):  # a string would be a TypeError below
-            raise CheckpointError(f"GGUF metadata {key!r} is {token_id!r}, not a token id", DAMAGED_FIX)
-        if token_id < len(tokens):
-            stated[name] = int(token_id)
+        if stop < len(tokens):
+            stated[name] = stop
         elif name != "eos":  # as llama.cpp, which goes on without it (the EOS is said by _warn_ids_past_vocabulary)
-            warnings.warn(f"the GGUF's {key} {token_id} is past its vocabulary of {len(tokens)} tokens: generation "
+            warnings.warn(f"the GGUF's {key} {stop} is past its vocabulary of {len(tokens)} tokens: generation "
                           "does not stop at it", stacklevel=2)
     by_text = {index for index, (token, kind) in enumerate(zip(tokens, token_types))
                if kind == _CONTROL and token in _END_OF_GENERATION_TEXTS}

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from minidecoder.sources.convert.gguf_reader import DAMAGED_FIX, GGUFFile
+from minidecoder.sources.convert.gguf_tokenizer import token_id
 from minidecoder.errors import CheckpointError, is_whole_number
 
 # Keys that describe the model but change nothing a dense forward pass computes, or that are
@@ -173,8 +174,12 @@ def build_config(gguf: GGUFFile, dtype_name: str = "float32") -> dict[str, Any]:
         ("eos_token_id", "tokenizer.ggml.eos_token_id"),
         ("pad_token_id", "tokenizer.ggml.padding_token_id"),
     ):
-        if gguf_key in metadata:
-            config[config_key] = int(metadata[gguf_key])
+        try:
+            special = token_id(metadata, gguf_key)
+        except CheckpointError as error:  # the file's name, as the other metadata checks give it
+            raise CheckpointError(f"{gguf.path.name}: {error.problem}", error.fix) from None
+        if special is not None:
+            config[config_key] = special
     config["dtype"] = dtype_name
     return config
 
