@@ -44,6 +44,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -117,9 +118,12 @@ def _in_the_way(error: OSError) -> Path | None:
 
 def _written_folder(error: OSError, path: str | Path | None) -> Path | None:
     """The folder a failed write wrote into: of the file the error names (of a rename's two, one that is not
-    writable), else of `path`."""
+    writable), else of `path`. A file inside a staging folder (`staging`, removed as the error leaves it) names
+    the folder that holds the staging folder: on the same disk, and still there."""
     names = [Path(os.fsdecode(name)) for name in (error.filename, error.filename2) if name is not None]
     folders = [name.parent for name in names] or ([Path(path).parent] if path is not None else [])
+    folders = [folder.parent if re.fullmatch(r"\..+\.partial-[0-9a-f]{8}", folder.name) else folder  # _PARTIAL
+               for folder in folders]
     return next((folder for folder in folders if not os.access(folder, os.W_OK)), folders[0] if folders else None)
 
 

@@ -73,6 +73,8 @@ def _under_a_file(tmp: Path) -> OSError:
      "remount the file system that holds {tmp} read-write"),
     (lambda tmp: OSError(errno.ENOSPC, "No space left on device"), "no space left on the device",  # no file named:
      "free space on the disk that holds {tmp}"),  # the folder of what was written
+    (lambda tmp: OSError(errno.ENOSPC, "No space left on device", str(tmp / ".m.partial-0123abcd" / "config.json")),
+     "no space left on the device", "free space on the disk that holds {tmp}"),  # not the staging folder, gone by then
 ])
 def test_a_failed_write_is_named_by_its_cause_and_way_out(tmp_path: Path, error, cause: str, way_out: str) -> None:
     """Found: each writer had its own fix, "free space or fix permissions" for a folder in the way too."""

@@ -17,6 +17,7 @@ user's, or one holding the input GGUF, is never deleted.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -35,7 +36,7 @@ from minidecoder.sources.convert.transforms import undo_llama_cpp
 from minidecoder.sources.convert.writer import DEFAULT_SHARD_SIZE, TensorSpec, numpy_to_torch, write_safetensors
 from minidecoder.errors import CheckpointError, InputError, OutputError, describe_unusable_file, is_whole_number
 from minidecoder.output_files import (check_writable_folder, remove_stale_partials, sha256_file, staging,
-                                      swap_into_place)
+                                      swap_into_place, write_failure)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -126,8 +127,10 @@ def convert_gguf(
             _write_json(partial / "config.json", config)
             try:
                 tokenizer.save(str(partial / "tokenizer.json"))
-            except Exception as error:  # tokenizers reports a failed write as a plain Exception
-                raise OSError(str(error)) from None
+            except Exception as error:  # tokenizers reports a failed write as a plain Exception: "... (os error 28)"
+                code = re.search(r"\(os error (\d+)\)", str(error))
+                raise (OSError(int(code[1]), os.strerror(int(code[1])), str(partial / "tokenizer.json")) if code
+                       else OSError(str(error))) from None
             del tokenizer  # a large vocabulary's Python objects are not needed while tensors stream
             _write_json(partial / "tokenizer_config.json", tokenizer_config)
             _write_json(partial / "generation_config.json", _generation_config(config, stop_ids))
@@ -150,9 +153,11 @@ def convert_gguf(
             _write_json(partial / "source.json", source)  # last: its presence marks a finished folder
             _move_into_place(partial, output_dir, overwrite, gguf_path)
     except OSError as error:  # a full disk, a folder made read-only meanwhile: say so, leave nothing behind
-        raise OutputError(f"writing the converted model to {output_dir} failed: {error}",
-                          "free space there (the weights take about as much as the GGUF dequantized to --dtype) "
-                          "or choose another folder, then run the same command again") from None
+        cause, way_out = write_failure(error, output_dir)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            way_out += " (the weights take about as much as the GGUF dequantized to --dtype)"
+        raise OutputError(f"writing the converted model to {output_dir} failed: {cause}; nothing of it was kept",
+                          f"{way_out}, or choose another folder, then run the same command again") from None
     return output_dir
 
 
