@@ -236,9 +236,11 @@ def _validate(config: ModelConfig) -> None:
 
 
 def check_types(values: dict[str, Any], types: dict[str, str], where: str,
-                error: type[MinidecoderError] = ConfigError) -> None:
+                error: type[MinidecoderError] = ConfigError,
+                peer: str = "transformers refuses this value too") -> None:
     """Refuse a value whose JSON type is not the one `types` gives its key (`error`, naming the key, the value
-    and `where` it was read). "int" takes no float and no boolean; "float" takes an int; "?" takes null."""
+    and `where` it was read, and what transformers makes of it: `peer`). "int" takes no float and no boolean;
+    "float" takes an int; "?" takes null."""
     for key, kind in types.items():
         if key not in values:
             continue
@@ -254,7 +256,7 @@ def check_types(values: dict[str, Any], types: dict[str, str], where: str,
             given = "null" if value is None else f"{value!r} (a JSON {_json_type(value)})"
             raise error(f"{where}: {key} is {given}; it must be {_TYPE_WORDS[kind]}" + (" or null" if nullable else ""),
                         f"write {key} as {_TYPE_WORDS[kind]}, or use the file that came with the checkpoint; "
-                        "transformers refuses this value too")
+                        + peer)
 
 
 def _json_type(value: Any) -> str:

@@ -97,9 +97,10 @@ class Tokenizer:
         self.bos_id = self._special_id(self.bos_token, "bos")  # after the listed tokens: one may be the BOS or EOS
         self.eos_id = self._special_id(self.eos_token, "eos")
         self.pad_id = self._special_id(self.pad_token, None)
-        # Types as transformers' tokenizers take them: bool("false") is True, a BOS the checkpoint never had.
+        # Types transformers' tokenizers do not check: read by its truth, "false" would be a BOS the checkpoint never had.
         check_types(config, {"add_bos_token": "bool?", "add_eos_token": "bool?", "model_max_length": "float?",
-                             "split_special_tokens": "bool?"}, str(folder / "tokenizer_config.json"), TokenizerError)
+                             "split_special_tokens": "bool?"}, str(folder / "tokenizer_config.json"), TokenizerError,
+                    "transformers does not check its type")
         # transformers reads split_special_tokens (default false) for every encode, a chat template's rendered text
         # included: a special token's text in a text is then spelled out as ordinary text, never its id.
         self.split_special_tokens: bool = bool(config.get("split_special_tokens"))
