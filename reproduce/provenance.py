@@ -344,8 +344,9 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = ""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** is an ablation kept "
-             "beside the paper's own row: its comparisons print their number only, never a verdict "
-             "(reproduce/provenance.py).", "", f"- **metric** (every row): {METRIC[benchmark]}"]
+             "beside the paper's own row, or a row that ran without one of the paper's settings and is to be re-run "
+             "with it: its comparisons print their number only, never a verdict (reproduce/provenance.py).", "",
+             f"- **metric** (every row): {METRIC[benchmark]}"]
     lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:
         entry = provenance(benchmark, key, key in without_bos)
