@@ -85,11 +85,12 @@ def random_ids(batch: int = 2, length: int = SEQ, seed: int = 1) -> torch.Tensor
     return torch.randint(3, VOCAB, (batch, length), generator=generator)
 
 
-def save_tiny_tokenizer(folder: Path, add_bos: bool = True) -> Path:
+def save_tiny_tokenizer(folder: Path, add_bos: bool = True, merges: tuple[tuple[str, str], ...] = ()) -> Path:
     """A character-level tokenizer (one id per printable ASCII character) as tokenizer.json, loadable
     by minidecoder and by transformers' PreTrainedTokenizerFast. (In a folder whose config.json says
     qwen2, AutoTokenizer picks Qwen2Tokenizer, which drops this vocabulary's spaces: load the
-    reference with PreTrainedTokenizerFast.from_pretrained there.)"""
+    reference with PreTrainedTokenizerFast.from_pretrained there.) `merges`: BPE merges on top, each a
+    token of its own, so that where a string is cut before tokenizing changes the ids."""
     import json
 
     from tokenizers import Tokenizer, models, processors
@@ -97,7 +98,9 @@ def save_tiny_tokenizer(folder: Path, add_bos: bool = True) -> Path:
     vocab = {token: i for i, token in enumerate(SPECIALS)}
     for code in range(32, 127):
         vocab[chr(code)] = len(vocab)
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), unk_token="<unk>"))
     if add_bos:
         tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                                  special_tokens=[("<s>", 1)])

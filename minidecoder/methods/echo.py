@@ -37,7 +37,7 @@ from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
 from minidecoder.methods.loop import mean_over_spans
 from minidecoder.methods.reading import OwnTemplate
-from minidecoder.methods.text import SENTEVAL_HELP
+from minidecoder.methods.text import PIECES_HELP, SENTEVAL_HELP
 
 ECHO_TEMPLATE = "Rewrite the following paragraph: {text}. The rewritten paragraph: {text}"
 
@@ -53,6 +53,7 @@ class Echo(OwnTemplate):
     pooling: str = option("mean", "'mean' over the last copy's tokens (EchoPooling 'mean'), or 'last': its last "
                                   "token (EchoPooling 'last')")
     senteval_text: bool = option(False, SENTEVAL_HELP)  # off: the Echo reference prepares nothing
+    pieces: bool = option(False, PIECES_HELP)
 
     min_occurrences = 2  # the text twice
 

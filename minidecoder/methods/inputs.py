@@ -6,9 +6,15 @@ tokenizes exactly as in the reference code; each `{text}` occurrence's tokens ar
 the tokenizer's character offsets (a token overlapping the sentence counts as the sentence's).
 Padding is on the left, as the references padded for last-token pooling.
 
+`pieces=True` tokenizes as HTP's code does instead (`parser.py`, `Parser._tokenize_from_pieces`): the
+template's text around each `{text}`, and each text, on its own, their ids joined. Where a piece ends in a
+space or a quote that one string would merge with the text (`Query: ` + `A` gives `:`,`Ġ`,`A`, not `:`,`ĠA`),
+the ids differ from the one string's; a space before `{eos}` becomes a token of its own.
+
 A row may carry a context (an instruction): read by the model, never pooled. It goes first, after the
 BOS and before the template, joined by one space (`"{context} {filled template}"`, tokenized as one
-string, so with the bare `{text}` template the tokens are those of `"{context} {text}"`);
+string, so with the bare `{text}` template the tokens are those of `"{context} {text}"`; with `pieces`, the
+context and one space open the first piece);
 `PromptBatch.context_spans` says where it lies, and `text_spans` never covers it.
 """
 from __future__ import annotations
@@ -57,18 +63,19 @@ class PromptBatch:
 
 
 def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int | None = None,
-                   padding_side: str = "left", placeholders: dict[int, str] | None = None, contexts: list[str] | None = None) -> PromptBatch:
-    """The filled template of every text, tokenized as one string and padded. placeholders: id -> text of
-    the added tokens the tokenizer holds (for reading the batch back); contexts: each row's context ("" for
-    none), put before the template (see the module docstring)."""
+                   padding_side: str = "left", placeholders: dict[int, str] | None = None, contexts: list[str] | None = None,
+                   pieces: bool = False) -> PromptBatch:
+    """The filled template of every text, tokenized as one string (or by `pieces`) and padded. placeholders:
+    id -> text of the added tokens the tokenizer holds (for reading the batch back); contexts: each row's
+    context ("" for none), put before the template (see the module docstring)."""
     declared = getattr(tokenizer, "model_max_length", None)  # tokenizer_config.json's context, if any
     limit = max_length if max_length is not None else declared
     rows, spans, context_spans = [], [], []
     for row, text in enumerate(texts):
         if contexts is None:
-            ids, text_spans = encode_one(tokenizer, template, text)
+            ids, text_spans = encode_one(tokenizer, template, text, pieces=pieces)
         else:
-            ids, text_spans, context_span = encode_one(tokenizer, template, text, contexts[row])
+            ids, text_spans, context_span = encode_one(tokenizer, template, text, contexts[row], pieces)
             context_spans.append(context_span)
         if limit is not None and len(ids) > limit:
             text_tokens = sum(end - start for start, end in text_spans)
@@ -87,15 +94,38 @@ def encode_prompts(tokenizer, template: str, texts: list[str], max_length: int |
                context_spans if contexts is not None else None)
 
 
-def encode_one(tokenizer, template: str, text: str, context: str | None = None):
+def encode_one(tokenizer, template: str, text: str, context: str | None = None, pieces: bool = False):
     """(ids, [(start, end) token span of each {text} occurrence]) for one filled template; given `context`
     (a string, "" for none), the ids of `"{context} {filled}"` and, as a third item, the context's token span
     (the tokens overlapping its characters; (0, 0) for none). A leading `{bos}` puts the BOS id first (once, where
-    the tokenizer's policy puts it there too); a final `{eos}` appends the EOS id."""
+    the tokenizer's policy puts it there too); a final `{eos}` appends the EOS id. `pieces`: HTP's code's
+    tokenization (`encode_pieces`)."""
     filled = fill_template(template, text)  # validates the template; strips
     template, bos = without_bos(template)
     template, eos = without_eos(template)
-    parts = template.split("{text}")
+    if pieces:
+        ids, token_spans, covered = encode_pieces(tokenizer, template.split("{text}"), text, context)
+    else:
+        ids, token_spans, covered = encode_string(tokenizer, template.split("{text}"), text, filled, context)
+    if bos and tokenizer.bos_id is None:
+        raise InputError(f"the template {'{bos}' + template!r} puts a BOS token first, and this tokenizer has none",
+                         "drop {bos} from the template, or use a checkpoint whose tokenizer_config.json names one")
+    head = [tokenizer.bos_id] if tokenizer.add_bos or bos else []
+    tail = [tokenizer.eos_id] if tokenizer.add_eos else []
+    if eos:  # HTP's code's `{</s>}`: the token a last-token readout then reads
+        if tokenizer.eos_id is None:
+            raise InputError(f"the template {template + '{eos}'!r} appends an EOS token, and this tokenizer has none",
+                             "drop {eos} from the template, or use a checkpoint whose tokenizer_config.json names one")
+        ids = ids + [tokenizer.eos_id]
+    token_spans = [(s + len(head), e + len(head)) if e > s else (0, 0) for s, e in token_spans]
+    if context is None:
+        return head + ids + tail, token_spans
+    return head + ids + tail, token_spans, (len(head), len(head) + covered) if covered else (0, 0)
+
+
+def encode_string(tokenizer, parts: list[str], text: str, filled: str, context: str | None):
+    """(ids, text spans, context tokens) of `"{context} {filled}"` tokenized as one string: each `{text}`
+    occurrence's tokens are those overlapping its characters; the context's a prefix of the ids."""
     assembled, char_spans = parts[0], []
     for part in parts[1:]:
         char_spans.append((len(assembled), len(assembled) + len(text)))
@@ -110,21 +140,26 @@ def encode_one(tokenizer, template: str, text: str, context: str | None = None):
         start_char, end_char = start_char + before, end_char + before
         inside = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
         token_spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
-    if bos and tokenizer.bos_id is None:
-        raise InputError(f"the template {'{bos}' + template!r} puts a BOS token first, and this tokenizer has none",
-                         "drop {bos} from the template, or use a checkpoint whose tokenizer_config.json names one")
-    head = [tokenizer.bos_id] if tokenizer.add_bos or bos else []
-    tail = [tokenizer.eos_id] if tokenizer.add_eos else []
-    if eos:  # HTP's code's `{</s>}`: the token a last-token readout then reads
-        if tokenizer.eos_id is None:
-            raise InputError(f"the template {template + '{eos}'!r} appends an EOS token, and this tokenizer has none",
-                             "drop {eos} from the template, or use a checkpoint whose tokenizer_config.json names one")
-        ids = ids + [tokenizer.eos_id]
-    token_spans = [(s + len(head), e + len(head)) if e > s else (0, 0) for s, e in token_spans]
-    if context is None:
-        return head + ids + tail, token_spans
-    covered = sum(1 for s, e in offsets if e > s and s < len(context)) if context else 0  # a prefix of the ids
-    return head + ids + tail, token_spans, (len(head), len(head) + covered) if covered else (0, 0)
+    covered = sum(1 for s, e in offsets if e > s and s < len(context)) if context else 0
+    return ids, token_spans, covered
+
+
+def encode_pieces(tokenizer, parts: list[str], text: str, context: str | None):
+    """(ids, text spans, context tokens) as HTP's code tokenizes a template (`Parser._tokenize_from_pieces`):
+    the pieces around each `{text}` (the first opened by the context and one space) and each text tokenized on
+    their own, ids joined. Nothing is stripped: a piece's spaces are its own tokens, as in the reference."""
+    ids, token_spans, covered = [], [], 0
+    for k, part in enumerate(parts):
+        if k:  # the text before this piece
+            text_ids = tokenizer.encode(text, add_special_tokens=False)
+            token_spans.append((len(ids), len(ids) + len(text_ids)) if text_ids else (0, 0))
+            ids += text_ids
+        piece = f"{context} {part}" if k == 0 and context else part
+        piece_ids, offsets = tokenizer.encode_with_offsets(piece) if piece else ([], [])
+        if k == 0 and context:
+            covered = sum(1 for s, e in offsets if e > s and s < len(context))
+        ids += piece_ids
+    return ids, token_spans, covered
 
 
 def pad(rows: list[list[int]], spans: list[list[tuple[int, int]]], pad_id: int,

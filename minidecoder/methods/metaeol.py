@@ -25,7 +25,7 @@ from minidecoder.methods.inputs import PromptBatch
 from minidecoder.methods.loop import last_token
 from minidecoder.methods.prompts import METAEOL_TEMPLATES
 from minidecoder.methods.reading import ReadsOneLayer
-from minidecoder.methods.text import SENTEVAL_HELP
+from minidecoder.methods.text import PIECES_HELP, SENTEVAL_HELP
 
 @register
 @dataclasses.dataclass
@@ -34,11 +34,13 @@ class MetaEOL(ReadsOneLayer):
     summary = "MetaEOL (Lei et al. 2024): mean of the last-token embeddings of 8 meta-task prompts (8 forwards)"
     layer: int = option(-1, "output layer (hidden_states index); the reference reads -1, the final normed output")
     senteval_text: bool = option(True, SENTEVAL_HELP)
+    pieces: bool = option(False, PIECES_HELP)
     tasks: list = option(list(range(len(METAEOL_TEMPLATES))),
                          "which of the 8 prompts to average (0-based indices into METAEOL_TEMPLATES); all by default")
 
     def __post_init__(self) -> None:
         check_bool(self.senteval_text, "senteval_text")
+        check_bool(self.pieces, "pieces")
         n = len(METAEOL_TEMPLATES)
         if (not isinstance(self.tasks, (list, tuple)) or not self.tasks
                 or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n for t in self.tasks)

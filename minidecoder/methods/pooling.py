@@ -28,7 +28,7 @@ from minidecoder.methods.base import option, register
 from minidecoder.methods.inputs import PromptBatch
 from minidecoder.methods.loop import last_token, masked_mean, mean_over_spans
 from minidecoder.methods.reading import OwnTemplate
-from minidecoder.methods.text import SENTEVAL_HELP, template_fields
+from minidecoder.methods.text import PIECES_HELP, SENTEVAL_HELP, template_fields
 
 _LAYER_HELP = "output layer (hidden_states index: -1 = final normed output, 0 = embeddings, k = raw output of block k)"
 _TEMPLATE_HELP = "text around the sentence, with {text} where it goes; '{text}' embeds the bare text"
@@ -65,6 +65,7 @@ class PlainBaseline(OwnTemplate):
     layer: int = option(-1, _LAYER_HELP)
     template: str = option("{text}", _TEMPLATE_HELP)
     senteval_text: bool = option(False, SENTEVAL_HELP)
+    pieces: bool = option(False, PIECES_HELP)
 
 
 @register

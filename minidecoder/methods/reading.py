@@ -29,7 +29,7 @@ from minidecoder.methods.inputs import PromptBatch, encode_prompts
 from minidecoder.methods.layers import resolve_output_layer
 from minidecoder.methods.loop import Pass, last_token
 from minidecoder.methods.prompts import REFERENCE_LAYERS, TEMPLATES
-from minidecoder.methods.text import SENTEVAL_HELP, check_template, fill_template, prepare_texts
+from minidecoder.methods.text import PIECES_HELP, SENTEVAL_HELP, check_template, fill_template, prepare_texts
 
 
 @dataclasses.dataclass
@@ -52,7 +52,8 @@ class ReadsOneLayer(Method):
         index = resolve_output_layer(self.layer, model.num_layers)
         passes = []
         for template in self.templates():
-            batch = encode_prompts(model.tokenizer, template, texts, padding_side="left", contexts=contexts)
+            batch = encode_prompts(model.tokenizer, template, texts, padding_side="left", contexts=contexts,
+                                   pieces=self.pieces)
             passes.append(Pass(batch, layer=index, reads=f"{type(self).__name__}.pool",
                                pool=lambda run, batch=batch: self.pool(run.hidden(index), batch)))  # (B, E)
         return passes
@@ -73,6 +74,7 @@ class OwnTemplate(ReadsOneLayer):
     def __post_init__(self) -> None:
         check_template(self.template, min_occurrences=self.min_occurrences)
         check_bool(self.senteval_text, "senteval_text")
+        check_bool(self.pieces, "pieces")
 
 
 @dataclasses.dataclass
@@ -82,6 +84,7 @@ class LastTokenPrompt(ReadsOneLayer):
     layer: int = option(-1, "output layer (hidden_states index: -1 = final normed output, -2 = raw output "
                             "of the second-to-last block)")
     senteval_text: bool = option(True, SENTEVAL_HELP)
+    pieces: bool = option(False, PIECES_HELP)
 
     def prompt_template(self) -> str:
         return TEMPLATES[self.name]  # PromptEOL, Pretended CoT, Knowledge: the paper's own prompt
@@ -98,6 +101,7 @@ class LastTokenPrompt(ReadsOneLayer):
     def __post_init__(self) -> None:
         check_template(self.prompt_template())
         check_bool(self.senteval_text, "senteval_text")
+        check_bool(self.pieces, "pieces")
 
 
 # The papers' prompts: each is LastTokenPrompt with its paper's template (prompts.TEMPLATES) read at its

@@ -34,6 +34,10 @@ from minidecoder.errors import InputError
 SENTEVAL_HELP = ("prepare each text as the SentEval batchers of the references did (append '.', '\"' -> \"'\", "
                  "final '?' -> '.') before filling the template; false embeds the text verbatim")
 
+# The help of the `pieces` option of every method that fills a template of its own (inputs.encode_pieces).
+PIECES_HELP = ("tokenize the template's text around each {text}, and the text, on their own and join the ids, as "
+               "HTP's code does (parser.py _tokenize_from_pieces); false: the filled template as one string")
+
 # A format field is `{` + anything without braces or whitespace + `}`; `{text}` is the text's place,
 # `{eos}`, at the very end only, the tokenizer's EOS token appended as one id (HTP's code's `{</s>}`, the
 # token its last-token rows read), and `{bos}`, at the very start only, the tokenizer's BOS token put first

@@ -45,7 +45,7 @@ from minidecoder.methods.layers import check_block_range, resolve_output_layer
 from minidecoder.methods.loop import CopyRows, Pass, last_token, masked_mean
 from minidecoder.methods.placeholders import check_placeholder_init, placeholder_row, refuse_placeholders_in
 from minidecoder.methods.prompts import METAEOL_TEMPLATES, TEMPLATES
-from minidecoder.methods.text import SENTEVAL_HELP, check_template, prepare_texts
+from minidecoder.methods.text import PIECES_HELP, SENTEVAL_HELP, check_template, prepare_texts
 
 PST = "<PST>"
 
@@ -99,6 +99,7 @@ class TP(Method):
     resume_at: int | None = option(None, "paper Table 16: copy again before every block from this 0-based block up to "
                                          "the output layer (None = off); must be >= end")
     senteval_text: bool = option(True, SENTEVAL_HELP)
+    pieces: bool = option(False, PIECES_HELP)
     pooling: str = option("last", "what is read at `layer`: last (the last token, TP's own) or mean (the mean over "
                                   "the text's tokens, <PST> and the template excluded, as HTP's mean: HTP Table 1's "
                                   "'TP w. Mean')")
@@ -113,7 +114,7 @@ class TP(Method):
         row = placeholder_row(model, self.pst_init, self.seed)  # <PST>'s input row
         passes = []
         for template in tp_templates(self.prompt, self.num_pst):
-            batch, pst_id, pst = encode_tp(model.tokenizer, template, texts, contexts)
+            batch, pst_id, pst = encode_tp(model.tokenizer, template, texts, contexts, self.pieces)
             step = TPStep.of(batch, pst, blocks, self.mask_pst_first_layer)
             if self.pooling == "mean":  # HTP Table 1's "TP w. Mean"
                 reads, pool = MEAN_READS, lambda run, b=batch, p=pst_id: mean_over_text(run.hidden(index), b, p)
@@ -149,6 +150,7 @@ class TP(Method):
         check_int(self.resume_at, "resume_at", allow_none=True, example="20")
         check_bool(self.mask_pst_first_layer, "mask_pst_first_layer")
         check_bool(self.senteval_text, "senteval_text")
+        check_bool(self.pieces, "pieces")
         check_placeholder_init(self.pst_init, self.seed)
         if self.pooling not in ("last", "mean"):
             raise InputError(f"pooling={self.pooling!r} is not 'last' or 'mean'", "pass pooling=last or pooling=mean")
@@ -230,7 +232,7 @@ def tp_templates(prompt: str, num_pst: int) -> list[str]:
     return [prompt]
 
 
-def encode_tp(tokenizer, template: str, texts: list[str], contexts: list[str] | None = None
+def encode_tp(tokenizer, template: str, texts: list[str], contexts: list[str] | None = None, pieces: bool = False
               ) -> tuple[PromptBatch, int, list[list[int]]]:
     """One TP template filled with prepared texts (left padding, `<PST>` as an added token of a copy of
     the tokenizer), each row's context before it, the id of `<PST>`, and per row the padded positions of its
@@ -239,7 +241,7 @@ def encode_tp(tokenizer, template: str, texts: list[str], contexts: list[str] | 
     tokenizer = tokenizer.with_placeholders(PST)
     pst_id = tokenizer.token_to_id(PST)
     batch = encode_prompts(tokenizer, template, texts, padding_side="left", placeholders={pst_id: PST},
-                           contexts=contexts)
+                           contexts=contexts, pieces=pieces)
     positions = batch.positions_of(pst_id)
     expected = template.count(PST)
     for index, found in enumerate(positions):

@@ -150,3 +150,65 @@ def test_auto_gives_the_instruction_to_every_method_but_tp_with_prompteol(method
 
     args = argparse.Namespace(instruction="auto", method=method, opt=options)
     assert instruction_for(args, INSTRUCT) == (INSTRUCT if takes else None)
+
+
+PIECE_TEMPLATES = ["{text} {eos}", "Query: {text} Query again: {text}", 'The sentence "{text}" means in one word: {eos}',
+                   "Text:{text}"]
+
+
+@pytest.mark.parametrize("template", PIECE_TEMPLATES)
+@pytest.mark.parametrize("context", [None, "Retrieve it."])
+def test_pieces_tokenize_each_piece_on_its_own_as_htps_code(tiny_llama: Path, template: str, context: str | None) -> None:
+    """HTP's code (parser.py `_tokenize_from_pieces`) tokenizes the template's text around each field, and the text,
+    on their own, ids joined: the oracle here is the `tokenizers` library on each piece. The context opens the
+    first piece with one space (HTP writes its instruction there); `{eos}` is the EOS id after the last piece."""
+    from tokenizers import Tokenizer as FastTokenizer
+
+    model = minidecoder.load(tiny_llama)
+    tokenizer, fast = model.tokenizer, FastTokenizer.from_file(str(tiny_llama / "tokenizer.json"))
+    text = "a cat sat."
+    body = template.removesuffix("{eos}")
+    parts = body.split("{text}")
+    parts[0] = f"{context} {parts[0]}" if context else parts[0]
+    expected, spans = [tokenizer.bos_id], []
+    for k, part in enumerate(parts):
+        if k:
+            spans.append((len(expected), len(expected) + len(fast.encode(text, add_special_tokens=False).ids)))
+            expected += fast.encode(text, add_special_tokens=False).ids
+        expected += fast.encode(part, add_special_tokens=False).ids if part else []
+    expected += [tokenizer.eos_id] if template.endswith("{eos}") else []
+    batch = encode_prompts(tokenizer, template, [text], contexts=None if context is None else [context], pieces=True)
+    assert batch.input_ids[0].tolist() == expected and batch.text_spans == [spans]
+    if context is not None:  # the context's tokens, never pooled
+        assert batch.context_spans == [(1, 1 + len(fast.encode(context, add_special_tokens=False).ids))]
+
+
+@pytest.mark.parametrize("method, key, template, options", [
+    ("last", "template", "{text} {eos}", {}),
+    ("prompt", "template", 'The sentence "{text}" means in one word: {eos}', {}),
+    ("tp", "prompt", 'The sentence <PST> "{text}" means in one word: {eos}', {"start": 1, "end": 3, "layer": -2})])
+def test_pieces_reach_the_tokens_a_method_reads(tiny_llama: Path, method: str, key: str, template: str,
+                                                options: dict) -> None:
+    """The space before `{eos}` is a token of its own by pieces (one string strips it): the last token read
+    follows it, so the embedding moves; by pieces, `last` is the plain forward's final state over those ids."""
+    model = minidecoder.load(tiny_llama)
+    texts = ["a cat sat on the mat.", "dogs ran."]
+    whole = minidecoder.embed(model, texts, method, **{key: template}, **options)
+    pieces = minidecoder.embed(model, texts, method, **{key: template}, pieces=True, **options)
+    assert (pieces - whole).abs().max() > 1e-3
+    if method == "last":
+        ids = encode_prompts(model.tokenizer, template, texts[1:], pieces=True).input_ids
+        assert [model.tokenizer.decode([i]) for i in ids[0, -2:].tolist()] == [" ", "</s>"]  # the space, the EOS
+        with torch.no_grad():
+            hidden = model(ids, output_hidden_states=True).hidden_states[-1][0, -1]
+        torch.testing.assert_close(pieces[1], hidden.float(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["mean", "last", "echo", "prompt", "prompteol", "metaeol", "tp"])
+def test_every_method_that_fills_a_template_takes_pieces_and_refuses_a_non_boolean(tiny_llama: Path,
+                                                                                   method: str) -> None:
+    model = minidecoder.load(tiny_llama)
+    options = {"end": 3} if method == "tp" else {}  # the tiny model has 4 blocks
+    minidecoder.embed(model, ["a cat."], method, pieces=True, **options)
+    with pytest.raises(InputError, match="pieces"):
+        minidecoder.embed(model, ["a cat."], method, pieces="yes", **options)

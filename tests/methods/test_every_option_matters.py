@@ -72,7 +72,8 @@ class Case:
     why: str  # the condition under which the option acts, where there is one
     base: dict = dataclasses.field(default_factory=dict)  # options of both runs, on top of BASE[method]
     texts: tuple = TEXTS
-    model: str = "llama"  # "llama_no_bos": the tiny llama with a tokenizer that adds no BOS
+    model: str = "llama"  # "llama_no_bos": the tiny llama with a tokenizer that adds no BOS; "llama_merges": with
+    # the merges ' a' and '"a' (`MERGES`), so that a template tokenized by pieces splits what one string merges
     expect: str = "changes"  # or "refused" / "invariant" (module docstring)
 
     @property
@@ -83,6 +84,9 @@ class Case:
     def base_id(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.base.items())
 
+
+MERGES = ((" ", "a"), ('"', "a"))  # TEXTS[0] opens with "a": after `: ` or `"` one string merges it, pieces do not
+PIECES = "by pieces, the text's first token is not merged with the template's character before it"
 
 C = Case
 CASES = [
@@ -98,6 +102,9 @@ CASES = [
     C("last", "layer", -2, "another hidden state"),
     C("last", "template", "{text} means:", "another last token"),
     C("last", "senteval_text", True, "the last token becomes the appended '.'"),
+    C("mean", "pieces", True, PIECES, base={"template": "Text: {text}"}, model="llama_merges"),
+    C("last", "pieces", True, "the space before {eos} is a token of its own by pieces, the EOS read after it",
+      base={"template": "{text} {eos}"}),
     # ---- prompts -------------------------------------------------------------------------------------
     C("prompteol", "layer", -2, "another hidden state"),
     C("prompteol", "senteval_text", False, "TEXTS need the SentEval steps"),
@@ -111,6 +118,9 @@ CASES = [
     C("metaeol", "layer", -2, "another hidden state"),
     C("metaeol", "senteval_text", False, "TEXTS need the SentEval steps"),
     C("metaeol", "tasks", [4], "one prompt instead of the mean of eight"),
+    *[C(name, "pieces", True, PIECES, model="llama_merges")
+      for name in ("prompteol", "pretended_cot", "knowledge", "prompt", "metaeol")],
+    C("echo", "pieces", True, PIECES, model="llama_merges"),
     C("echo", "layer", -2, "another hidden state"),
     C("echo", "template", "Say it: {text}. Again: {text}", "another prompt around both copies"),
     C("echo", "pooling", "last", "the second copy's last token instead of its mean"),
@@ -131,6 +141,7 @@ CASES = [
       base={"end": 2, "layer": -1}),
     C("tp", "senteval_text", False, "TEXTS need the SentEval steps"),
     C("tp", "pooling", "mean", "the mean over the text tokens instead of the last token"),
+    C("tp", "pieces", True, PIECES, model="llama_merges"),
     # ---- CP ------------------------------------------------------------------------------------------
     C("cp", "prompt", "pretended_cot", "another normal prompt (layer fixed, so the template alone differs)",
       base={"layer": -1}),
@@ -219,7 +230,10 @@ def models(tmp_path_factory) -> dict:
     folder = checkpoint("llama")[1]
     no_bos = Path(shutil.copytree(folder, tmp_path_factory.mktemp("no-bos") / "tiny-llama"))
     save_tiny_tokenizer(no_bos, add_bos=False)
-    return {"llama": minidecoder.load(folder, progress=False), "llama_no_bos": minidecoder.load(no_bos, progress=False)}
+    merged = Path(shutil.copytree(folder, tmp_path_factory.mktemp("merges") / "tiny-llama"))
+    save_tiny_tokenizer(merged, merges=MERGES)
+    return {"llama": minidecoder.load(folder, progress=False), "llama_no_bos": minidecoder.load(no_bos, progress=False),
+            "llama_merges": minidecoder.load(merged, progress=False)}
 
 
 def embed(model, method: str, texts, path: str, options: dict) -> torch.Tensor:
