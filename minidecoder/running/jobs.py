@@ -232,7 +232,7 @@ def _finished_job(model, method, source: Path, output: Path, chunk_size: int, ba
         return None
     manifest = _jsonable(job_manifest(model, method, batch_size, truncate, chunk_size, scan_input(source)))
     made = {key: metadata.get(key) for key in manifest}
-    if made != manifest:
+    if not serves(made, manifest):
         raise _other_settings(output.parent, "finished embeddings made with other settings, so they cannot be used",
                               "use them", made, manifest)
     rows, dim = manifest["input"]["rows"], model.config.hidden_size
@@ -652,7 +652,7 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
             previous = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
-        if previous != manifest:
+        if not serves(previous, manifest):
             raise _other_settings(work, "an interrupted job with other settings, so it cannot be resumed",
                                   "resume it", previous, manifest)
         return False
@@ -670,6 +670,22 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
         raise OutputError(f"could not start the job's work folder {work}: {cause}",
                           f"{way_out}, then run the same command again") from None
     return True
+
+
+def serves(kept: Any, manifest: dict[str, Any]) -> bool:
+    """Whether work kept under the manifest `kept` is this job's (`manifest`): the same, or the same once the method
+    options `kept` lacks are left out where this job leaves them at their defaults. An option added since the work
+    was kept computes, at its default, what the version that kept it did (`pieces`, say): its work still serves."""
+    if kept == manifest:
+        return True
+    if not (isinstance(kept, dict) and isinstance(kept.get("method"), dict) and isinstance(manifest.get("method"), dict)):
+        return False
+    from minidecoder.methods import build_method
+
+    new = manifest["method"]
+    defaults = _jsonable(build_method(new["method"]).describe())
+    added = {option for option, value in new.items() if option not in kept["method"] and defaults.get(option) == value}
+    return bool(added) and kept == {**manifest, "method": {key: value for key, value in new.items() if key not in added}}
 
 
 def _other_settings(work: Path, held: str, use: str, previous: Any, manifest: dict[str, Any]) -> InputError:

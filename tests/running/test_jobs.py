@@ -145,6 +145,23 @@ def test_interrupted_job_resumes_and_refuses_other_settings(model, tmp_path: Pat
     assert np.array_equal(np.load(output)[:10], expected.numpy())
 
 
+def test_work_kept_before_an_option_was_added_resumes_while_that_option_keeps_its_default(model, tmp_path: Path) -> None:
+    """An option added since (`pieces`) computes at its default what the version that kept the work did: its
+    manifest, which lacks the option, still serves; the option set otherwise does not."""
+    source = write_lines(tmp_path / "in.txt", 30)
+    output = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):
+        run_embedding_job(model, "last", source, output, chunk_size=10, batch_size=4, progress=interrupt_after(1))
+    manifest_path = tmp_path / ".out.npy.partial" / "manifest.json"
+    kept = json.loads(manifest_path.read_text())
+    assert kept["method"].pop("pieces") is False  # as a minidecoder without the option wrote it
+    manifest_path.write_text(json.dumps(kept, indent=2, sort_keys=True))
+    with pytest.raises(InputError, match="--opt pieces was '\\(absent\\)', now True"):
+        run_embedding_job(model, "last", source, output, chunk_size=10, batch_size=4, pieces=True)
+    summary = run_embedding_job(model, "last", source, output, chunk_size=10, batch_size=4)
+    assert (summary["chunks_reused"], summary["chunks_computed"]) == (1, 2)
+
+
 def test_existing_output_is_never_overwritten_without_overwrite(model, tmp_path: Path) -> None:
     source = write_lines(tmp_path / "in.txt", 5)
     output = tmp_path / "out.safetensors"
