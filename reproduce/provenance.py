@@ -314,33 +314,58 @@ HTP_CODE_BOS = (f"first, as {HTP_CODE}'s literal <s> (by the tokenizer's policy,
                 "none)")
 NO_BOS = "ran without the BOS HTP's code writes first as <s> (the model's tokenizer adds none; the HTP row has it)"
 
+# HTP's code tokenizes a template by pieces (parser/parser.py, `Parser._tokenize_from_pieces`): the text around each
+# field, and the text, each on its own, the ids joined; minidecoder's HTP row does too. These rows run so
+# (`pieces=true`, tools/reproduce_retrieval.py). Tokenized as one string, a piece ending in a space or a quote
+# merges with the text (`: ` + `A` is `:`,`ĠA`, not `:`,`Ġ`,`A`) and a space before `</s>` is no token: on SmolLM2
+# and Gemma-3 the tokens these rows read differ on most texts of every set, so a row run as one string is not the
+# paper's setup (`one_string`) until re-run. Vanilla Mean is left as one string: on both models its ids equal the
+# pieces' up to the last pooled token on every query and text (the ` </s>` piece after the text is read by no
+# pooled state, causal attention); only 0.2-0.3% of documents differ, those cut at 512 tokens, where HTP's code
+# cuts each piece at 512 tokens and may keep a lone space or part of a character as the last.
+HTP_CODE_PIECES_ROWS = {("retrieval", key) for key in ("last", "echo", "prompteol+tp", "mean+tp")} | {
+    ("classification", key) for key in ("echo", "prompteol", "prompteol+tp")}
+HTP_CODE_PIECES = ("by pieces: the template's text around the text, and the text, each on its own (snap-research/HTP "
+                   "parser/parser.py `Parser._tokenize_from_pieces`; `pieces=true`)")
+ONE_STRING = ("its template tokenized as one string, where HTP's code tokenizes each piece on its own (other tokens "
+              "where a piece ends in a space or a quote; the HTP row is tokenized by pieces)")
 
-def provenance(benchmark: str, row: str, without_bos: bool = False) -> Provenance | None:
+
+def provenance(benchmark: str, row: str, without_bos: bool = False, one_string: bool = False) -> Provenance | None:
     """The row's provenance on `benchmark`, or None where the table has none (STS's rows: tools/reproduce.py).
     without_bos: the row ran with no BOS first, which marks a row whose template HTP's code opens with `<s>` as not
-    the paper's setup (NO_BOS)."""
+    the paper's setup (NO_BOS); one_string: it tokenized its template as one string, which marks a row HTP's code
+    tokenizes by pieces so (ONE_STRING)."""
     entry = _TABLE.get((benchmark, row))
-    if entry is None or (benchmark, row) not in HTP_CODE_BOS_ROWS:
-        return entry
-    if not without_bos:
-        return Provenance({**entry.settings, "BOS": HTP_CODE_BOS}, entry.not_paper)
-    return Provenance({**entry.settings, "BOS": f"none (minidecoder's run; {HTP_CODE}: <s> first)"},
-                      "; ".join(filter(None, (entry.not_paper, NO_BOS))))
+    if entry is None:
+        return None
+    settings, reasons = dict(entry.settings), [entry.not_paper]
+    if (benchmark, row) in HTP_CODE_BOS_ROWS:
+        settings["BOS"] = f"none (minidecoder's run; {HTP_CODE}: <s> first)" if without_bos else HTP_CODE_BOS
+        reasons.append(NO_BOS if without_bos else "")
+    if (benchmark, row) in HTP_CODE_PIECES_ROWS:
+        settings["tokenization"] = ("one string (minidecoder's run; HTP's code: by pieces)" if one_string
+                                    else HTP_CODE_PIECES)
+        reasons.append(ONE_STRING if one_string else "")
+    return Provenance(settings, "; ".join(filter(None, reasons)))
 
 
-def not_the_papers(benchmark: str, method: str, base: str, without_bos: Collection[str] = ()) -> str:
+def not_the_papers(benchmark: str, method: str, base: str, without_bos: Collection[str] = (),
+                   one_string: Collection[str] = ()) -> str:
     """Why a comparison of two rows is not its paper's ("" when both rows are the paper's configuration):
-    each diverging row's label and reason (`without_bos`: the row keys that ran without a BOS first)."""
+    each diverging row's label and reason (`without_bos`: the row keys that ran without a BOS first;
+    `one_string`: those that tokenized their template as one string)."""
     reasons = [f"{row}: {entry.not_paper}" for row in (method, base)
-               if (entry := provenance(benchmark, row, row in without_bos)) is not None and entry.not_paper]
+               if (entry := provenance(benchmark, row, row in without_bos, row in one_string)) is not None
+               and entry.not_paper]
     return "; ".join(reasons)
 
 
 def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = "",
-                     without_bos: Collection[str] = ()) -> list[str]:
+                     without_bos: Collection[str] = (), one_string: Collection[str] = ()) -> list[str]:
     """A table's provenance section: the metric (every row's) and how the data was read (`data`, where the
     table chose), then one line per (row key, label) with each other setting's source, and the divergence that
-    keeps the row's comparisons from a verdict (`without_bos`: as in `not_the_papers`)."""
+    keeps the row's comparisons from a verdict (`without_bos`, `one_string`: as in `not_the_papers`)."""
     lines = ["", "## Provenance of each row's settings", "",
              "Each setting's source: the paper's section or table, or its public code's file; \"minidecoder's "
              "choice\" where the row ran something else. A row marked **not the paper's setup** is an ablation kept "
@@ -349,7 +374,7 @@ def provenance_lines(benchmark: str, rows: list[tuple[str, str]], data: str = ""
              f"- **metric** (every row): {METRIC[benchmark]}"]
     lines += [f"- **data** (every row): {data}"] if data else []
     for key, label in rows:
-        entry = provenance(benchmark, key, key in without_bos)
+        entry = provenance(benchmark, key, key in without_bos, key in one_string)
         if entry is None:
             continue
         flag = (f" **not the paper's setup: {entry.not_paper}.**" if entry.not_paper

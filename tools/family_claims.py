@@ -74,7 +74,8 @@ def with_avg(point: dict[str, float], reps: dict[str, np.ndarray]):
 def claims_report(benchmark: str, settings: dict, planned: list[str], done: list[str],
                   differences: Differences) -> dict:
     """The claims file of one (model, benchmark): `settings` must hold "model" and "limit" (None: full data), and
-    may hold "rows_without_bos" (the row keys that ran without a BOS first: reproduce.provenance.not_the_papers)."""
+    may hold "rows_without_bos" and "rows_as_one_string" (the row keys that ran without a BOS first, and those that
+    tokenized their template as one string: reproduce.provenance.not_the_papers)."""
     if benchmark not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {benchmark!r}")
     records = []
@@ -88,7 +89,8 @@ def claims_report(benchmark: str, settings: dict, planned: list[str], done: list
         intervals = {name: iv for name, iv in intervals.items() if np.all(np.isfinite(iv)) and name in point}
         if claim.score in intervals:
             records.append(judge(claim, point, intervals, not_the_papers(
-                benchmark, claim.method, claim.base, settings.get("rows_without_bos", ()))))
+                benchmark, claim.method, claim.base, settings.get("rows_without_bos", ()),
+                settings.get("rows_as_one_string", ()))))
     return {"format": "minidecoder-claims/1", "settings": {**settings, "benchmark": benchmark, "bootstrap": BOOTSTRAP},
             "rows_planned": planned, "rows_done": [key for key in planned if key in done], "claims": records}
 

@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO))  # first: the reproduce/ package, not tools/reprod
 from family_claims import TP_WITH_MEAN, claims_report, paired_means, with_avg, write_claims  # noqa: E402
 from reproduce import read_json  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
-from reproduce.provenance import HTP_CODE_BOS_ROWS, TABLE_9_RULE, provenance_lines  # noqa: E402
+from reproduce.provenance import HTP_CODE_BOS_ROWS, HTP_CODE_PIECES_ROWS, TABLE_9_RULE, provenance_lines  # noqa: E402
 from minidecoder.evaluation.family import instruction_for  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
@@ -80,18 +80,19 @@ RULE = "table-9"  # an option HTP Table 9's rule sets for the model's family (pr
 TP_EOS = 'The sentence <PST> "{text}" means in one word: {eos}'  # HTP's code's tp-prompteol-last-pool
 TP_RULE = {"start": 1, "end": 7, "layer": RULE}  # HTP's code's mistral-instruct-tp: 1 / 7; the layer by Table 9
 AS_GIVEN = {"senteval_text": False}  # HTP's code fills its templates with the text as given
+PIECES = {"pieces": True}  # ... and tokenizes each piece on its own (provenance.HTP_CODE_PIECES_ROWS)
 HTP_RULE = {"start": 1, "end": RULE, "layer": RULE}
 POOLED = ("--instruction-placement", "pooled")
 # HTP Tables 1 and 12 as HTP's code runs them (reproduce/provenance.py names each setting's source), then the
 # rows minidecoder first ran (its own templates and readouts, the instruction pooled), kept as ablations
 ROWS = {
     "retrieval": [Row("mean", "Vanilla Mean", "mean", {}, {"template": "Text:{text}"}),
-                  Row("last", "Vanilla Last", "last", {"template": "{text} {eos}"}),
-                  Row("echo", "Echo Mean", "echo", {"template": "{text}{text}"},
+                  Row("last", "Vanilla Last", "last", {"template": "{text} {eos}", **PIECES}),
+                  Row("echo", "Echo Mean", "echo", {"template": "{text}{text}", **PIECES},
                       {"template": "Query: {text} Query again: {text}"}),
-                  Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN}),
-                  Row("mean+tp", "TP w. Mean", "tp", {"prompt": '<PST> "{text}"', "pooling": "mean", **TP_RULE, **AS_GIVEN},
-                      {"prompt": '<PST> "{text} "'}),
+                  Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN, **PIECES}),
+                  Row("mean+tp", "TP w. Mean", "tp", {"prompt": '<PST> "{text}"', "pooling": "mean", **TP_RULE,
+                                                      **AS_GIVEN, **PIECES}, {"prompt": '<PST> "{text} "'}),
                   Row("htp", "HTP", "htp", HTP_RULE, {"template": "Text: {text}"}),
                   Row("mean-ours", "Vanilla Mean (instruction pooled)", "mean", {}, flags=POOLED),
                   Row("last-ours", "Vanilla Last (instruction pooled)", "last", {}, flags=POOLED),
@@ -100,9 +101,10 @@ ROWS = {
                   Row("mean+tp-ours", "TP w. Mean (no instruction)", "tp", TP_WITH_MEAN,
                       flags=("--instruction", "none")),
                   Row("htp-ours", "HTP (instruction pooled)", "htp", {"start": 1, "end": 7}, flags=POOLED)],
-    "classification": [Row("echo", "Echo Mean", "echo", {"template": "Query: {text} Query again: {text}"}),
-                       Row("prompteol", "PromptEOL", "prompt", {"template": 'The sentence "{text}" means in one word: "', **AS_GIVEN}),
-                       Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN}),
+    "classification": [Row("echo", "Echo Mean", "echo", {"template": "Query: {text} Query again: {text}", **PIECES}),
+                       Row("prompteol", "PromptEOL", "prompt", {"template": 'The sentence "{text}" means in one word: "',
+                                                                **AS_GIVEN, **PIECES}),
+                       Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN, **PIECES}),
                        Row("htp", "HTP", "htp", {**HTP_RULE, "template": "Text: {text}"}),
                        Row("echo-ours", "Echo Mean (Echo's template)", "echo", {}, flags=POOLED),
                        Row("prompteol-ours", "PromptEOL (its own template)", "prompteol", {}),
@@ -182,11 +184,15 @@ def bos_first(options: dict, default: str | None = None) -> dict:
     return {**options, key: BOS + options[key]}
 
 
-def without_bos(flags: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """An eval command's method flags as they were before `bos_first`: a row kept from a run without the BOS is
-    the same row (provenance flags it, `rows_without_bos`) until `--redo` recomputes it."""
+PIECES_FLAG = "pieces=true"
+
+
+def as_first_ran(flags: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """An eval command's method flags as they were before `bos_first` and `PIECES`: a row kept from a run without
+    the BOS, or with its template tokenized as one string, is the same row (provenance flags it,
+    `rows_without_bos`, `rows_as_one_string`) until `--redo` recomputes it."""
     plain = {(flag, value.replace("=" + BOS, "=", 1)) for flag, value in flags}
-    return plain - {("--opt", "template={text}")}
+    return plain - {("--opt", "template={text}"), ("--opt", PIECES_FLAG), ("--query-opt", PIECES_FLAG)}
 
 
 def row_options(options: dict, model: str) -> dict:
@@ -296,7 +302,7 @@ def refuse_another_row(key: str, stamp: dict, argv: list[str]) -> None:
     if "instruction" in stamp and reads_instruction(argv):  # a stamp older than the placement pooled it
         ran.add(("--instruction-placement", stamp.get("instruction_placement", "pooled")))
         asked.add(("--instruction-placement", flag_value(argv, "--instruction-placement", "context")))
-    if ran != asked and without_bos(ran) != without_bos(asked):
+    if ran != asked and as_first_ran(ran) != as_first_ran(asked):
         raise SystemExit(f"{key}: the kept report {key}.json ran {sorted(ran - asked)}, where the row is "
                          f"{sorted(asked - ran)}; move that report away (or to the row it ran) to compute this one")
 
@@ -496,7 +502,8 @@ def _write_table(family: str, args: argparse.Namespace, claims: Path) -> Path:
                              + (shown(record) if column == record["score"] else got["verdict"]))
     lines += ablation_lines(family, rows, labels, args)
     lines += provenance_lines(family, [(key, label) for key, label in labels.items() if key in rows],
-                              without_bos=report["settings"]["rows_without_bos"])
+                              without_bos=report["settings"]["rows_without_bos"],
+                              one_string=report["settings"]["rows_as_one_string"])
     path, text = args.out / "table.md", "\n".join(lines) + "\n"
     write_whole(path, text.encode(), overwrite=True)
     digests = {key: digest(family, row) for key, row in rows.items()}
@@ -611,7 +618,10 @@ def family_claims(family: str, rows: dict[str, dict], args: argparse.Namespace) 
                 "limit": limited or None,  # None: the full data, the only runs claims_table counts
                 "tokenizer_adds_bos": adds_bos,  # the rows HTP's code opens with <s> that ran without a BOS first:
                 "rows_without_bos": sorted(key for key, report in rows.items() if (family, key) in HTP_CODE_BOS_ROWS
-                                           and adds_bos is False and BOS not in report["stamp"].get("command", ""))}
+                                           and adds_bos is False and BOS not in report["stamp"].get("command", "")),
+                # ... and the rows HTP's code tokenizes by pieces that ran their template as one string
+                "rows_as_one_string": sorted(key for key, report in rows.items() if (family, key) in HTP_CODE_PIECES_ROWS
+                                             and PIECES_FLAG not in report["stamp"].get("command", ""))}
     return claims_report(family, settings, [key for key, *_ in ROWS[family]], list(rows), differences(family, rows, args.data))
 
 

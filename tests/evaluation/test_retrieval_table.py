@@ -400,3 +400,37 @@ def test_rows_htps_code_opens_with_s_put_the_bos_first_where_the_tokenizer_adds_
     assert "ran without the BOS HTP's code writes first" in (out / "table.md").read_text()
     assert tool.main([*command, "--redo", "mean"]) == 0  # recomputed with the BOS, the earlier report replaced
     assert json.loads((results / "no-bos-retrieval.json").read_text())["settings"]["rows_without_bos"] == []
+
+
+def test_rows_htps_code_tokenizes_by_pieces_run_so_and_a_row_run_as_one_string_gets_no_verdict(
+        tiny_llama: Path, tmp_path: Path) -> None:
+    """HTP's code tokenizes each template piece on its own (provenance.HTP_CODE_PIECES_ROWS): those rows run with
+    `pieces=true`, Vanilla Mean and HTP's own options without it; a row kept from a run that tokenized its
+    template as one string is the same row and joins the table, with no verdict until `--redo` recomputes it."""
+    tool, data, out = load_tool(), write_beir(tmp_path / "data"), tmp_path / "table"
+    shallow_rows(tool)
+    rows = {row[0]: tool.Row(*row) for row in tool.ROWS["retrieval"]}
+    args = tool.argparse.Namespace(model=str(tiny_llama), dtype="float32", device="cpu", limit=None,
+                                   corpus_limit=None, data=None, tasks=None)
+    pieced = {key for key in rows if "pieces=true" in tool.command("retrieval", rows[key], args, tmp_path / key)}
+    assert pieced == {"last", "echo", "prompteol+tp", "mean+tp"}
+
+    results = tmp_path / "results"
+    command = ["--family", "retrieval", "--model", str(tiny_llama), "--tasks", "toy", "--data", str(data), "--out",
+               str(out), "--rows", "mean+tp,htp", "--results", str(results)]
+    assert tool.main(command) == 0
+    claims = json.loads((results / "tiny-llama-retrieval.json").read_text())
+    assert claims["settings"]["rows_as_one_string"] == [] and claims["claims"][0]["verdict"] != "not the paper's setup"
+    report = json.loads((out / "mean+tp.json").read_text())  # as a row run before pieces existed
+    ran = shlex.split(report["stamp"]["command"])
+    cut = ran.index("pieces=true") - 1
+    report["stamp"]["command"] = shlex.join(ran[:cut] + ran[cut + 2:])
+    (out / "mean+tp.json").write_text(json.dumps(report))
+    assert tool.main(command) == 0
+    claims = json.loads((results / "tiny-llama-retrieval.json").read_text())
+    assert claims["settings"]["rows_as_one_string"] == ["mean+tp"]
+    assert claims["claims"][0]["verdict"] == "not the paper's setup"
+    assert "tokenized as one string" in claims["claims"][0]["not_paper"]
+    assert "its template tokenized as one string, where HTP's code" in (out / "table.md").read_text()
+    assert tool.main([*command, "--redo", "mean+tp"]) == 0  # recomputed by pieces, the earlier report replaced
+    assert json.loads((results / "tiny-llama-retrieval.json").read_text())["settings"]["rows_as_one_string"] == []
