@@ -116,6 +116,8 @@ def _faithful_rows(benchmark: str) -> dict[str, Provenance]:
             "layer": TABLE_9,
             "readout": "mean over the text, <PST> excluded (HTP pooling/pooling.py)",
             "TP start / end": f"1 / 7 ({HTP_CODE} mistral-instruct-tp)",
+            "BOS": f"by the tokenizer's policy (minidecoder's; {HTP_CODE}'s tp-mean-pool writes no <s> and loads its "
+                   "tokenizer with add_bos_token=False; read, not run: its TP w. Mean path looks unable to run as released)",
             "metric": metric}),
         "htp": Provenance({
             "template": side("\"{instruct} Text: <B-PST>... <PST> sentence 1 ...\"", "\"<B-PST>... <PST> sentence 1 ...\"")
