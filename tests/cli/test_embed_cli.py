@@ -51,7 +51,7 @@ def test_jsonl_to_safetensors_with_metadata(tiny: Path, tmp_path: Path) -> None:
         got = handle.get_tensor("embeddings")
         metadata = handle.metadata()
     assert json.loads(metadata["method"]) == {"method": "mean", "layer": -1, "template": "[{text}]", "over": "all",
-                                              "occurrence": -1, "senteval_text": False}
+                                              "occurrence": -1, "senteval_text": False, "pieces": False}
     assert json.loads(metadata["rows"]) == 3
     want = minidecoder.embed(minidecoder.load(tiny, progress=False), TEXTS, "mean", over="all", template="[{text}]")
     assert_close(got, want, atol=2e-5, rtol=2e-5)
