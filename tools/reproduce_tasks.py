@@ -391,8 +391,10 @@ RETIRED_OPTIONS = {"cp": ({"tp": False, "steer": True}, ("tp_aux", "start", "end
 
 def method_of_row(row: dict):
     """The method a finished row ran, rebuilt from its record (`describe()`: its options and what it wrote
-    beside them), checked to describe itself the same (retired options aside, where they were inert)."""
+    beside them), checked to describe itself the same (retired options aside, where they were inert; options added
+    since, at their defaults, as jobs.serves takes them)."""
     from minidecoder.methods import METHODS
+    from minidecoder.running.jobs import serves
 
     recorded = dict(row["method"])
     inert, unread = RETIRED_OPTIONS.get(recorded["method"], ({}, ()))
@@ -404,7 +406,7 @@ def method_of_row(row: dict):
     spec = dict(recorded)
     cls = METHODS[spec.pop("method")]
     method = cls(**{name: value for name, value in spec.items() if name in cls.__dataclass_fields__})
-    if method.describe() != recorded:
+    if not serves({"method": recorded}, {"method": method.describe()}):  # an option added since, at its default, agrees
         raise SystemExit(f"reproduce_tasks: the row's method {row['method']} does not rebuild as itself "
                          f"({method.describe()}); re-run the row (--rows KEY --redo)")
     return method

@@ -522,6 +522,9 @@ def test_a_committed_row_s_method_rebuilds_as_itself_and_a_retired_option_only_w
             tool.method_of_row({"method": changed})
     with pytest.raises(SystemExit, match="does not rebuild as itself"):
         tool.method_of_row({"method": {**cp, "alpha_typo": 1}})
+    prompteol = minidecoder.methods.build_method("prompteol").describe()
+    before = {name: value for name, value in prompteol.items() if name != "pieces"}  # a row from before `pieces`
+    assert tool.method_of_row({"method": before}).describe() == prompteol
     tp = minidecoder.methods.build_method("tp", end=3).describe()  # pst_init_detail is written, not an option
     assert tool.method_of_row({"method": tp}).describe() == tp
 
