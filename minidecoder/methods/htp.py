@@ -146,6 +146,9 @@ class HTP(Method):
         if "{eos}" in self.template:  # HTP tokenizes its pieces itself; its EOS is an option
             raise InputError(f"template {self.template!r} holds {{eos}}, which HTP does not read",
                              "drop {eos}: append_eos=True (the default) appends the EOS after the template")
+        if "{|}" in self.template:  # and cuts its pieces itself
+            raise InputError(f"template {self.template!r} holds {{|}}, which HTP does not read",
+                             "drop {|}: HTP tokenizes the template's text around {text} and each sentence apart")
         if "{bos}" in self.template:  # and its BOS too
             raise InputError(f"template {self.template!r} holds {{bos}}, which HTP does not read",
                              "drop {bos}: literal_bos=True (the default) puts the BOS first")

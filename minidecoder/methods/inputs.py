@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minidecoder.errors import ContextLengthError, InputError
-from minidecoder.methods.text import fill_template, without_bos, without_eos
+from minidecoder.methods.text import PIECE_FIELD, fill_template, without_bos, without_eos
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,6 +103,9 @@ def encode_one(tokenizer, template: str, text: str, context: str | None = None, 
     filled = fill_template(template, text)  # validates the template; strips
     template, bos = without_bos(template)
     template, eos = without_eos(template)
+    if PIECE_FIELD in template and not pieces:
+        raise InputError(f"the template {template!r} cuts pieces with {PIECE_FIELD}, which only pieces=true reads",
+                         f"pass pieces=true, or drop {PIECE_FIELD} from the template")
     if pieces:
         ids, token_spans, covered = encode_pieces(tokenizer, template.split("{text}"), text, context)
     else:
@@ -146,19 +149,22 @@ def encode_string(tokenizer, parts: list[str], text: str, filled: str, context: 
 
 def encode_pieces(tokenizer, parts: list[str], text: str, context: str | None):
     """(ids, text spans, context tokens) as HTP's code tokenizes a template (`Parser._tokenize_from_pieces`):
-    the pieces around each `{text}` (the first opened by the context and one space) and each text tokenized on
-    their own, ids joined. Nothing is stripped: a piece's spaces are its own tokens, as in the reference."""
+    the pieces around each `{text}` (cut again at each `{|}`; the first opened by the context and one space) and
+    each text tokenized on their own, ids joined. Nothing is stripped: a piece's spaces are its own tokens, as in
+    the reference."""
     ids, token_spans, covered = [], [], 0
     for k, part in enumerate(parts):
-        if k:  # the text before this piece
+        if k:  # the text before this part
             text_ids = tokenizer.encode(text, add_special_tokens=False)
             token_spans.append((len(ids), len(ids) + len(text_ids)) if text_ids else (0, 0))
             ids += text_ids
-        piece = f"{context} {part}" if k == 0 and context else part
-        piece_ids, offsets = tokenizer.encode_with_offsets(piece) if piece else ([], [])
-        if k == 0 and context:
-            covered = sum(1 for s, e in offsets if e > s and s < len(context))
-        ids += piece_ids
+        for j, piece in enumerate(part.split(PIECE_FIELD)):
+            opens = k == 0 and j == 0 and bool(context)
+            piece = f"{context} {piece}" if opens else piece
+            piece_ids, offsets = tokenizer.encode_with_offsets(piece) if piece else ([], [])
+            if opens:
+                covered = sum(1 for s, e in offsets if e > s and s < len(context))
+            ids += piece_ids
     return ids, token_spans, covered
 
 

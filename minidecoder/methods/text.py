@@ -46,6 +46,7 @@ PIECES_HELP = ("tokenize the template's text around each {text}, and the text, o
 _FIELD = re.compile(r"\{([^{}\s]*)\}")
 EOS_FIELD = "{eos}"
 BOS_FIELD = "{bos}"
+PIECE_FIELD = "{|}"  # with pieces=true, a cut between two pieces (HTP's code's `{"}`: a quote tokenized on its own)
 _ENDINGS = ".?\"'"  # a sentence ending in one of these gets no extra "."
 
 
@@ -104,7 +105,7 @@ def without_bos(template: str) -> tuple[str, bool]:
 
 def fill_template(template: str, text: str) -> str:
     """Substitute `text` for every `{text}` in `template`, then strip the result (a leading `{bos}` and a final
-    `{eos}` are dropped here: `inputs.encode_one` adds their ids).
+    `{eos}` are dropped here: `inputs.encode_one` adds their ids; so is `{|}`, which only cuts pieces).
 
     Templates contain literal `"` and may contain placeholder tokens such as `<PST>`; neither is
     touched. Any other `{name}` is an error, because it almost always is a typo of `{text}`
@@ -115,13 +116,13 @@ def fill_template(template: str, text: str) -> str:
     """
     template, _ = without_eos(without_bos(template)[0])
     fields = template_fields(template)
-    unknown = sorted({name for name in fields if name != "text"})
+    unknown = sorted({name for name in fields if name not in ("text", "|")})
     if unknown:
         raise InputError(
             f"template {template!r} has unknown placeholder(s) "
             + ", ".join("{" + name + "}" for name in unknown),
-            "write the sentence's place as {text} ({bos}, first, for the BOS token; {eos}, last, for the EOS token); "
-            "no other placeholder exists",
+            "write the sentence's place as {text} ({bos}, first, for the BOS token; {eos}, last, for the EOS token; "
+            "{|} between two pieces with pieces=true); no other placeholder exists",
         )
     if "text" not in fields:
         raise InputError(
@@ -129,7 +130,7 @@ def fill_template(template: str, text: str) -> str:
             'put {text} where the sentence goes, e.g. \'This sentence : "{text}" means in one word:"\'',
         )
     # str.replace is one pass over the template, so braces inside `text` are never re-read.
-    return template.replace("{text}", text).strip()
+    return template.replace(PIECE_FIELD, "").replace("{text}", text).strip()
 
 
 def check_template(template: str, min_occurrences: int = 1) -> str:

@@ -153,7 +153,7 @@ def test_auto_gives_the_instruction_to_every_method_but_tp_with_prompteol(method
 
 
 PIECE_TEMPLATES = ["{text} {eos}", "Query: {text} Query again: {text}", 'The sentence "{text}" means in one word: {eos}',
-                   "Text:{text}"]
+                   "Text:{text}", 'The sentence "{text}" means in one word: {|}"']
 
 
 @pytest.mark.parametrize("template", PIECE_TEMPLATES)
@@ -161,7 +161,8 @@ PIECE_TEMPLATES = ["{text} {eos}", "Query: {text} Query again: {text}", 'The sen
 def test_pieces_tokenize_each_piece_on_its_own_as_htps_code(tiny_llama: Path, template: str, context: str | None) -> None:
     """HTP's code (parser.py `_tokenize_from_pieces`) tokenizes the template's text around each field, and the text,
     on their own, ids joined: the oracle here is the `tokenizers` library on each piece. The context opens the
-    first piece with one space (HTP writes its instruction there); `{eos}` is the EOS id after the last piece."""
+    first piece with one space (HTP writes its instruction there); `{eos}` is the EOS id after the last piece;
+    `{|}` cuts a piece in two (HTP's `{"}`: PromptEOL's read quote, a field of its own)."""
     from tokenizers import Tokenizer as FastTokenizer
 
     model = minidecoder.load(tiny_llama)
@@ -175,12 +176,33 @@ def test_pieces_tokenize_each_piece_on_its_own_as_htps_code(tiny_llama: Path, te
         if k:
             spans.append((len(expected), len(expected) + len(fast.encode(text, add_special_tokens=False).ids)))
             expected += fast.encode(text, add_special_tokens=False).ids
-        expected += fast.encode(part, add_special_tokens=False).ids if part else []
+        for piece in part.split("{|}"):
+            expected += fast.encode(piece, add_special_tokens=False).ids if piece else []
     expected += [tokenizer.eos_id] if template.endswith("{eos}") else []
     batch = encode_prompts(tokenizer, template, [text], contexts=None if context is None else [context], pieces=True)
     assert batch.input_ids[0].tolist() == expected and batch.text_spans == [spans]
     if context is not None:  # the context's tokens, never pooled
         assert batch.context_spans == [(1, 1 + len(fast.encode(context, add_special_tokens=False).ids))]
+
+
+def test_a_piece_cut_splits_what_one_piece_merges_and_only_pieces_read_it(tiny_llama: Path, tmp_path: Path) -> None:
+    """`{|}` cuts a piece in two (HTP's code's PromptEOL reads its closing quote as a field, `{"}`, tokenized on its
+    own): with a merge of ' "', the piece `means "` ends in ' "', cut before the quote in ' ', '"'. One string has
+    no pieces to cut, so there it is refused, as by HTP, which cuts its own."""
+    import shutil
+
+    from tiny_models import save_tiny_tokenizer
+
+    merged = shutil.copytree(tiny_llama, tmp_path / "merges")
+    save_tiny_tokenizer(merged, merges=((" ", '"'),))
+    model = minidecoder.load(merged)
+    tokens = lambda template: [model.tokenizer.decode([i]) for i in encode_prompts(
+        model.tokenizer, template, ["a cat."], pieces=True).input_ids[0].tolist()]
+    assert tokens('It: "{text}" means "')[-2:] == ["s", ' "'] and tokens('It: "{text}" means {|}"')[-3:] == ["s", " ", '"']
+    with pytest.raises(InputError, match="which only pieces=true reads"):
+        minidecoder.embed(model, ["a cat."], "prompt", template='It: "{text}" means {|}"')
+    with pytest.raises(InputError, match="holds \\{\\|\\}, which HTP does not read"):
+        minidecoder.embed(model, ["a cat."], "htp", template="Text: {|}{text}")
 
 
 @pytest.mark.parametrize("method, key, template, options", [
