@@ -95,8 +95,9 @@ def _faithful_rows(benchmark: str) -> dict[str, Provenance]:
             "readout": "mean over the second copy (HTP pooling/pooling.py: {!text} is read, not pooled)",
             "metric": metric}),
         "prompteol": Provenance({
-            "template": f"'The sentence \"{{text}}\" means in one word: \"' ({HTP_CODE} prompteol-last-pool{BACKSLASHES}), "
-                        "the text as given (HTP's code prepares it in no way; the `prompt` method, senteval_text off)",
+            "template": f"'The sentence \"{{text}}\" means in one word: {{|}}\"' ({HTP_CODE} prompteol-last-pool"
+                        f"{BACKSLASHES}; `{{|}}`: its read quote is a field, `{{\"}}`, a piece of its own), the text as "
+                        "given (HTP's code prepares it in no way; the `prompt` method, senteval_text off)",
             "instruction": f"none ({HTP_CODE} prompteol-last-pool writes none)",
             "layer": f"-1 ({HTP_CODE} mistral-instruct-vanilla)",
             "readout": f"the closing '\"' ({HTP_CODE}: the pooled {{\"}}; the </s> after it is never read)",

@@ -102,7 +102,7 @@ ROWS = {
                       flags=("--instruction", "none")),
                   Row("htp-ours", "HTP (instruction pooled)", "htp", {"start": 1, "end": 7}, flags=POOLED)],
     "classification": [Row("echo", "Echo Mean", "echo", {"template": "Query: {text} Query again: {text}", **PIECES}),
-                       Row("prompteol", "PromptEOL", "prompt", {"template": 'The sentence "{text}" means in one word: "',
+                       Row("prompteol", "PromptEOL", "prompt", {"template": 'The sentence "{text}" means in one word: {|}"',
                                                                 **AS_GIVEN, **PIECES}),
                        Row("prompteol+tp", "TP w. PromptEOL", "tp", {"prompt": TP_EOS, **TP_RULE, **AS_GIVEN, **PIECES}),
                        Row("htp", "HTP", "htp", {**HTP_RULE, "template": "Text: {text}"}),
@@ -185,13 +185,14 @@ def bos_first(options: dict, default: str | None = None) -> dict:
 
 
 PIECES_FLAG = "pieces=true"
+PIECE_CUT = "{|}"  # a template's cut between two pieces (HTP's code's `{"}`), read only by pieces=true
 
 
 def as_first_ran(flags: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """An eval command's method flags as they were before `bos_first` and `PIECES`: a row kept from a run without
-    the BOS, or with its template tokenized as one string, is the same row (provenance flags it,
+    """An eval command's method flags as they were before `bos_first` and `PIECES` (and `PIECE_CUT`): a row kept from
+    a run without the BOS, or with its template tokenized as one string, is the same row (provenance flags it,
     `rows_without_bos`, `rows_as_one_string`) until `--redo` recomputes it."""
-    plain = {(flag, value.replace("=" + BOS, "=", 1)) for flag, value in flags}
+    plain = {(flag, value.replace("=" + BOS, "=", 1).replace(PIECE_CUT, "")) for flag, value in flags}
     return plain - {("--opt", "template={text}"), ("--opt", PIECES_FLAG), ("--query-opt", PIECES_FLAG)}
 
 
