@@ -88,6 +88,12 @@ class Case:
 MERGES = ((" ", "a"), ('"', "a"))  # TEXTS[0] opens with "a": after `: ` or `"` one string merges it, pieces do not
 PIECES = "by pieces, the text's first token is not merged with the template's character before it"
 
+# TP's copies: the same options, and the same reasons, in tp and in cp+tp
+TP_COPY_CASES = [("start", 2, "one copy (before block 2) instead of two"),
+                 ("end", 2, "one copy (before block 1) instead of two"),
+                 ("pst_init", "zeros", "block 0 reads the <PST> input row (start >= 1)"),
+                 ("seed", 1, "another N(0, I) row: only with a random pst_init (gaussian is the default)")]
+
 C = Case
 CASES = [
     # ---- plain pooling -------------------------------------------------------------------------------
@@ -130,11 +136,8 @@ CASES = [
     C("tp", "prompt", "metaeol", "eight templates averaged"),
     C("tp", "prompt", TP_TEMPLATE, "a custom template with <PST>"),
     C("tp", "layer", -1, "hidden_states[4] instead of the depth-scaled default 3"),
-    C("tp", "start", 2, "one copy (before block 2) instead of two"),
-    C("tp", "end", 2, "one copy (before block 1) instead of two"),
+    *[C("tp", *case) for case in TP_COPY_CASES],
     C("tp", "num_pst", 2, "two <PST> before the quote"),
-    C("tp", "pst_init", "zeros", "block 0 reads the <PST> input row (start >= 1)"),
-    C("tp", "seed", 1, "another N(0, I) row: only with a random pst_init (gaussian is the default)"),
     C("tp", "seed", 1, "pst_init=zeros draws no row", base={"pst_init": "zeros"}, expect="refused"),
     C("tp", "mask_pst_first_layer", True, "no token attends to <PST> in block 0"),
     C("tp", "resume_at", 3, "copies before block 3 too: needs end <= resume_at < the output layer",
@@ -174,10 +177,7 @@ CASES = [
     C("cp+tp", "mode", "nr", "(a - b) at a's norm"),
     C("cp+tp", "site", "hidden", "the block's output residual instead of z"),
     C("cp+tp", "senteval_text", False, "TEXTS need the SentEval steps"),
-    C("cp+tp", "start", 2, "one copy (before block 2) instead of two"),
-    C("cp+tp", "end", 2, "one copy (before block 1) instead of two"),
-    C("cp+tp", "pst_init", "zeros", "block 0 reads the <PST> input row (start >= 1)"),
-    C("cp+tp", "seed", 1, "another N(0, I) row: only with a random pst_init (gaussian is the default)"),
+    *[C("cp+tp", *case) for case in TP_COPY_CASES],
     C("cp+tp", "seed", 1, "pst_init=mean draws no row", base={"pst_init": "mean"}, expect="refused"),
     C("cp+tp", "tp_aux", False, "the auxiliary prompt runs plain: another b"),
     # ---- HTP -----------------------------------------------------------------------------------------
