@@ -153,9 +153,9 @@ def encode_pieces(tokenizer, parts: list[str], text: str, context: str | None):
     each text tokenized on their own, ids joined. Nothing is stripped: a piece's spaces are its own tokens, as in
     the reference."""
     ids, token_spans, covered = [], [], 0
+    text_ids = tokenizer.encode(text, add_special_tokens=False)  # the same ids for every copy
     for k, part in enumerate(parts):
         if k:  # the text before this part
-            text_ids = tokenizer.encode(text, add_special_tokens=False)
             token_spans.append((len(ids), len(ids) + len(text_ids)) if text_ids else (0, 0))
             ids += text_ids
         for j, piece in enumerate(part.split(PIECE_FIELD)):
