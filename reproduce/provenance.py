@@ -324,8 +324,9 @@ NO_BOS = "ran without the BOS HTP's code writes first as <s> (the model's tokeni
 # and Gemma-3 the tokens these rows read differ on most texts of every set, so a row run as one string is not the
 # paper's setup (`one_string`) until re-run. Vanilla Mean is left as one string: on both models its ids equal the
 # pieces' up to the last pooled token on every query and text (the ` </s>` piece after the text is read by no
-# pooled state, causal attention); only 0.2-0.3% of documents differ, those cut at 512 tokens, where HTP's code
-# cuts each piece at 512 tokens and may keep a lone space or part of a character as the last.
+# pooled state, causal attention); only some documents cut at 512 tokens differ, where HTP's code cuts each piece
+# at 512 tokens and may keep a lone space or part of a character as the last. (Measured once, with HTP's parser
+# re-implemented over transformers' tokenizer; that script is not kept here.)
 HTP_CODE_PIECES_ROWS = {("retrieval", key) for key in ("last", "echo", "prompteol+tp", "mean+tp")} | {
     ("classification", key) for key in ("echo", "prompteol", "prompteol+tp")}
 HTP_CODE_PIECES = ("by pieces: the template's text around the text, and the text, each on its own (snap-research/HTP "
