@@ -367,7 +367,8 @@ DEVICES = ("cpu", "cuda", "mps", "xpu")  # where another sitting may have begun 
 
 def row_identity(settings: dict, weights: dict | None, method) -> str:
     """What a transfer row's kept work is kept under: the settings (the device among them), the weights'
-    checksums and the method with its options."""
+    checksums and the method with its options (work kept before an option was added serves while the option
+    keeps its default: KeptWork compares them with running.jobs.serves)."""
     return json.dumps([settings, weights, method.describe()], sort_keys=True, default=str)
 
 

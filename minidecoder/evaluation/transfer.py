@@ -28,7 +28,8 @@ are computed, and each task's result once its probe is trained; a run given the 
 task whose texts or options changed is computed again) and embeds only the texts of the tasks still to
 score, so an interrupted run resumed gives the scores of an uninterrupted one. A task's result is kept under
 what decides it (model, method and options; the task's texts and labels; the probe's settings), not under
-its embeddings' bytes, so a run on another machine keeps the tasks already done.
+its embeddings' bytes, so a run on another machine keeps the tasks already done; kept by a version that lacked
+one of the method's options, it still serves a run that leaves that option at its default (running.jobs.serves).
 
 `grain` says when the texts are embedded. "run" (the default) embeds every text of the tasks still to score
 at once, longest first: one command, whose embedding job covers every text anyway. "task" embeds each task's
@@ -88,6 +89,7 @@ from minidecoder.evaluation.family import (Encoder, Family, Kept, add_family_opt
 from minidecoder.evaluation.senteval_probe import (KFOLD, ClassifierConfig, ProbeResult, default_workers,
                                                    dev_selected, fits_needed, inner_kfold, kfold_then_test)
 from minidecoder.output_files import read_kept_json, write_failure, write_streamed
+from minidecoder.running.jobs import serves
 
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -388,6 +390,7 @@ class KeptWork:
 
     def __init__(self, folder: str | Path, identity: str, embeddings_kept: Callable[[], None] | None = None) -> None:
         self.folder, self.identity = Path(folder), identity  # identity: what made the embeddings (model, method, ...)
+        self.made_under = _parsed(identity)  # kept beside the work, so a later version can tell whether it serves
         self.embeddings_kept = embeddings_kept  # called once embeddings computed here are kept whole
         self.folder.mkdir(parents=True, exist_ok=True)
         # named `*.kept.npy` / `.json`: running.jobs.holds_kept_work counts them, so no run removes them unfinished
@@ -411,7 +414,8 @@ class KeptWork:
         seconds = time.perf_counter() - start
         _keep(self.vectors_path, lambda handle: np.save(handle, vectors.numpy()))
         _keep(self.texts_path, lambda handle: handle.write(json.dumps(
-            {"identity": self.identity_sha256, "texts": texts, "seconds": seconds}).encode()))
+            {"identity": self.identity_sha256, "made_under": self.made_under, "texts": texts,
+             "seconds": seconds}).encode()))
         if self.embeddings_kept is not None:
             self.embeddings_kept()
         return vectors, seconds, True
@@ -422,7 +426,8 @@ class KeptWork:
         beside it: `encode_sentences` refuses NaN) are None, and computed again as missing ones are: they are
         this folder's own derived work."""
         record = read_kept_json(self.texts_path)
-        if not isinstance(record, dict) or record.get("identity") != self.identity_sha256:
+        if not isinstance(record, dict) or not (record.get("identity") == self.identity_sha256
+                                                or self._serves(record.get("made_under"))):
             return None
         texts, seconds = record.get("texts"), record.get("seconds")
         if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts) or not _is_seconds(seconds):
@@ -441,12 +446,18 @@ class KeptWork:
     def _task_key(self, key: str) -> str:
         return hashlib.sha256((self.identity + key).encode()).hexdigest()
 
+    def _serves(self, made_under: Any) -> bool:
+        """Whether work kept under `made_under` (what a record says made it; None where a version wrote none) is
+        this identity's, an option added since at its default aside."""
+        return made_under is not None and self.made_under is not None and serves(made_under, self.made_under)
+
     def kept_task(self, name: str, key: str) -> tuple[dict, float | None] | None:
         """The result of task `name` kept whole under the same identity and `key`, and the seconds its embedding
         took (None: kept by a version that kept none), read in one go so both come from one sitting; None where
         none was kept (one cut short or edited is trained again, as a missing one is)."""
         kept = read_kept_json(self._task_path(name))
-        if not isinstance(kept, dict) or kept.get("key") != self._task_key(key) or not _is_seconds(
+        if not isinstance(kept, dict) or not (kept.get("key") == self._task_key(key) or (
+                kept.get("task_key") == key and self._serves(kept.get("made_under")))) or not _is_seconds(
                 kept.get("encode_seconds")) or not isinstance(kept.get("result"), dict):
             return None
         return kept["result"], kept.get("encode_seconds")
@@ -459,7 +470,16 @@ class KeptWork:
         """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
         seconds its embedding took."""
         _keep(self._task_path(name), lambda handle: handle.write(json.dumps(
-            {"key": self._task_key(key), "result": result, "encode_seconds": encode_seconds}).encode()))
+            {"key": self._task_key(key), "task_key": key, "made_under": self.made_under, "result": result,
+             "encode_seconds": encode_seconds}).encode()))
+
+
+def _parsed(identity: str) -> Any:
+    """An identity written as JSON (the eval command's, the table tools'), read; None where it is other text."""
+    try:
+        return json.loads(identity)
+    except json.JSONDecodeError:
+        return None
 
 
 def _is_seconds(value: Any) -> bool:

@@ -672,20 +672,32 @@ def _open_work_folder(work: Path, manifest: dict[str, Any]) -> bool:
     return True
 
 
-def serves(kept: Any, manifest: dict[str, Any]) -> bool:
-    """Whether work kept under the manifest `kept` is this job's (`manifest`): the same, or the same once the method
-    options `kept` lacks are left out where this job leaves them at their defaults. An option added since the work
-    was kept computes, at its default, what the version that kept it did (`pieces`, say): its work still serves."""
-    if kept == manifest:
+def serves(kept: Any, made_now: Any) -> bool:
+    """Whether work kept under `kept` (what made it: a job's manifest, a transfer row's identity) is the work
+    `made_now` describes: the same, or the same once each method's options that `kept` lacks are left out where
+    `made_now` leaves them at their defaults. An option added since the work was kept computes, at its default,
+    what the version that kept it did (`pieces`, say): its work still serves. One set otherwise does not, nor
+    does an option `kept` has and `made_now` lacks (retired since)."""
+    if kept == made_now:
         return True
-    if not (isinstance(kept, dict) and isinstance(kept.get("method"), dict) and isinstance(manifest.get("method"), dict)):
+    if isinstance(kept, list) and isinstance(made_now, list):
+        return len(kept) == len(made_now) and all(map(serves, kept, made_now))
+    if not (isinstance(kept, dict) and isinstance(made_now, dict)):
         return False
-    from minidecoder.methods import build_method
+    made_now = _without_options_added_since(kept, made_now)
+    return kept.keys() == made_now.keys() and all(serves(kept[key], made_now[key]) for key in kept)
 
-    new = manifest["method"]
-    defaults = _jsonable(build_method(new["method"]).describe())
-    added = {option for option, value in new.items() if option not in kept["method"] and defaults.get(option) == value}
-    return bool(added) and kept == {**manifest, "method": {key: value for key, value in new.items() if key not in added}}
+
+def _without_options_added_since(kept: dict[str, Any], described: dict[str, Any]) -> dict[str, Any]:
+    """`described`, where it is a method's describe() (its "method" a method's name), less the options `kept`
+    lacks that it leaves at their defaults; any other dict as it is."""
+    from minidecoder.methods import METHODS, build_method
+
+    name = described.get("method")
+    if not isinstance(name, str) or name not in METHODS:
+        return described
+    defaults = _jsonable(build_method(name).describe())
+    return {option: value for option, value in described.items() if option in kept or defaults.get(option) != value}
 
 
 def _other_settings(work: Path, held: str, use: str, previous: Any, manifest: dict[str, Any]) -> InputError:

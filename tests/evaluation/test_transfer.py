@@ -413,6 +413,54 @@ KEPT_DAMAGE = [  # what a full disk, a crash, a hand edit or a copy between mach
 ]
 
 
+def _identity_of(shape: str, described: dict) -> str:
+    """A kept-work identity as each caller writes one: the eval command's stamp (a dict naming the method) and
+    the transfer table tool's row_identity (a list: settings, weights, the method)."""
+    if shape == "eval command":
+        return json.dumps({"method": described, "model": {"config_sha256": "c0"}, "truncate": None}, sort_keys=True)
+    return json.dumps([{"device": "cpu", "dtype": "float32"}, {"model.safetensors": "w0"}, described], sort_keys=True)
+
+
+@pytest.mark.parametrize("shape", ["eval command", "table tool"])
+def test_work_kept_before_an_option_was_added_serves_while_the_option_keeps_its_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """A later version adds a method option (`pieces` was one); at its default it computes what the version
+    that kept the work did, so that work (the embeddings, each task's probe) still serves, as a job's kept
+    chunks do (running.jobs.serves); set otherwise, it does not. Before, the identity's hash differed: every
+    task of an in-progress transfer row was embedded and trained again."""
+    from minidecoder.methods import build_method
+
+    tasks = load_transfer_tasks(["SST2", "TREC"], write_folder(tmp_path / "data"))
+    now = json.loads(json.dumps(build_method("last").describe()))
+    then = {option: value for option, value in now.items() if option != "pieces"}  # as a version without it wrote
+    assert then != now and now["pieces"] is False
+    kept = tmp_path / "kept"
+    whole = transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=kept,
+                                       kept_identity=_identity_of(shape, then))
+    real_probe, probed, encoded = transfer.probe_task, [], []
+    monkeypatch.setattr(transfer, "probe_task", lambda task, *a, **k: probed.append(task.name) or real_probe(task, *a, **k))
+
+    def encode(texts):
+        encoded.append(len(texts))
+        return bag_of_words(texts)
+
+    resumed = transfer.evaluate_transfer(encode, tasks, progress=False, kept=kept, kept_identity=_identity_of(shape, now))
+    assert (encoded, probed) == ([], []) and resumed["tasks"] == whole["tasks"]
+    for path in kept.glob("task-*.kept.json"):
+        path.unlink()  # the probes to train again: the kept embeddings alone serve them
+    transfer.evaluate_transfer(encode, tasks, progress=False, kept=kept, kept_identity=_identity_of(shape, now))
+    assert encoded == [] and probed == ["SST2", "TREC"]
+    transfer.evaluate_transfer(encode, tasks, progress=False, kept=kept,
+                               kept_identity=_identity_of(shape, {**now, "pieces": True}))
+    assert encoded and probed == ["SST2", "TREC"] * 2  # the option set otherwise: computed afresh
+    retired = {**now, "retired_option": 3}  # an option the kept work had and this version lacks never serves
+    other = tmp_path / "other"
+    transfer.evaluate_transfer(bag_of_words, tasks, progress=False, kept=other, kept_identity=_identity_of(shape, retired))
+    encoded.clear()
+    transfer.evaluate_transfer(encode, tasks, progress=False, kept=other, kept_identity=_identity_of(shape, now))
+    assert encoded and probed[-2:] == ["SST2", "TREC"]
+
+
 @pytest.mark.parametrize("name, damage", [case[1:] for case in KEPT_DAMAGE], ids=[case[0] for case in KEPT_DAMAGE])
 def test_damaged_kept_work_is_computed_again(tmp_path: Path, name: str, damage) -> None:
     """A kept file is this folder's own derived work: one that is not what a run writes is computed again, to the
