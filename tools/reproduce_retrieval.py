@@ -65,6 +65,7 @@ from reproduce import read_json  # noqa: E402
 from reproduce.claims import WITHOUT, shown  # noqa: E402
 from reproduce.provenance import HTP_CODE_BOS_ROWS, HTP_CODE_PIECES_ROWS, TABLE_9_RULE, provenance_lines  # noqa: E402
 from minidecoder.evaluation.family import instruction_for  # noqa: E402
+from minidecoder.methods.text import BOS_FIELD as BOS, PIECE_FIELD  # noqa: E402
 from minidecoder.output_files import output_lock, write_whole  # noqa: E402
 
 class Row(NamedTuple):
@@ -172,9 +173,6 @@ def tokenizer_adds_bos(model: str) -> bool | None:
     return Tokenizer(folder).add_bos
 
 
-BOS = "{bos}"  # a template's leading field: the tokenizer's BOS first, as HTP's code's literal <s>
-
-
 def bos_first(options: dict, default: str | None = None) -> dict:
     """The options with the row's template (or TP's prompt) opened by `{bos}`; `default`: the template to open
     where the options name none (a document side that takes the method's own, "{text}")."""
@@ -185,14 +183,13 @@ def bos_first(options: dict, default: str | None = None) -> dict:
 
 
 PIECES_FLAG = "pieces=true"
-PIECE_CUT = "{|}"  # a template's cut between two pieces (HTP's code's `{"}`), read only by pieces=true
 
 
 def as_first_ran(flags: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """An eval command's method flags as they were before `bos_first` and `PIECES` (and `PIECE_CUT`): a row kept from
-    a run without the BOS, or with its template tokenized as one string, is the same row (provenance flags it,
+    """An eval command's method flags as they were before `bos_first` and `PIECES` (and a template's `{|}`): a row
+    kept from a run without the BOS, or with its template tokenized as one string, is the same row (provenance flags it,
     `rows_without_bos`, `rows_as_one_string`) until `--redo` recomputes it."""
-    plain = {(flag, value.replace("=" + BOS, "=", 1).replace(PIECE_CUT, "")) for flag, value in flags}
+    plain = {(flag, value.replace("=" + BOS, "=", 1).replace(PIECE_FIELD, "")) for flag, value in flags}
     return plain - {("--opt", "template={text}"), ("--opt", PIECES_FLAG), ("--query-opt", PIECES_FLAG)}
 
 

@@ -407,7 +407,7 @@ def method_of_row(row: dict):
     spec = dict(recorded)
     cls = METHODS[spec.pop("method")]
     method = cls(**{name: value for name, value in spec.items() if name in cls.__dataclass_fields__})
-    if not serves({"method": recorded}, {"method": method.describe()}):  # an option added since, at its default, agrees
+    if not serves(recorded, method.describe()):  # an option added since, at its default, agrees
         raise SystemExit(f"reproduce_tasks: the row's method {row['method']} does not rebuild as itself "
                          f"({method.describe()}); re-run the row (--rows KEY --redo)")
     return method

@@ -116,7 +116,7 @@ def fill_template(template: str, text: str) -> str:
     """
     template, _ = without_eos(without_bos(template)[0])
     fields = template_fields(template)
-    unknown = sorted({name for name in fields if name not in ("text", "|")})
+    unknown = sorted({name for name in fields if name not in ("text", PIECE_FIELD[1:-1])})
     if unknown:
         raise InputError(
             f"template {template!r} has unknown placeholder(s) "
