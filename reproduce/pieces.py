@@ -12,6 +12,10 @@ Timing stays comparable with a row encoded in one go: each piece times only the 
 for the first time in the plan's order (`PiecePlan.first`), so the timed pieces of a row encode every
 distinct sentence exactly once. A sentence an earlier piece encoded is taken from memory; after a
 resume, where memory is empty, it is encoded again untimed (`catch_up`).
+
+Every statistic of a row's scores is a Spearman, a function of the order of the cosines within one task,
+so a finished row is stored as the within-task ranks of its cosines (`order_codes`: integers, lossless for
+every Spearman over any subset or resample of that task) and resampled on `layout_of` its tasks.
 """
 from __future__ import annotations
 
@@ -22,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from minidecoder.evaluation.bootstrap import TaskLayout
 from minidecoder.evaluation.family import Encoder, encode_sentences
-from minidecoder.evaluation.sts import pair_cosines
-from minidecoder.evaluation.sts import StsTask
+from minidecoder.evaluation.sts import StsTask, pair_cosines
 
 PIECE_PAIRS = 1000  # SICK-R's 4,927 pairs are five pieces; 22 pieces for the seven full test sets
 
@@ -127,3 +131,27 @@ def parse_cosines(text: str, plan: PiecePlan) -> list[np.ndarray]:
     if len(out) != len(text.splitlines()):
         raise ValueError(f"{len(text.splitlines())} lines for a plan of {len(plan.pieces)} pieces")
     return out
+
+
+def layout_of(tasks: Sequence[StsTask]) -> list[TaskLayout]:
+    """The bootstrap's layout of each task (evaluation.bootstrap.Bootstrap), pairs in the order
+    `StsScorer.cosines` returns them."""
+    out = []
+    for task in tasks:
+        gold, bounds = [], [0]
+        for subset in task.subsets.values():
+            gold += subset.gold
+            bounds.append(len(gold))
+        out.append(TaskLayout(task.name, task.setting, np.asarray(gold, np.float64), tuple(bounds)))
+    return out
+
+
+def order_codes(similarities: np.ndarray) -> np.ndarray:
+    """The similarities' order as small integers: the 'min' rank minus one (ties share a code), uint16
+    when the task has fewer than 65,536 pairs. Any Spearman computed from the codes equals the one from
+    the similarities, for every subset and resample, since ranking is invariant to a strictly
+    increasing map that keeps ties."""
+    x = np.asarray(similarities, dtype=np.float64)
+    s = np.sort(x)
+    codes = np.searchsorted(s, x, side="left")  # number of values strictly below each
+    return codes.astype(np.uint16 if x.size < 65536 else np.uint32)

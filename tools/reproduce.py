@@ -62,12 +62,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import minidecoder  # noqa: E402
-from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap, order_codes  # noqa: E402
-from minidecoder.evaluation.sts import layout_of  # noqa: E402
+from minidecoder.evaluation.bootstrap import LEVEL, RESAMPLES, SEED, Bootstrap  # noqa: E402
 from reproduce.claims import (CLAIMS, PAPER_AVG, PAPER_TIME, SOURCE, judge, leave_one_out,  # noqa: E402
                               sentence)
 from minidecoder.evaluation.sts import StsScorer, unique_sentences  # noqa: E402
-from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, parse_cosines  # noqa: E402
+from reproduce.pieces import PiecePlan, PieceEncoder, cosines_text, layout_of, order_codes, parse_cosines  # noqa: E402
 from reproduce import read_json, run_tool  # noqa: E402
 from minidecoder.evaluation.report import _json_safe, build_stamp, code_version  # noqa: E402
 from minidecoder.errors import OutputError  # noqa: E402

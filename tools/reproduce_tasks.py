@@ -78,7 +78,7 @@ from minidecoder.evaluation.senteval_probe import ClassifierConfig  # noqa: E402
 from minidecoder.evaluation.transfer import KeptWork, accuracy_replicates, evaluate_transfer, task_key  # noqa: E402
 from minidecoder.evaluation.transfer import TRANSFER_TASKS, load_transfer_tasks  # noqa: E402
 from minidecoder.methods import build_method  # noqa: E402
-from minidecoder.sources.checksums import files_identity  # noqa: E402
+from minidecoder.sources.checksums import model_identity  # noqa: E402
 
 TRANSFER_ROWS = [("prompteol", "PromptEOL"), ("prompteol+tp-transfer", "PromptEOL + TP"),
                  ("prompteol+tp", "PromptEOL + TP (STS end)"), ("prompteol+cp", "PromptEOL + CP (NS)"),
@@ -94,6 +94,13 @@ STS_LONG_ROWS = [("last", "Last token"), ("mean-final", "Mean pooling (final lay
                  ("mean", "Mean pooling (STS-B-dev layer)"), ("prompteol", "PromptEOL"), ("mean+tp", "TP w. Mean"),
                  ("htp", "HTP")]
 LONGEST = "16"  # the length Figure 1's claims are judged at
+
+
+def files_identity(model) -> dict:
+    """`model_identity` less the folder: what the outputs depend on and nothing of where the files sit, so work
+    kept under it (a committed transfer task, a TP end's SST2 dev accuracy) resumes in any checkout, on any
+    machine that converted the same files."""
+    return {key: value for key, value in model_identity(model).items() if key != "source"}
 
 
 def table_name(model: str) -> str:
@@ -464,7 +471,8 @@ def began_elsewhere(work: Path, settings: dict, weights: dict | None, method,
     for device in DEVICES:
         if device != settings["device"]:
             identity = row_identity({**settings, "device": device}, weights, method)
-            kept = KeptWork(work, identity).kept_task_names(keys)
+            kept_work = KeptWork(work, identity)
+            kept = [name for name, key in keys.items() if kept_work.kept_task(name, key) is not None]
             if kept:
                 return device, kept
     return None

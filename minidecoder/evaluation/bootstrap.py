@@ -16,10 +16,6 @@ mean of the task scores of the same resample. Two rows compared on the same resa
 depend only on the seed and the data, never on the row) give a paired interval of their difference.
 Percentile intervals; 1,000 resamples and seed 0 unless told otherwise.
 
-Every statistic here is a Spearman, a function of the order of the similarities within one task, so a
-row can be stored as the within-task ranks of its cosines (`order_codes`: integers, lossless for
-every Spearman over any subset or resample of that task) instead of the cosines themselves.
-
 numpy only. Efron & Tibshirani, *An Introduction to the Bootstrap* (1993), ch. 13 (percentile interval).
 """
 from __future__ import annotations
@@ -118,21 +114,10 @@ def pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(np.where(denominator == 0.0, np.nan, r), -1.0, 1.0)
 
 
-def order_codes(similarities: np.ndarray) -> np.ndarray:
-    """The similarities' order as small integers: the 'min' rank minus one (ties share a code), uint16
-    when the task has fewer than 65,536 pairs. Any Spearman computed from the codes equals the one from
-    the similarities, for every subset and resample, since ranking is invariant to a strictly
-    increasing map that keeps ties."""
-    x = np.asarray(similarities, dtype=np.float64)
-    s = np.sort(x)
-    codes = np.searchsorted(s, x, side="left")  # number of values strictly below each
-    return codes.astype(np.uint16 if x.size < 65536 else np.uint32)
-
-
 class Bootstrap:
     """Resamples fixed by (data, resamples, seed); scores any number of rows on the same resamples.
 
-        boot = Bootstrap(sts.layout_of(test_tasks))   # evaluation/sts.py
+        boot = Bootstrap(layouts)                     # a TaskLayout per task
         reps = boot.replicates({"a": sims_a, "b": sims_b})  # sims: {task name: (P,) similarities}
         boot.interval(reps["a"])                              # {task: (lo, hi), ..., "avg": (lo, hi)}
         boot.interval(reps["a"] - reps["b"])                  # the paired difference's interval

@@ -70,7 +70,7 @@ import torch
 from minidecoder.running.command_line import (add_model_options, add_output_options, argv_of, build_cli_method,
                                              check_sizes, claim_cli_outputs, default_prefix, load_model, model_stamp)
 from minidecoder.errors import InputError, OutputError, describe_unusable_file, is_whole_number
-from minidecoder.evaluation.bootstrap import TaskLayout, pearson, rankdata
+from minidecoder.evaluation.bootstrap import pearson, rankdata
 from minidecoder.evaluation.family import (Encoder, embed_kept, encode_sentences, failed_past_the_job, limit_that_cut,
                                            longest_first, parse_names, past_the_job, refuse_reading_options,
                                            refuse_repeats, require_rows, resolve_data_folder)
@@ -564,16 +564,3 @@ def kept_settings(args: argparse.Namespace) -> dict:
     from minidecoder.running.command_line import resume_settings
 
     return resume_settings(args, ("--tasks", "--limit"))
-
-
-def layout_of(tasks: Sequence[StsTask]) -> list[TaskLayout]:
-    """The bootstrap's layout of each task (evaluation.bootstrap.Bootstrap), pairs in the order
-    `StsScorer.cosines` returns them."""
-    out = []
-    for task in tasks:
-        gold, bounds = [], [0]
-        for subset in task.subsets.values():
-            gold += subset.gold
-            bounds.append(len(gold))
-        out.append(TaskLayout(task.name, task.setting, np.asarray(gold, np.float64), tuple(bounds)))
-    return out

@@ -462,10 +462,6 @@ class KeptWork:
             return None
         return kept["result"], kept.get("encode_seconds")
 
-    def kept_task_names(self, keys: dict[str, str]) -> list[str]:
-        """The names of the tasks (name -> `task_key`) whose result this folder keeps under this identity."""
-        return [name for name, key in keys.items() if self.kept_task(name, key) is not None]
-
     def keep_task(self, name: str, key: str, result: dict, encode_seconds: float | None = None) -> None:
         """Keep `result`, and beside it (not in it: a result is the same whichever sitting made it) the
         seconds its embedding took."""

@@ -55,13 +55,6 @@ def model_identity(model: Any) -> dict[str, Any]:
             "tokenizer_sha256": getattr(tokenizer, "checksum", None), "weights": weights_identity(source)}
 
 
-def files_identity(model: Any) -> dict[str, Any]:
-    """`model_identity` less the folder: what the outputs depend on and nothing of where the files sit, so work
-    kept under it (a committed transfer task, a TP end's SST2 dev accuracy) resumes in any checkout, on any
-    machine that converted the same files."""
-    return {key: value for key, value in model_identity(model).items() if key != "source"}
-
-
 def sources_sha256() -> str:
     """sha256 of `sha256sum`'s listing of every minidecoder source file (its digest, two spaces, its path in
     the package), in path order: any change to the code gives another digest. Read afresh on each call

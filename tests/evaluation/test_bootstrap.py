@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, order_codes, rank_rows
+from minidecoder.evaluation.bootstrap import Bootstrap, TaskLayout, rank_rows
+from reproduce.pieces import order_codes
 from reproduce.claims import CLAIMS, HOLDS, REVERSED, UNDECIDED, Claim, judge, sentence, verdict
 from minidecoder.evaluation.bootstrap import pearson, rankdata, spearman
 
