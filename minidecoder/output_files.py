@@ -122,8 +122,7 @@ def _written_folder(error: OSError, path: str | Path | None) -> Path | None:
     the folder that holds the staging folder: on the same disk, and still there."""
     names = [Path(os.fsdecode(name)) for name in (error.filename, error.filename2) if name is not None]
     folders = [name.parent for name in names] or ([Path(path).parent] if path is not None else [])
-    folders = [folder.parent if re.fullmatch(r"\..+\.partial-[0-9a-f]{8}", folder.name) else folder  # _PARTIAL
-               for folder in folders]
+    folders = [folder.parent if _is_staging_name(folder.name) else folder for folder in folders]
     return next((folder for folder in folders if not os.access(folder, os.W_OK)), folders[0] if folders else None)
 
 
@@ -562,6 +561,12 @@ def remove_stale_partials(target: Path, legacy: tuple[str, ...] = ()) -> list[Pa
 
 def _beside(target: Path, pattern: str) -> Path:
     return target.parent / (pattern.format(name=target.name) + uuid.uuid4().hex[:8])
+
+
+def _is_staging_name(name: str) -> bool:
+    """Whether `name` is one `staging` gives (`_PARTIAL` of some target's name, then `_beside`'s 8 hex digits)."""
+    head, tail = (re.escape(part) for part in _PARTIAL.split("{name}"))
+    return re.fullmatch(head + ".+" + tail + "[0-9a-f]{8}", name) is not None
 
 
 def _lock_entry(path: Path, blocking: bool) -> int | None:
